@@ -1,0 +1,30 @@
+#include "sample/sampling_params.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace vesper::sample {
+namespace {
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+}  // namespace
+
+Status SamplingParams::validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    return make_error("temperature must be a finite number >= 0, got " + num(temperature));
+  if (top_k < -1) return make_error("top_k must be -1 (off), 0 (off) or positive, got " + num(top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return make_error("top_p must be in (0, 1], got " + num(top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return make_error("min_p must be in [0, 1], got " + num(min_p));
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
+    return make_error("repetition_penalty must be > 0, got " + num(repetition_penalty));
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    return make_error("presence_penalty must be in [-2, 2], got " + num(presence_penalty));
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    return make_error("frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
+  return {};
+}
+
+}  // namespace vesper::sample

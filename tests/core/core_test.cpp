@@ -1,0 +1,96 @@
+// core: thread pool coverage and reuse, half-precision conversions, Result, mapped files.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+
+#include "core/fp16.h"
+#include "core/mapped_file.h"
+#include "core/result.h"
+#include "core/thread_pool.h"
+
+namespace vesper {
+namespace {
+
+TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{1000}}) {
+      std::vector<std::atomic<int>> hits(n);
+      pool.parallel_for(n, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+      });
+      for (size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << threads << " threads, n=" << n;
+    }
+  }
+}
+
+TEST(ThreadPool, RunsManyJobsBackToBack) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 5000; ++job)
+    pool.run([&](int index, int count) {
+      EXPECT_EQ(count, 3);
+      total.fetch_add(index + 1);
+    });
+  EXPECT_EQ(total.load(), 5000 * 6);
+}
+
+TEST(Fp16, KnownValuesAndRoundTrip) {
+  EXPECT_EQ(f32_to_fp16(1.0f), 0x3C00);
+  EXPECT_EQ(f32_to_fp16(-2.0f), 0xC000);
+  EXPECT_EQ(f32_to_fp16(65504.0f), 0x7BFF);
+  EXPECT_EQ(f32_to_fp16(1e6f), 0x7C00);  // overflow to infinity
+  EXPECT_FLOAT_EQ(fp16_to_f32(0x3555), 0.333251953125f);
+  EXPECT_FLOAT_EQ(fp16_to_f32(0x0001), 5.960464477539063e-08f);  // smallest subnormal
+  EXPECT_TRUE(std::isnan(fp16_to_f32(0x7E00)));
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x03FF) != 0) continue;  // NaNs
+    EXPECT_EQ(f32_to_fp16(fp16_to_f32(static_cast<uint16_t>(h))), h) << h;
+  }
+  // Round to nearest even: 1 + 2^-11 is halfway between 1 and 1 + 2^-10.
+  EXPECT_EQ(f32_to_fp16(1.0f + 1.0f / 2048.0f), 0x3C00);
+  EXPECT_EQ(f32_to_fp16(1.0f + 3.0f / 2048.0f), 0x3C02);
+}
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3F808000u)), 0x3F80);  // tie -> even
+  EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x3F818000u)), 0x3F82);  // tie -> even
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+Result<int> parse_positive(int v) {
+  if (v <= 0) return make_error("value must be positive, got " + std::to_string(v));
+  return v;
+}
+
+Result<int> doubled(int v) {
+  VESPER_ASSIGN_OR_RETURN(int x, parse_positive(v));
+  return 2 * x;
+}
+
+TEST(Result, PropagatesErrorsAndValues) {
+  EXPECT_EQ(*doubled(4), 8);
+  auto r = doubled(-1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "value must be positive, got -1");
+}
+
+TEST(MappedFile, MapsAFileAndNamesMissingOnes) {
+  auto f = MappedFile::open("../shared/models/stories260K.gguf");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->size(), 1185376u);
+  EXPECT_EQ(f->data()[0], 'G');
+  auto missing = MappedFile::open("no/such/file.gguf");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("no/such/file.gguf"), std::string::npos);
+  auto dir = MappedFile::open("../shared/models");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.error().message.find("not a regular file"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vesper
