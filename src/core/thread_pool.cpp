@@ -14,7 +14,7 @@
 namespace vesper {
 namespace {
 // Spin iterations before a worker sleeps on the condition variable.
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 4000;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
@@ -50,7 +50,12 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   wake_.notify_all();
   fn(0, num_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) VESPER_CPU_RELAX();
+  // Spin briefly (workers usually finish together), then yield so that an oversubscribed
+  // machine still lets the stragglers run.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) VESPER_CPU_RELAX();
+    else std::this_thread::yield();
+  }
   job_ = nullptr;
 }
 
@@ -69,7 +74,8 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-      VESPER_CPU_RELAX();
+      if (spin < kSpinIterations / 2) VESPER_CPU_RELAX();
+      else std::this_thread::yield();
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {

@@ -151,6 +151,8 @@ class GgufWriter {
  public:
   // Sets (or replaces) a metadata key, keeping first-insertion order.
   void set(std::string key, Value value);
+  // Removes a metadata key if present.
+  void remove(std::string_view key);
   // Copies the metadata of another file (all keys) in its order.
   void copy_metadata(const GgufFile& from);
   // Adds a tensor; `shape` in ggml order; `data` must be exactly row_size * rows bytes.

@@ -69,6 +69,10 @@ void GgufWriter::set(std::string key, Value value) {
   metadata_.emplace_back(std::move(key), std::move(value));
 }
 
+void GgufWriter::remove(std::string_view key) {
+  std::erase_if(metadata_, [&](const auto& kv) { return kv.first == key; });
+}
+
 void GgufWriter::copy_metadata(const GgufFile& from) {
   for (const auto& [k, v] : from.metadata()) set(k, v);
 }

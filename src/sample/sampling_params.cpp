@@ -24,6 +24,15 @@ Status SamplingParams::validate() const {
     return make_error("presence_penalty must be in [-2, 2], got " + num(presence_penalty));
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
     return make_error("frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
+  if (n < 1) return make_error("n must be at least 1, got " + num(n));
+  if (max_tokens < 0) return make_error("max_tokens must be >= 0, got " + num(static_cast<double>(max_tokens)));
+  if (min_tokens < 0) return make_error("min_tokens must be >= 0, got " + num(static_cast<double>(min_tokens)));
+  if (min_tokens > max_tokens)
+    return make_error("min_tokens (" + num(static_cast<double>(min_tokens)) + ") must not exceed max_tokens (" +
+                      num(static_cast<double>(max_tokens)) + ")");
+  if (logprobs < -1 || logprobs > 20) return make_error("logprobs must be between 0 and 20, got " + num(logprobs));
+  for (const auto& s : stop)
+    if (s.empty()) return make_error("stop strings must not be empty");
   return {};
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 
@@ -18,6 +19,17 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // over output tokens
   float frequency_penalty = 0.0f;   // over output tokens
   std::optional<uint64_t> seed;     // unset: a random seed per request
+
+  // Request-level fields (vLLM's SamplingParams), used by the engine's output processing.
+  int32_t n = 1;                       // parallel samples sharing the prompt's KV blocks
+  int64_t max_tokens = 16;             // generated tokens at most
+  int64_t min_tokens = 0;              // EOS and stop tokens are suppressed before this many
+  std::vector<std::string> stop;       // stop strings (matched on the text)
+  std::vector<int32_t> stop_token_ids; // extra tokens that end generation
+  bool ignore_eos = false;             // keep generating past end-of-sequence tokens
+  int32_t logprobs = -1;               // -1: none; k >= 0: the sampled token's logprob and the top k
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;     // special tokens are not rendered in the text
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
 

@@ -1,0 +1,214 @@
+// The AVX2 matmul driver shared by the per-type *_avx2.cpp kernels. Include it only from files
+// compiled with -mavx2 -mfma -mf16c. A kernel file supplies a Decoder (how to turn one block of
+// its type into f32) and instantiates run_matmul<Decoder>; the driver owns tiling and the
+// reduction order of matmul_kernel.h.
+//
+// Decoder concept:
+//   static constexpr bool kIdentity;    // f32 weights: dot straight from the weight row
+//   static constexpr int64_t kBlock;    // elements per decode step, a multiple of 32
+//   static constexpr int64_t kBytes;    // bytes per decode step
+//   static void decode(const uint8_t* src, float* out);           // out[kBlock], exact values
+//   static void decode_tail(const uint8_t* src, int64_t n, float* out);  // plain types only:
+//                                        // the n_in % 32 elements after the last whole block
+//
+// Everything here has internal linkage (anonymous namespace), and AVX2 files call no inline
+// functions or templates of other headers (std::fma, std::bit_cast, std::min, ...): these TUs are
+// built for a wider instruction set than the rest of the program, and an unoptimised build would
+// otherwise emit shared out-of-line copies that the linker may pick for code running on CPUs
+// without AVX2.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/matmul_kernel.h"
+
+namespace vesper::backend::cpu {
+namespace {
+
+// Four 8-lane accumulators: chunk c's 32 products go to acc[0..3], 8 lanes each.
+struct Acc {
+  __m256 v0 = _mm256_setzero_ps();
+  __m256 v1 = _mm256_setzero_ps();
+  __m256 v2 = _mm256_setzero_ps();
+  __m256 v3 = _mm256_setzero_ps();
+};
+
+inline void accumulate1(const float* w, const float* x, int64_t chunks, Acc& a) {
+  for (int64_t c = 0; c < chunks; ++c, w += 32, x += 32) {
+    a.v0 = _mm256_fmadd_ps(_mm256_loadu_ps(w), _mm256_loadu_ps(x), a.v0);
+    a.v1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 8), _mm256_loadu_ps(x + 8), a.v1);
+    a.v2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 16), _mm256_loadu_ps(x + 16), a.v2);
+    a.v3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 24), _mm256_loadu_ps(x + 24), a.v3);
+  }
+}
+
+// Two activation rows against one weight row: each weight vector is loaded once, used twice.
+inline void accumulate2(const float* w, const float* x0, const float* x1, int64_t chunks, Acc& a,
+                        Acc& b) {
+  for (int64_t c = 0; c < chunks; ++c, w += 32, x0 += 32, x1 += 32) {
+    const __m256 w0 = _mm256_loadu_ps(w);
+    const __m256 w1 = _mm256_loadu_ps(w + 8);
+    const __m256 w2 = _mm256_loadu_ps(w + 16);
+    const __m256 w3 = _mm256_loadu_ps(w + 24);
+    a.v0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0), a.v0);
+    a.v1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + 8), a.v1);
+    a.v2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x0 + 16), a.v2);
+    a.v3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x0 + 24), a.v3);
+    b.v0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1), b.v0);
+    b.v1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + 8), b.v1);
+    b.v2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x1 + 16), b.v2);
+    b.v3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x1 + 24), b.v3);
+  }
+}
+
+// The reduction tree of matmul_kernel.h, then the tail in element order.
+inline float finish(const Acc& a, const float* w_tail, const float* x_tail, int64_t tail) {
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a.v0, a.v2), _mm256_add_ps(a.v1, a.v3));
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  const __m128 u = _mm_hadd_ps(t, t);
+  __m128 sum = _mm_hadd_ps(u, u);
+  // _mm_fmadd_ss rather than std::fma: see the note on linkage at the top of this file.
+  for (int64_t i = 0; i < tail; ++i)
+    sum = _mm_fmadd_ss(_mm_set_ss(w_tail[i]), _mm_set_ss(x_tail[i]), sum);
+  return _mm_cvtss_f32(sum);
+}
+
+// ---- helpers for decoders ----------------------------------------------------------------------
+
+inline float load_fp16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);  // exact
+}
+
+// 8 consecutive bytes widened to 8 int32 lanes.
+inline __m256i widen_u8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i widen_i8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Lanes shifted right by a run-time count that is the same for all lanes.
+inline __m256i shift_right(__m256i v, int count) {
+  return _mm256_srl_epi32(v, _mm_cvtsi32_si128(count));
+}
+
+// out[0..8) = q * d, one rounding of an exact product.
+inline void store_scaled(__m256i q, float d, float* out) {
+  _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d)));
+}
+
+// out[0..8) = q * d + m. q * d is exact, so the fused form rounds exactly once, as the scalar
+// dequantizer's separate multiply and add do.
+inline void store_affine(__m256i q, float d, float m, float* out) {
+  _mm256_storeu_ps(out,
+                   _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d), _mm256_set1_ps(m)));
+}
+
+// q4_K / q5_K packed 6-bit (scale, min) of sub-block j (see tensor/quant_blocks.h; restated here
+// to keep this ISA's code to itself).
+inline void scale_min_k4(int j, const uint8_t* packed, int* scale, int* min) {
+  if (j < 4) {
+    *scale = packed[j] & 63;
+    *min = packed[j + 4] & 63;
+  } else {
+    *scale = (packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4);
+    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+// ---- the driver ------------------------------------------------------------------------------
+
+// Activation rows processed per decoded weight row (prefill): sized so the x tile stays in L2.
+inline int64_t row_tile(int64_t n_in, int64_t n_rows) {
+  int64_t tile = (256 * 1024) / (n_in * static_cast<int64_t>(sizeof(float)));
+  if (tile < 4) tile = 4;
+  if (tile > 64) tile = 64;
+  return tile < n_rows ? tile : n_rows;
+}
+
+template <class D>
+void run_matmul(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scratch) {
+  const int64_t n_in = a.n_in;
+  const int64_t n_blocks = n_in / D::kBlock;
+  const int64_t tail = n_in - n_blocks * D::kBlock;  // non-zero only for plain types
+  const int64_t chunks_per_block = D::kBlock / 32;
+  const int64_t tail_offset = n_blocks * D::kBlock;
+
+  if (a.n_rows <= 2) {
+    // Decode: one or two activation rows. Stream the weight row block by block, decoding each
+    // into a small L1 buffer, with the accumulators in registers.
+    const float* x0 = a.x;
+    const float* x1 = a.n_rows == 2 ? a.x + n_in : nullptr;
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const uint8_t* wrow = a.w + static_cast<size_t>(o) * a.w_row_bytes;
+      Acc acc0, acc1;
+      const float* w_tail;
+      if constexpr (D::kIdentity) {
+        const auto* w = reinterpret_cast<const float*>(wrow);
+        if (x1 != nullptr) {
+          accumulate2(w, x0, x1, n_blocks * chunks_per_block, acc0, acc1);
+        } else {
+          accumulate1(w, x0, n_blocks * chunks_per_block, acc0);
+        }
+        w_tail = w + tail_offset;
+      } else {
+        for (int64_t b = 0; b < n_blocks; ++b) {
+          D::decode(wrow + b * D::kBytes, scratch);
+          const int64_t off = b * D::kBlock;
+          if (x1 != nullptr) {
+            accumulate2(scratch, x0 + off, x1 + off, chunks_per_block, acc0, acc1);
+          } else {
+            accumulate1(scratch, x0 + off, chunks_per_block, acc0);
+          }
+        }
+        if (tail > 0) D::decode_tail(wrow + n_blocks * D::kBytes, tail, scratch);
+        w_tail = scratch;
+      }
+      a.y[o] = finish(acc0, w_tail, x0 + tail_offset, tail);
+      if (x1 != nullptr) a.y[a.n_out + o] = finish(acc1, w_tail, x1 + tail_offset, tail);
+    }
+    return;
+  }
+
+  // Prefill: decode each weight row once per tile of activation rows and reuse it for the
+  // whole tile, two rows at a time.
+  const int64_t tile = row_tile(n_in, a.n_rows);
+  for (int64_t r0 = 0; r0 < a.n_rows; r0 += tile) {
+    const int64_t r1 = r0 + tile < a.n_rows ? r0 + tile : a.n_rows;
+    for (int64_t o = o_begin; o < o_end; ++o) {
+      const uint8_t* wrow = a.w + static_cast<size_t>(o) * a.w_row_bytes;
+      const float* w;
+      if constexpr (D::kIdentity) {
+        w = reinterpret_cast<const float*>(wrow);
+      } else {
+        for (int64_t b = 0; b < n_blocks; ++b)
+          D::decode(wrow + b * D::kBytes, scratch + b * D::kBlock);
+        if (tail > 0) D::decode_tail(wrow + n_blocks * D::kBytes, tail, scratch + tail_offset);
+        w = scratch;
+      }
+      int64_t r = r0;
+      for (; r + 1 < r1; r += 2) {
+        const float* xa = a.x + r * n_in;
+        const float* xb = xa + n_in;
+        Acc acc0, acc1;
+        accumulate2(w, xa, xb, n_blocks * chunks_per_block, acc0, acc1);
+        a.y[r * a.n_out + o] = finish(acc0, w + tail_offset, xa + tail_offset, tail);
+        a.y[(r + 1) * a.n_out + o] = finish(acc1, w + tail_offset, xb + tail_offset, tail);
+      }
+      if (r < r1) {
+        const float* xa = a.x + r * n_in;
+        Acc acc0;
+        accumulate1(w, xa, n_blocks * chunks_per_block, acc0);
+        a.y[r * a.n_out + o] = finish(acc0, w + tail_offset, xa + tail_offset, tail);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vesper::backend::cpu

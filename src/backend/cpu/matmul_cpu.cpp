@@ -1,0 +1,140 @@
+#include "backend/cpu/matmul_cpu.h"
+
+#include <vector>
+
+#include "backend/cpu/matmul_kernel.h"
+#include "backend/matmul.h"
+#include "core/check.h"
+
+namespace vesper::backend {
+namespace cpu {
+namespace {
+
+using tensor::GgmlType;
+
+MatmulKernel avx2_kernel(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+      return matmul_f32_avx2;
+    case GgmlType::kF16:
+      return matmul_f16_avx2;
+    case GgmlType::kBF16:
+      return matmul_bf16_avx2;
+    case GgmlType::kQ4_0:
+      return matmul_q4_0_avx2;
+    case GgmlType::kQ4_1:
+      return matmul_q4_1_avx2;
+    case GgmlType::kQ5_0:
+      return matmul_q5_0_avx2;
+    case GgmlType::kQ5_1:
+      return matmul_q5_1_avx2;
+    case GgmlType::kQ8_0:
+      return matmul_q8_0_avx2;
+    case GgmlType::kQ2_K:
+      return matmul_q2_k_avx2;
+    case GgmlType::kQ3_K:
+      return matmul_q3_k_avx2;
+    case GgmlType::kQ4_K:
+      return matmul_q4_k_avx2;
+    case GgmlType::kQ5_K:
+      return matmul_q5_k_avx2;
+    case GgmlType::kQ6_K:
+      return matmul_q6_k_avx2;
+    case GgmlType::kQ8_K:
+      return matmul_q8_k_avx2;
+    default:
+      return nullptr;
+  }
+}
+
+MatmulKernel kernel_for(Isa isa, GgmlType type) {
+  return isa == Isa::kAvx2 ? avx2_kernel(type) : scalar_kernel(type);
+}
+
+// Per-thread decode buffer. It grows to the largest n_in seen and is then reused, so steady-state
+// calls do not allocate.
+float* thread_scratch(int64_t n_in) {
+  thread_local std::vector<float> scratch;
+  const size_t need = kernel_scratch_floats(n_in);
+  if (scratch.size() < need) scratch.resize(need);
+  return scratch.data();
+}
+
+}  // namespace
+
+std::string_view isa_name(Isa isa) {
+  return isa == Isa::kAvx2 ? "avx2" : "scalar";
+}
+
+bool isa_available(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+#if defined(__x86_64__) || defined(__i386__)
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+Isa selected_isa() {
+  static const Isa isa = isa_available(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+  return isa;
+}
+
+void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_t n_out,
+                     const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
+  VESPER_CHECK(isa_available(isa), "matmul: instruction set %s not available",
+               isa_name(isa).data());
+  const MatmulKernel kernel = kernel_for(isa, type);
+  VESPER_CHECK(kernel != nullptr, "matmul: unsupported weight type %s",
+               tensor::type_name(type).data());
+  const int64_t block = tensor::traits(type).block_size;
+  VESPER_CHECK(
+      n_in > 0 && n_in % block == 0, "matmul: n_in %lld is not a positive multiple of %lld (%s)",
+      static_cast<long long>(n_in), static_cast<long long>(block), tensor::type_name(type).data());
+  VESPER_CHECK(n_out >= 0 && n_rows >= 0);
+  if (n_out == 0 || n_rows == 0) return;
+
+  const MatmulArgs args{
+      static_cast<const uint8_t*>(w), tensor::row_size(type, n_in), n_in, n_out, x, n_rows, y};
+  // Contiguous ranges of output features, one per thread: each output element is computed by
+  // exactly one thread, start to finish, so the thread count cannot change its value. The
+  // lambda captures one pointer-sized reference, small enough for std::function not to allocate.
+  struct Job {
+    MatmulKernel kernel;
+    const MatmulArgs* args;
+  } job{kernel, &args};
+  // Small products run on the calling thread: waking the pool costs more than they do, and far
+  // more when other processes share the cores. Each output's value is the same either way.
+  constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
+  if (n_in * n_out * n_rows < kMinParallelMacs) {
+    kernel(args, 0, n_out, thread_scratch(n_in));
+    return;
+  }
+  pool.run([&job](int thread, int n_threads) {
+    const int64_t n = job.args->n_out;
+    const int64_t per_thread = (n + n_threads - 1) / n_threads;
+    const int64_t begin = per_thread * thread;
+    const int64_t end = begin + per_thread < n ? begin + per_thread : n;
+    if (begin >= end) return;
+    job.kernel(*job.args, begin, end, thread_scratch(job.args->n_in));
+  });
+}
+
+}  // namespace cpu
+
+void matmul(tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
+            int64_t n_rows, float* y, ThreadPool& pool) {
+  cpu::matmul_with_isa(cpu::selected_isa(), type, w, n_in, n_out, x, n_rows, y, pool);
+}
+
+bool matmul_supported(tensor::GgmlType type) {
+  return cpu::scalar_kernel(type) != nullptr;
+}
+
+}  // namespace vesper::backend

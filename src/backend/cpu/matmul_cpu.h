@@ -1,0 +1,33 @@
+// The CPU implementation of backend::matmul (backend/matmul.h): picks the kernel set once, at the
+// first call, from runtime CPU detection (__builtin_cpu_supports), and splits output features
+// across the thread pool in contiguous ranges, one per thread.
+//
+// Exposed so tests and benchmarks can run a given instruction set; the model uses matmul.h.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/thread_pool.h"
+#include "tensor/ggml_type.h"
+
+namespace vesper::backend::cpu {
+
+enum class Isa {
+  kScalar,  // portable C++ (matmul_scalar.cpp)
+  kAvx2,    // AVX2 + FMA + F16C (*_avx2.cpp)
+};
+
+std::string_view isa_name(Isa isa);
+
+// Whether this CPU can run kernels of `isa`.
+bool isa_available(Isa isa);
+
+// The instruction set backend::matmul uses: the best available, decided once per process.
+Isa selected_isa();
+
+// backend::matmul on the kernels of `isa`, which must be available.
+void matmul_with_isa(Isa isa, tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out,
+                     const float* x, int64_t n_rows, float* y, ThreadPool& pool);
+
+}  // namespace vesper::backend::cpu

@@ -1,0 +1,34 @@
+// Paged attention on the CPU over a mixed batch: prefill chunks and single-token decodes of many
+// sequences in one call, reading K/V through per-sequence block tables, with no padding.
+//
+// Token t (at position p in sequence s) attends causally to positions 0..p of s. Its K/V must
+// already be in the cache (write_kv first), so tokens of one prefill chunk see one another.
+// The reduction order for a token is fixed (positions ascending), whatever the batch holds.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/kv_cache.h"
+#include "core/thread_pool.h"
+
+namespace vesper::backend {
+
+struct AttentionBatch {
+  int64_t num_tokens = 0;
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int32_t* token_seq = nullptr;     // [num_tokens] index of the token's sequence
+  const int64_t* slot_mapping = nullptr;  // [num_tokens] cache slot the token's K/V go to
+  const int32_t* block_tables = nullptr;  // flat; sequence s's table starts at table_offsets[s]
+  const int32_t* table_offsets = nullptr; // [num_seqs + 1]
+};
+
+// Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot.
+void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
+              const float* v);
+
+// out[t] (n_heads x head_dim) = softmax(q[t] . K / sqrt(head_dim)) V over the token's context.
+// n_heads must be a multiple of the cache's n_kv_heads (grouped-query attention).
+void paged_attention(const KvCache& cache, int64_t layer, const AttentionBatch& batch,
+                     const float* q, int64_t n_heads, float scale, float* out, ThreadPool& pool);
+
+}  // namespace vesper::backend

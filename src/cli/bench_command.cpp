@@ -1,0 +1,13 @@
+// `vesper bench`: the benchmark family (throughput now; latency and serve join it).
+#include "cli/bench_commands.h"
+
+namespace vesper::cli {
+
+void add_bench_commands(CLI::App& app, std::map<CLI::App*, CommandRunner>& runners) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: throughput");
+  bench->require_subcommand(1);
+  CommandRunner throughput = add_bench_throughput_command(*bench);
+  runners[bench->get_subcommands({}).back()] = std::move(throughput);
+}
+
+}  // namespace vesper::cli

@@ -1,0 +1,35 @@
+// The engine flags shared by `generate`, `bench` and `serve`, with vLLM's names:
+// --max-model-len, --max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-memory,
+// --num-gpu-blocks-override, --swap-space, --preemption-mode, --(no-)enable-chunked-prefill,
+// -t/--threads.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/result.h"
+#include "engine/engine_config.h"
+
+namespace vesper::cli {
+
+struct EngineFlags {
+  std::string model_path;
+  int threads = 0;
+  int64_t max_model_len = 0;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 256;
+  int64_t block_size = 16;
+  std::string kv_cache_memory;  // empty = auto
+  int64_t num_gpu_blocks_override = 0;
+  double swap_space = 4.0;
+  std::string preemption_mode = "recompute";
+  bool enable_chunked_prefill = true;
+};
+
+// Adds the model positional argument and the engine flags to `cmd`.
+void add_engine_flags(CLI::App* cmd, EngineFlags& flags);
+
+// Checks the flags and builds the engine configuration; errors name the flag.
+Result<engine::EngineConfig> to_engine_config(const EngineFlags& flags);
+
+}  // namespace vesper::cli

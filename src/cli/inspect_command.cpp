@@ -1,0 +1,85 @@
+// `vesper inspect FILE.gguf`: prints a GGUF file's metadata (long arrays elided) and its tensor
+// table, with the parameter count and size.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "gguf/gguf.h"
+
+namespace vesper::cli {
+namespace {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", n / 1e6);
+  else if (n >= 1e3) std::snprintf(buf, sizeof(buf), "%.2fK", n / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%.0f", n);
+  return buf;
+}
+
+struct InspectOptions {
+  std::string path;
+  bool no_tensors = false;
+  size_t max_items = 8;
+};
+
+int run_inspect(const InspectOptions& o) {
+  auto file = gguf::GgufFile::open(o.path);
+  if (!file) return fail(file.error().message);
+  std::printf("file: %s\n", o.path.c_str());
+  std::printf("GGUF version %u, %zu metadata keys, %zu tensors, alignment %zu, data offset %zu, file size %s\n",
+              file->version(), file->metadata().size(), file->tensors().size(), file->alignment(),
+              file->data_offset(), human_bytes(static_cast<double>(file->file_size())).c_str());
+  std::printf("\nmetadata:\n");
+  for (const auto& [key, value] : file->metadata()) {
+    std::string type(gguf::value_type_name(value.type));
+    if (const gguf::Array* a = value.as_array())
+      type = "array<" + std::string(gguf::value_type_name(a->element_type)) + ">[" + std::to_string(a->items.size()) + "]";
+    std::printf("  %-48s %-22s %s\n", key.c_str(), type.c_str(), value.to_string(o.max_items).c_str());
+  }
+  double params = 0, bytes = 0;
+  for (const auto& t : file->tensors()) {
+    params += static_cast<double>(t.num_elements());
+    bytes += static_cast<double>(t.size_bytes);
+  }
+  if (!o.no_tensors && !file->tensors().empty()) {
+    std::printf("\ntensors:\n  %-40s %-8s %-28s %12s\n", "name", "type", "shape", "bytes");
+    for (const auto& t : file->tensors()) {
+      std::string shape = "[";
+      for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+      shape += "]";
+      std::printf("  %-40s %-8s %-28s %12zu\n", t.name.c_str(), std::string(tensor::type_name(t.type)).c_str(),
+                  shape.c_str(), t.size_bytes);
+    }
+  }
+  std::printf("\nparameters: %s (%.0f), tensor data: %s", human_count(params).c_str(), params,
+              human_bytes(bytes).c_str());
+  if (params > 0) std::printf(" (%.2f bits per weight)", bytes * 8.0 / params);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner add_inspect_command(CLI::App& app) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
+  cmd->add_option("file", o->path, "GGUF file")->required();
+  cmd->add_flag("--no-tensors", o->no_tensors, "Print the metadata only");
+  cmd->add_option("--max-array-items", o->max_items, "Array items shown before eliding")->capture_default_str();
+  return [o] { return run_inspect(*o); };
+}
+
+}  // namespace vesper::cli

@@ -1,0 +1,28 @@
+// Configuration of an Engine, one struct per layer, filled from CLI flags that use vLLM's names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sched/scheduler.h"
+
+namespace vesper::engine {
+
+struct CacheConfig {
+  int64_t block_size = 16;              // --block-size: tokens per KV block (8, 16, 32, 64, 128)
+  // --kv-cache-memory: bytes of KV storage. 0 = auto: a quarter of the machine's available memory,
+  // at most 4 GiB (vLLM's CPU backend default KV space), and never more than
+  // max_num_seqs sequences of max_model_len tokens need.
+  int64_t kv_cache_memory = 0;
+  int64_t num_gpu_blocks_override = 0;  // --num-gpu-blocks-override: force the block count
+  double swap_space_gib = 4.0;          // --swap-space: host pool for preempted sequences (GiB)
+};
+
+struct EngineConfig {
+  std::string model_path;
+  int threads = 0;  // 0 = all cores
+  CacheConfig cache;
+  sched::SchedulerConfig scheduler;  // scheduler.max_model_len 0 = the model's context length
+};
+
+}  // namespace vesper::engine

@@ -1,0 +1,40 @@
+// Sequence: the unit the scheduler schedules: a token list (prompt then output) and how much
+// of it has its KV in the cache. A request with n > 1 parallel samples owns n sequences, forked
+// from the first once its prompt is computed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+
+namespace vesper::sched {
+
+using kv::SeqId;
+
+enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
+
+struct Sequence {
+  SeqId id = 0;
+  std::vector<int32_t> tokens;     // prompt followed by generated tokens
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  int64_t max_total_tokens = 0;     // prompt + max output: the most this sequence can grow to
+  int32_t priority = 0;             // lower is served first (vLLM)
+  int64_t arrival = 0;              // arrival order; ties in priority go to the earlier
+  SeqStatus status = SeqStatus::kWaiting;
+  int64_t num_preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
+  bool in_prefill() const { return num_computed_tokens < num_prompt_tokens; }
+};
+
+// Scheduling order: priority, then arrival, then id (deterministic).
+inline bool served_before(const Sequence& a, const Sequence& b) {
+  if (a.priority != b.priority) return a.priority < b.priority;
+  if (a.arrival != b.arrival) return a.arrival < b.arrival;
+  return a.id < b.id;
+}
+
+}  // namespace vesper::sched

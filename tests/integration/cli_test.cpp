@@ -1,0 +1,183 @@
+// End-to-end tests of the `vesper` command line on real models: generate (text and --json,
+// greedy against llama.cpp's ids, seeded sampling), inspect, quantize, and bad input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "gguf/gguf.h"
+
+namespace vesper {
+namespace {
+
+using testing_util::run_vesper;
+const std::string kStories = "../shared/models/stories260K.gguf";
+const std::string kStoriesLong = "../shared/models/stories260K-f32.gguf";
+
+nlohmann::json expected_stories() {
+  std::ifstream f("bench/llamacpp/expected_stories260K.json");
+  return nlohmann::json::parse(f);
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
+TEST(CliGenerate, GreedyTextEqualsLlamaCpp) {
+  const auto expected = expected_stories()["results"][0];
+  auto r = run_vesper({"generate", kStories, "--prompt", expected["prompt"], "--max-tokens", "32", "--temperature", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string text = r.out;
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  EXPECT_EQ(text, expected["text"].get<std::string>());
+}
+
+TEST(CliGenerate, JsonGivesIdsTextAndFinishReasonPerPromptInOrder) {
+  const auto results = expected_stories()["results"];
+  std::vector<std::string> args = {"generate", kStories, "--max-tokens", "32", "--temperature", "0", "--json"};
+  for (int i = 0; i < 3; ++i) {
+    args.push_back("--prompt");
+    args.push_back(results[i]["prompt"]);
+  }
+  auto r = run_vesper(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(lines[i]["prompt"], results[i]["prompt"]);
+    EXPECT_EQ(lines[i]["token_ids"], results[i]["ids"]);
+    EXPECT_EQ(lines[i]["prompt_token_ids"], results[i]["prompt_ids"]);
+    EXPECT_EQ(lines[i]["text"], results[i]["text"]);
+    EXPECT_EQ(lines[i]["finish_reason"], "length");
+  }
+}
+
+// stories260K (trained with llama2.c) ends its stories with BOS, never with its EOS token, so a
+// copy whose eos_token_id is 1 ends generation naturally: the EOS path, through the CLI.
+TEST(CliGenerate, StopsAtEndOfSequenceWithFinishReasonStop) {
+  auto file = gguf::GgufFile::open(kStoriesLong);
+  ASSERT_TRUE(file.ok());
+  gguf::GgufWriter w;
+  w.copy_metadata(*file);
+  w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(1));
+  for (const auto& t : file->tensors()) ASSERT_TRUE(w.add_tensor(t.name, t.shape, t.type, {t.data, t.size_bytes}).ok());
+  const std::string path = ::testing::TempDir() + "vesper_stories_eos1.gguf";
+  ASSERT_TRUE(w.write(path).ok());
+  auto r = run_vesper({"generate", path, "--prompt", "Once upon a time", "--max-tokens", "1000", "--temperature", "1",
+                       "--seed", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0]["finish_reason"], "stop");
+  const auto ids = lines[0]["token_ids"].get<std::vector<int>>();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), 1);
+  EXPECT_LT(ids.size(), 1000u);
+  // With --ignore-eos the same run goes on to the length limit.
+  auto more = run_vesper({"generate", path, "--prompt", "Once upon a time", "--max-tokens", "400", "--temperature", "1",
+                          "--seed", "1", "--json", "--ignore-eos"});
+  auto more_lines = json_lines(more.out);
+  ASSERT_EQ(more_lines.size(), 1u);
+  EXPECT_EQ(more_lines[0]["finish_reason"], "length");
+  EXPECT_EQ(more_lines[0]["token_ids"].size(), 400u);
+  std::remove(path.c_str());
+}
+
+TEST(CliGenerate, StopStringsEndTheTextBeforeTheMatch) {
+  auto r = run_vesper({"generate", kStories, "--prompt", "Once upon a time", "--max-tokens", "32", "--temperature", "0",
+                       "--stop", "Lily", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto line = json_lines(r.out).at(0);
+  EXPECT_EQ(line["text"], ", there was a little girl named ");
+  EXPECT_EQ(line["finish_reason"], "stop");
+}
+
+TEST(CliGenerate, SeededSamplingIsReproducible) {
+  std::vector<std::string> args = {"generate", kStories, "--prompt", "The little dog", "--max-tokens", "40",
+                                   "--temperature", "0.9", "--top-p", "0.95", "--top-k", "40", "--seed", "42", "--json"};
+  auto a = run_vesper(args, "a"), b = run_vesper(args, "b");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(json_lines(a.out)[0]["token_ids"], json_lines(b.out)[0]["token_ids"]);
+  args[args.size() - 2] = "43";
+  auto c = run_vesper(args, "c");
+  EXPECT_NE(json_lines(a.out)[0]["token_ids"], json_lines(c.out)[0]["token_ids"]);
+}
+
+TEST(CliGenerate, BadFlagsGetClearErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{"generate", kStories, "--prompt", "x", "--max-tokens", "-1"}, 2, "--max-tokens"},
+      {{"generate", kStories, "--prompt", "x", "--max-tokens", "abc"}, 2, "--max-tokens"},
+      {{"generate", kStories, "--prompt", "x", "--temperature", "-0.5"}, 1, "temperature"},
+      {{"generate", kStories, "--prompt", "x", "--top-p", "1.5"}, 1, "top_p"},
+      {{"generate", kStories, "--prompt", "x", "--threads", "0"}, 2, "--threads"},
+      {{"generate", kStories, "--prompt", "x", "--no-such-flag"}, 2, "--no-such-flag"},
+      {{"generate", kStories}, 1, "--prompt"},
+      {{"generate", "missing.gguf", "--prompt", "x"}, 1, "missing.gguf"},
+      {{"generate", "README.md", "--prompt", "x"}, 1, "README.md: not a GGUF file"},
+      {{"generate", kStories, "--prompt", "x", "--max-tokens", "500"}, 1, "--max-model-len 128"},
+      {{"frobnicate"}, 2, "unknown command \"frobnicate\""},
+  };
+  for (const auto& c : cases) {
+    auto r = run_vesper(c.args);
+    std::string all;
+    for (const auto& a : c.args) all += a + " ";
+    EXPECT_EQ(r.exit_code, c.code) << all << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << all << "\nstderr: " << r.err;
+  }
+}
+
+TEST(CliInspect, PrintsMetadataTensorsAndParameterCount) {
+  auto r = run_vesper({"inspect", kStories});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("general.architecture"), std::string::npos);
+  EXPECT_NE(r.out.find("\"llama\""), std::string::npos);
+  EXPECT_NE(r.out.find("blk.4.ffn_down.weight"), std::string::npos);
+  EXPECT_NE(r.out.find("[172, 64]"), std::string::npos);
+  EXPECT_NE(r.out.find("292.80K (292800)"), std::string::npos);
+  EXPECT_NE(r.out.find("(512 strings)"), std::string::npos);  // the token array is elided
+  auto bad = run_vesper({"inspect", "nope.gguf"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("nope.gguf"), std::string::npos);
+}
+
+TEST(CliQuantize, Q8_0ModelKeepsGreedyOutputAndLayoutRules) {
+  const std::string out = ::testing::TempDir() + "vesper_stories_q8_0.gguf";
+  auto q = run_vesper({"quantize", kStories, out, "--type", "q8_0"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  auto info = run_vesper({"inspect", out});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  auto type_of = [&](const std::string& name) {
+    auto at = info.out.find("  " + name + " ");
+    EXPECT_NE(at, std::string::npos) << name;
+    std::istringstream row(info.out.substr(at));
+    std::string n, type;
+    row >> n >> type;
+    return type;
+  };
+  EXPECT_EQ(type_of("blk.0.attn_q.weight"), "q8_0");
+  EXPECT_EQ(type_of("token_embd.weight"), "q8_0");
+  EXPECT_EQ(type_of("blk.0.ffn_down.weight"), "f16");  // 172 columns: no 32-block type fits
+  EXPECT_EQ(type_of("blk.0.attn_norm.weight"), "f32");
+  // 8-bit weights on this model keep the first greedy tokens of the f32 model.
+  auto f32 = run_vesper({"generate", kStories, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0"});
+  auto q8 = run_vesper({"generate", out, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0"});
+  ASSERT_EQ(q8.exit_code, 0) << q8.err;
+  EXPECT_EQ(q8.out, f32.out);
+  auto bad = run_vesper({"quantize", kStories, out, "--type", "q9_9"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--type \"q9_9\""), std::string::npos);
+  std::remove(out.c_str());
+}
+
+}  // namespace
+}  // namespace vesper

@@ -1,0 +1,17 @@
+// A slow, obviously-correct f64 forward pass of the llama family, straight from the equations,
+// with no paging, batching, threading or SIMD. It reads the same GGUF weights (dequantized by
+// the independent reference dequantizer) and is the oracle the fast forward is checked against.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace vesper::reference {
+
+// Logits (f64) for every position of one sequence of `tokens`: result[p][v].
+std::vector<std::vector<double>> forward_all_positions(const model::Model& model,
+                                                       const std::vector<int32_t>& tokens);
+
+}  // namespace vesper::reference
