@@ -8,6 +8,11 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libboost-dev libboost-system-dev
 )
+# Node.js and npm run the HTTP end-to-end tests (with the OpenAI Node SDK) and the llama.cpp
+# comparison harness; any Node.js >= 18 already on the PATH will do.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,10 +4,12 @@
 namespace vesper::cli {
 
 void add_bench_commands(CLI::App& app, std::map<CLI::App*, CommandRunner>& runners) {
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: throughput");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: throughput, serve");
   bench->require_subcommand(1);
   CommandRunner throughput = add_bench_throughput_command(*bench);
   runners[bench->get_subcommands({}).back()] = std::move(throughput);
+  CommandRunner serve = add_bench_serve_command(*bench);
+  runners[bench->get_subcommands({}).back()] = std::move(serve);
 }
 
 }  // namespace vesper::cli

@@ -19,6 +19,7 @@ int run_main(int argc, char** argv) {
   app.require_subcommand(1);
   std::map<CLI::App*, CommandRunner> runners;
   auto add = [&](CommandRunner runner) { runners[app.get_subcommands({}).back()] = std::move(runner); };
+  add(add_serve_command(app));
   add(add_generate_command(app));
   add(add_inspect_command(app));
   add(add_quantize_command(app));

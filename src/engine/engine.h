@@ -57,6 +57,7 @@ class Engine {
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
 
   const model::ModelConfig& model_config() const { return model_->config(); }
+  const model::Model& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   const sched::SchedulerConfig& scheduler_config() const { return scheduler_->config(); }

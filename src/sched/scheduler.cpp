@@ -91,7 +91,7 @@ void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
   if (config_.preemption_mode == PreemptionMode::kSwap && kv_.can_swap_out(victim.id)) {
     auto moves = kv_.swap_out(victim.id);
     for (kv::SwapMapping& m : moves)
-      if (auto it = copied_from.find(m.device); it != copied_from.end()) m.device = it->second;
+      if (auto src = copied_from.find(m.device); src != copied_from.end()) m.device = src->second;
     out.swap_out.insert(out.swap_out.end(), moves.begin(), moves.end());
     victim.status = SeqStatus::kSwapped;
     ++totals_.num_swap_outs;

@@ -1,0 +1,95 @@
+// AsyncEngine: runs an Engine on its own thread so that I/O threads never block on it. Requests
+// and aborts go in through a thread-safe queue; each request's outputs come back through its
+// callback, called on the engine thread (callbacks must be quick and must not block: the server
+// posts them to the connection's executor).
+//
+// Admission control: num_waiting() counts requests queued or waiting in the scheduler, so the
+// server can refuse work (HTTP 503) beyond a bound instead of letting latency grow without limit.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace vesper::engine {
+
+class AsyncEngine {
+ public:
+  // Called with each output of the request (the last one has finished == true).
+  using OutputCallback = std::function<void(const RequestOutput&)>;
+  // Called once if the engine refuses the request when it reaches the engine thread.
+  using ErrorCallback = std::function<void(const std::string& message)>;
+
+  explicit AsyncEngine(std::unique_ptr<Engine> engine);
+  ~AsyncEngine();
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  // Thread-safe. The request is added on the engine thread before its next step.
+  void add_request(std::string request_id, std::vector<int32_t> prompt, sample::SamplingParams params,
+                   int32_t priority, OutputCallback on_output, ErrorCallback on_error);
+  // Thread-safe. Removes the request (if still there) before the next step; its blocks are free
+  // after that step. No further callbacks are made for it once the abort is processed.
+  void abort(const std::string& request_id);
+
+  // Requests submitted but not yet running (queued here or waiting in the scheduler).
+  int64_t num_waiting() const { return pending_.load() + waiting_.load(); }
+  // Requests accepted and not finished.
+  int64_t num_unfinished() const { return unfinished_.load(); }
+
+  // A snapshot of the engine's statistics, refreshed after every step.
+  EngineStats stats() const;
+
+  // The engine's immutable facts (safe from any thread).
+  const tokenizer::Tokenizer& tokenizer() const { return engine_->tokenizer(); }
+  const model::ModelConfig& model_config() const { return engine_->model_config(); }
+  const sched::SchedulerConfig& scheduler_config() const { return engine_->scheduler_config(); }
+  const MemoryPlan& memory_plan() const { return engine_->memory_plan(); }
+
+  // Stops taking requests, lets in-flight requests finish for up to `timeout_s` seconds, then
+  // aborts the rest and stops the thread.
+  void shutdown(double timeout_s);
+
+  // Hooks for metrics: called on the engine thread after every step with the finished outputs.
+  void set_step_observer(std::function<void(const std::vector<RequestOutput>&, const EngineStats&)> observer);
+
+ private:
+  struct Command {
+    enum Kind { kAdd, kAbort } kind;
+    std::string request_id;
+    std::vector<int32_t> prompt;
+    sample::SamplingParams params;
+    int32_t priority = 0;
+    OutputCallback on_output;
+    ErrorCallback on_error;
+  };
+
+  void loop();
+  void apply(Command& cmd);
+
+  std::unique_ptr<Engine> engine_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Command> commands_;
+  bool stopping_ = false;
+  bool draining_ = false;
+  double drain_deadline_ = 0;
+  std::unordered_map<std::string, OutputCallback> callbacks_;  // engine thread only
+  std::function<void(const std::vector<RequestOutput>&, const EngineStats&)> observer_;
+  EngineStats stats_;  // under mutex_
+  std::atomic<int64_t> pending_{0};
+  std::atomic<int64_t> waiting_{0};
+  std::atomic<int64_t> unfinished_{0};
+  std::thread thread_;
+};
+
+}  // namespace vesper::engine

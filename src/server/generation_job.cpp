@@ -1,0 +1,175 @@
+#include "server/generation_job.h"
+
+#include "server/openai_protocol.h"
+
+namespace vesper::server {
+
+using nlohmann::json;
+
+GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64_t created, bool stream,
+                             bool include_usage, bool echo, const sample::SamplingParams& params,
+                             std::vector<JobPrompt> prompts, std::shared_ptr<ResponseSink> sink,
+                             engine::AsyncEngine& engine)
+    : kind_(kind),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      created_(created),
+      stream_(stream),
+      include_usage_(include_usage),
+      echo_(echo),
+      params_(params),
+      prompts_(std::move(prompts)),
+      sink_(std::move(sink)),
+      engine_(engine) {
+  finals_.resize(prompts_.size());
+  text_offsets_.assign(prompts_.size() * params_.n, 0);
+  remaining_ = prompts_.size();
+}
+
+std::string GenerationJob::piece(int32_t token) const { return engine_.tokenizer().token_to_piece(token, false); }
+
+json GenerationJob::chunk(json choices) const {
+  return {{"id", id_},
+          {"object", kind_ == Kind::kChat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", model_},
+          {"choices", std::move(choices)}};
+}
+
+json GenerationJob::usage_json() const {
+  int64_t prompt_tokens = 0;
+  for (const auto& p : prompts_) prompt_tokens += static_cast<int64_t>(p.ids.size());
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens + completion_tokens_},
+          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+}
+
+void GenerationJob::start(int32_t priority) {
+  auto self = shared_from_this();
+  sink_->on_disconnect([self] { self->abort_all(); });
+  if (stream_) {
+    sink_->start_stream();
+    const int32_t n = params_.n;
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      for (int32_t i = 0; i < n; ++i) {
+        const size_t index = p * n + i;
+        if (kind_ == Kind::kChat) {
+          sink_->send_event(chunk(json::array({{{"index", index},
+                                                {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                                {"logprobs", nullptr},
+                                                {"finish_reason", nullptr}}}))
+                                .dump(-1, ' ', false, json::error_handler_t::replace));
+        } else if (echo_) {
+          sink_->send_event(chunk(json::array({{{"index", index}, {"text", prompts_[p].text}, {"logprobs", nullptr},
+                                                {"finish_reason", nullptr}}}))
+                                .dump(-1, ' ', false, json::error_handler_t::replace));
+          text_offsets_[index] = prompts_[p].text.size();
+        }
+      }
+    }
+  }
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    engine_.add_request(
+        id_ + "-" + std::to_string(p), prompts_[p].ids, params_, priority,
+        [self, p](const engine::RequestOutput& out) { self->on_output(p, out); },
+        [self](const std::string& message) { self->on_error(message); });
+  }
+}
+
+void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& out) {
+  if (done_) return;
+  const int32_t n = params_.n;
+  for (const auto& c : out.outputs) completion_tokens_ += static_cast<int64_t>(c.delta_token_ids.size());
+  if (stream_) {
+    json choices = json::array();
+    for (const auto& c : out.outputs) {
+      const size_t index = prompt_index * n + c.index;
+      if (c.delta_text.empty() && c.delta_token_ids.empty() && !c.finished()) continue;
+      json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+      if (kind_ == Kind::kChat) {
+        choice["delta"] = c.delta_text.empty() && c.finished() ? json::object() : json{{"content", c.delta_text}};
+        if (params_.logprobs >= 0 && !c.delta_logprobs.empty())
+          choice["logprobs"] = chat_logprobs_json(c.delta_logprobs, [this](int32_t t) { return piece(t); });
+      } else {
+        choice["text"] = c.delta_text;
+        if (params_.logprobs >= 0 && !c.delta_logprobs.empty())
+          choice["logprobs"] =
+              completion_logprobs_json(c.delta_logprobs, [this](int32_t t) { return piece(t); }, text_offsets_[index]);
+      }
+      text_offsets_[index] += c.delta_text.size();
+      if (c.finished()) {
+        choice["finish_reason"] = *c.finish_reason == "abort" ? "abort" : *c.finish_reason;
+        if (c.stop_string) choice["stop_reason"] = *c.stop_string;
+        else if (c.stop_token) choice["stop_reason"] = *c.stop_token;
+        else choice["stop_reason"] = nullptr;
+      }
+      choices.push_back(std::move(choice));
+    }
+    if (!choices.empty()) sink_->send_event(chunk(std::move(choices)).dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  if (out.finished) {
+    finals_[prompt_index] = out;
+    if (--remaining_ == 0) finish();
+  }
+}
+
+void GenerationJob::finish() {
+  done_ = true;
+  if (stream_) {
+    if (include_usage_) {
+      json last = chunk(json::array());
+      last["usage"] = usage_json();
+      sink_->send_event(last.dump());
+    }
+    sink_->end_stream();
+    return;
+  }
+  const int32_t n = params_.n;
+  json choices = json::array();
+  for (size_t p = 0; p < finals_.size(); ++p) {
+    for (const auto& c : finals_[p].outputs) {
+      const size_t index = p * n + c.index;
+      json choice = {{"index", index}, {"finish_reason", c.finish_reason.value_or("stop")}, {"logprobs", nullptr}};
+      if (c.stop_string) choice["stop_reason"] = *c.stop_string;
+      else if (c.stop_token) choice["stop_reason"] = *c.stop_token;
+      else choice["stop_reason"] = nullptr;
+      if (kind_ == Kind::kChat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (params_.logprobs >= 0) choice["logprobs"] = chat_logprobs_json(c.logprobs, [this](int32_t t) { return piece(t); });
+      } else {
+        const std::string prefix = echo_ ? prompts_[p].text : std::string();
+        choice["text"] = prefix + c.text;
+        if (params_.logprobs >= 0)
+          choice["logprobs"] = completion_logprobs_json(c.logprobs, [this](int32_t t) { return piece(t); }, prefix.size());
+      }
+      choices.push_back(std::move(choice));
+    }
+  }
+  json body = {{"id", id_},
+               {"object", kind_ == Kind::kChat ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", model_},
+               {"choices", std::move(choices)},
+               {"usage", usage_json()}};
+  sink_->send_json(200, body);
+}
+
+void GenerationJob::on_error(const std::string& message) {
+  if (done_) return;
+  done_ = true;
+  abort_all();
+  const json err = {{"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", nullptr}}}};
+  if (stream_) {
+    sink_->send_event(err.dump());
+    sink_->end_stream();
+  } else {
+    sink_->send_json(400, err);
+  }
+}
+
+void GenerationJob::abort_all() {
+  for (size_t p = 0; p < prompts_.size(); ++p) engine_.abort(id_ + "-" + std::to_string(p));
+}
+
+}  // namespace vesper::server

@@ -1,0 +1,62 @@
+// GenerationJob: one completions or chat-completions HTTP request in flight: its engine requests
+// (one per prompt; each with n samples), the stream of chunks or the final response body, usage
+// accounting, and abort on disconnect. Engine callbacks arrive on the engine thread one at a
+// time, so the job's state needs no lock; the sink is thread-safe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/async_engine.h"
+#include "server/response_sink.h"
+
+namespace vesper::server {
+
+struct JobPrompt {
+  std::vector<int32_t> ids;
+  std::string text;  // the prompt text (for echo)
+};
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  enum class Kind { kCompletion, kChat };
+
+  GenerationJob(Kind kind, std::string id, std::string model, int64_t created, bool stream, bool include_usage,
+                bool echo, const sample::SamplingParams& params, std::vector<JobPrompt> prompts,
+                std::shared_ptr<ResponseSink> sink, engine::AsyncEngine& engine);
+
+  // Sends the stream headers (and the chat role chunks) and submits every prompt.
+  void start(int32_t priority);
+
+ private:
+  void on_output(size_t prompt_index, const engine::RequestOutput& out);
+  void on_error(const std::string& message);
+  void abort_all();
+  std::string piece(int32_t token) const;
+  nlohmann::json chunk(nlohmann::json choices) const;
+  nlohmann::json usage_json() const;
+  void finish();
+
+  Kind kind_;
+  std::string id_;
+  std::string model_;
+  int64_t created_;
+  bool stream_;
+  bool include_usage_;
+  bool echo_;
+  sample::SamplingParams params_;
+  std::vector<JobPrompt> prompts_;
+  std::shared_ptr<ResponseSink> sink_;
+  engine::AsyncEngine& engine_;
+
+  std::vector<engine::RequestOutput> finals_;  // per prompt, once finished
+  std::vector<size_t> text_offsets_;           // per choice: bytes of text streamed so far
+  size_t remaining_ = 0;
+  int64_t completion_tokens_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace vesper::server

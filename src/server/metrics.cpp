@@ -1,0 +1,131 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace vesper::server {
+namespace {
+
+std::vector<double> latency_buckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+}
+std::vector<double> length_buckets() {
+  return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+}
+
+std::string fmt(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.10g", v);
+  return buf;
+}
+
+void line(std::string& out, const std::string& name, const std::string& labels, double v) {
+  out += name + "{" + labels + "} " + fmt(v) + "\n";
+}
+
+void header(std::string& out, const std::string& name, const char* type, const char* help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, const std::string& labels, std::string& out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{" + labels + ",le=\"" + fmt(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  cumulative += counts_.back();
+  out += name + "_bucket{" + labels + ",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+  out += name + "_sum{" + labels + "} " + fmt(sum_) + "\n";
+  out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
+}
+
+Metrics::Metrics(std::string model_name, std::function<engine::EngineStats()> live_stats)
+    : labels_("model_name=\"" + model_name + "\""),
+      live_stats_(std::move(live_stats)),
+      ttft_(latency_buckets()),
+      tpot_(latency_buckets()),
+      e2e_(latency_buckets()),
+      queue_(latency_buckets()),
+      prompt_len_(length_buckets()),
+      generation_len_(length_buckets()) {}
+
+void Metrics::on_step(const std::vector<engine::RequestOutput>& outputs, const engine::EngineStats&) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& out : outputs) {
+    if (!out.finished) continue;
+    const auto& m = out.metrics;
+    size_t generated = 0;
+    for (const auto& c : out.outputs) {
+      generated += c.token_ids.size();
+      ++finished_by_reason_[c.finish_reason.value_or("stop")];
+    }
+    if (m.first_token_time > 0) ttft_.observe(m.first_token_time - m.arrival_time);
+    if (generated > 1 && m.last_token_time > m.first_token_time)
+      tpot_.observe((m.last_token_time - m.first_token_time) / static_cast<double>(generated - 1));
+    e2e_.observe(m.finished_time - m.arrival_time);
+    if (m.first_scheduled_time > 0) queue_.observe(m.first_scheduled_time - m.arrival_time);
+    prompt_len_.observe(static_cast<double>(out.prompt_token_ids.size()));
+    generation_len_.observe(static_cast<double>(generated));
+  }
+}
+
+void Metrics::on_rejected(int status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++rejected_by_status_[status];
+}
+
+std::string Metrics::render() const {
+  const engine::EngineStats s = live_stats_();
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    header(out, name, "gauge", help);
+    line(out, name, labels_, v);
+  };
+  auto counter = [&](const char* name, const char* help, double v) {
+    header(out, name, "counter", help);
+    line(out, name, labels_, v);
+  };
+  gauge("vesper:num_requests_running", "Number of sequences in the running batch.", static_cast<double>(s.num_running));
+  gauge("vesper:num_requests_waiting", "Number of sequences waiting to be scheduled.", static_cast<double>(s.num_waiting));
+  gauge("vesper:num_requests_swapped", "Number of sequences swapped out to host memory.", static_cast<double>(s.num_swapped));
+  gauge("vesper:kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = 100%).", s.kv_usage());
+  gauge("vesper:gpu_cache_usage_perc", "KV cache usage of the compute device (vLLM's older name).", s.kv_usage());
+  gauge("vesper:kv_cache_blocks_used", "KV cache blocks in use.", static_cast<double>(s.kv_blocks_used));
+  gauge("vesper:kv_cache_blocks_total", "KV cache blocks in all.", static_cast<double>(s.kv_blocks_total));
+  counter("vesper:num_preemptions_total", "Preemptions (recompute and swap) since start.", static_cast<double>(s.num_preemptions));
+  counter("vesper:prompt_tokens_total", "Prompt tokens of requests admitted.", static_cast<double>(s.prompt_tokens));
+  counter("vesper:prefill_tokens_computed_total", "Tokens computed in prefill, recomputation included.",
+          static_cast<double>(s.prefill_tokens_computed));
+  counter("vesper:generation_tokens_total", "Generated tokens.", static_cast<double>(s.generation_tokens));
+  header(out, "vesper:request_success_total", "counter", "Finished sequences by finish reason.");
+  for (const auto& [reason, n] : finished_by_reason_)
+    line(out, "vesper:request_success_total", labels_ + ",finished_reason=\"" + reason + "\"", static_cast<double>(n));
+  header(out, "vesper:request_rejected_total", "counter", "Requests refused with an HTTP error, by status.");
+  for (const auto& [status, n] : rejected_by_status_)
+    line(out, "vesper:request_rejected_total", labels_ + ",status=\"" + std::to_string(status) + "\"", static_cast<double>(n));
+  header(out, "vesper:time_to_first_token_seconds", "histogram", "Time to first token.");
+  ttft_.render("vesper:time_to_first_token_seconds", labels_, out);
+  header(out, "vesper:time_per_output_token_seconds", "histogram", "Time per output token after the first.");
+  tpot_.render("vesper:time_per_output_token_seconds", labels_, out);
+  header(out, "vesper:e2e_request_latency_seconds", "histogram", "End-to-end request latency.");
+  e2e_.render("vesper:e2e_request_latency_seconds", labels_, out);
+  header(out, "vesper:request_queue_time_seconds", "histogram", "Time from arrival to first scheduling.");
+  queue_.render("vesper:request_queue_time_seconds", labels_, out);
+  header(out, "vesper:request_prompt_tokens", "histogram", "Prompt length of finished requests.");
+  prompt_len_.render("vesper:request_prompt_tokens", labels_, out);
+  header(out, "vesper:request_generation_tokens", "histogram", "Generated length of finished requests.");
+  generation_len_.render("vesper:request_generation_tokens", labels_, out);
+  return out;
+}
+
+}  // namespace vesper::server

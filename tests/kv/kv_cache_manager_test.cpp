@@ -1,0 +1,346 @@
+// kv/KvCacheManager: block tables grown by allocate_slots (all or nothing), fork with
+// copy-on-write of the partial last block, free, and swapping to and from the host pool.
+// check_invariants() runs after every operation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+
+namespace vesper::kv {
+namespace {
+
+bool alloc(KvCacheManager& kv, SeqId seq, int64_t first_written, int64_t num_tokens,
+           std::vector<BlockCopy>* copies_out = nullptr) {
+  std::vector<BlockCopy> copies;
+  const bool ok = kv.allocate_slots(seq, first_written, num_tokens, copies);
+  kv.check_invariants();
+  if (copies_out != nullptr) *copies_out = copies;
+  else EXPECT_TRUE(copies.empty());
+  return ok;
+}
+
+TEST(KvCacheManager, BlocksForRoundsUp) {
+  KvCacheManager kv(4, 0, 16);
+  EXPECT_EQ(kv.blocks_for(0), 0);
+  EXPECT_EQ(kv.blocks_for(1), 1);
+  EXPECT_EQ(kv.blocks_for(16), 1);
+  EXPECT_EQ(kv.blocks_for(17), 2);
+  EXPECT_EQ(kv.block_size(), 16);
+}
+
+TEST(KvCacheManager, AllocateSlotsGrowsTheTableAcrossBlockBoundaries) {
+  KvCacheManager kv(10, 0, 4);
+  EXPECT_FALSE(kv.has_device_blocks(1));
+  EXPECT_TRUE(kv.block_table(1).empty());
+  ASSERT_TRUE(alloc(kv, 1, 0, 1));
+  EXPECT_EQ(kv.block_table(1).size(), 1u);
+  ASSERT_TRUE(alloc(kv, 1, 1, 4));  // fills the first block exactly
+  EXPECT_EQ(kv.block_table(1).size(), 1u);
+  ASSERT_TRUE(alloc(kv, 1, 4, 5));  // first token of the second block
+  EXPECT_EQ(kv.block_table(1).size(), 2u);
+  ASSERT_TRUE(alloc(kv, 1, 5, 12));  // a chunk ending on a boundary
+  EXPECT_EQ(kv.block_table(1).size(), 3u);
+  ASSERT_TRUE(alloc(kv, 1, 12, 21));  // a chunk spanning two more blocks
+  EXPECT_EQ(kv.block_table(1).size(), 6u);
+  EXPECT_EQ(kv.device_pool().num_free(), 4);
+  // Blocks come from the free list in order and stay in place as the table grows.
+  EXPECT_EQ(kv.block_table(1), (std::vector<BlockId>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(kv.has_device_blocks(1));
+  EXPECT_FALSE(kv.is_swapped(1));
+  // Covering fewer tokens than the table already holds changes nothing.
+  ASSERT_TRUE(alloc(kv, 1, 3, 4));
+  EXPECT_EQ(kv.block_table(1).size(), 6u);
+}
+
+TEST(KvCacheManager, FailedAllocationOfANewSequenceLeavesNothingBehind) {
+  KvCacheManager kv(3, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 8));
+  EXPECT_FALSE(alloc(kv, 2, 0, 5));  // needs 2 blocks, 1 free
+  EXPECT_FALSE(kv.has_device_blocks(2));
+  EXPECT_TRUE(kv.block_table(2).empty());
+  EXPECT_EQ(kv.device_pool().num_free(), 1);
+  EXPECT_EQ(kv.block_table(1), (std::vector<BlockId>{0, 1}));
+  ASSERT_TRUE(alloc(kv, 2, 0, 4));
+  EXPECT_EQ(kv.block_table(2), (std::vector<BlockId>{2}));
+}
+
+TEST(KvCacheManager, FailedGrowthOfARunningSequenceChangesNothing) {
+  KvCacheManager kv(4, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 6));
+  ASSERT_TRUE(alloc(kv, 2, 0, 4));
+  const auto before = kv.block_table(1);
+  EXPECT_FALSE(alloc(kv, 1, 6, 13));  // needs 2 more blocks, 1 free
+  EXPECT_EQ(kv.block_table(1), before);
+  EXPECT_EQ(kv.device_pool().num_free(), 1);
+  ASSERT_TRUE(alloc(kv, 1, 6, 12));
+  EXPECT_EQ(kv.block_table(1).size(), 3u);
+  EXPECT_EQ(kv.device_pool().num_free(), 0);
+}
+
+TEST(KvCacheManager, ForkSharesEveryBlock) {
+  KvCacheManager kv(8, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 10));
+  kv.fork(1, 2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.block_table(2), kv.block_table(1));
+  for (BlockId b : kv.block_table(1)) EXPECT_EQ(kv.device_pool().ref_count(b), 2);
+  EXPECT_EQ(kv.device_pool().num_free(), 5);
+  kv.fork(2, 3);
+  kv.check_invariants();
+  for (BlockId b : kv.block_table(1)) EXPECT_EQ(kv.device_pool().ref_count(b), 3);
+  EXPECT_EQ(kv.device_pool().num_free(), 5);
+}
+
+TEST(KvCacheManager, CopyOnWriteOfThePartialLastBlockKeepsFullBlocksShared) {
+  KvCacheManager kv(8, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 10));  // blocks 0,1 full, block 2 holds tokens 8,9
+  kv.fork(1, 2);
+  const std::vector<BlockId> shared = kv.block_table(1);
+  // The parent decodes token 10: it writes into the shared partial block, so it gets a copy.
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(alloc(kv, 1, 10, 11, &copies));
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, shared[2]);
+  EXPECT_NE(copies[0].dst, shared[2]);
+  const auto& parent = kv.block_table(1);
+  ASSERT_EQ(parent.size(), 3u);
+  EXPECT_EQ(parent[0], shared[0]);
+  EXPECT_EQ(parent[1], shared[1]);
+  EXPECT_EQ(parent[2], copies[0].dst);
+  EXPECT_EQ(kv.block_table(2), shared);  // the child keeps the original
+  EXPECT_EQ(kv.device_pool().ref_count(shared[0]), 2);
+  EXPECT_EQ(kv.device_pool().ref_count(shared[1]), 2);
+  EXPECT_EQ(kv.device_pool().ref_count(shared[2]), 1);
+  EXPECT_EQ(kv.device_pool().ref_count(copies[0].dst), 1);
+  // The child is now the only owner of the original last block: no copy for its write.
+  ASSERT_TRUE(alloc(kv, 2, 10, 11, &copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(kv.block_table(2), shared);
+  // Further decodes into private blocks never copy.
+  ASSERT_TRUE(alloc(kv, 1, 11, 12, &copies));
+  EXPECT_TRUE(copies.empty());
+}
+
+TEST(KvCacheManager, ForkAtABlockBoundaryNeedsNoCopy) {
+  KvCacheManager kv(8, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 8));
+  kv.fork(1, 2);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(alloc(kv, 1, 8, 9, &copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(kv.block_table(1).size(), 3u);
+  EXPECT_EQ(kv.device_pool().ref_count(kv.block_table(1)[0]), 2);
+  EXPECT_EQ(kv.device_pool().ref_count(kv.block_table(1)[1]), 2);
+  EXPECT_EQ(kv.device_pool().ref_count(kv.block_table(1)[2]), 1);
+}
+
+TEST(KvCacheManager, CopyOnWriteAppendsToExistingCopies) {
+  KvCacheManager kv(8, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 6));
+  kv.fork(1, 2);
+  std::vector<BlockCopy> copies = {{7, 7}};
+  ASSERT_TRUE(kv.allocate_slots(1, 6, 7, copies));
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].src, 7);
+  EXPECT_EQ(copies[1].src, kv.block_table(2)[1]);
+  EXPECT_EQ(copies[1].dst, kv.block_table(1)[1]);
+}
+
+TEST(KvCacheManager, ChunkWrittenAcrossSharedBlocksCopiesEachOfThem) {
+  // A forked child that rewrites several shared blocks (as a recompute would) copies each.
+  KvCacheManager kv(8, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 10));
+  kv.fork(1, 2);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(alloc(kv, 2, 2, 11, &copies));  // writes tokens 2..10: blocks 0, 1, 2
+  EXPECT_EQ(copies.size(), 3u);
+  std::set<BlockId> parent(kv.block_table(1).begin(), kv.block_table(1).end());
+  for (BlockId b : kv.block_table(2)) EXPECT_EQ(parent.count(b), 0u);
+  EXPECT_EQ(kv.device_pool().num_free(), 2);
+}
+
+TEST(KvCacheManager, FailedCopyOnWriteChangesNothing) {
+  KvCacheManager kv(4, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 6));  // 2 blocks
+  kv.fork(1, 2);
+  ASSERT_TRUE(alloc(kv, 3, 0, 8));  // the last 2 blocks
+  std::vector<BlockCopy> copies;
+  EXPECT_FALSE(alloc(kv, 1, 6, 7, &copies));  // needs a copy of block 1, nothing free
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(kv.block_table(1), kv.block_table(2));
+  EXPECT_EQ(kv.device_pool().ref_count(kv.block_table(1)[1]), 2);
+  // With two blocks free, the copy and a new block for token 8 both fit.
+  kv.free(3);
+  kv.check_invariants();
+  ASSERT_TRUE(alloc(kv, 1, 6, 9, &copies));  // copy of block 1 and a new block for token 8
+  EXPECT_EQ(copies.size(), 1u);
+  EXPECT_EQ(kv.block_table(1).size(), 3u);
+}
+
+TEST(KvCacheManager, FreeReleasesEverythingIncludingSharedBlocks) {
+  KvCacheManager kv(8, 4, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 10));
+  kv.fork(1, 2);
+  kv.free(1);
+  kv.check_invariants();
+  EXPECT_FALSE(kv.has_device_blocks(1));
+  EXPECT_EQ(kv.device_pool().num_free(), 5);
+  for (BlockId b : kv.block_table(2)) EXPECT_EQ(kv.device_pool().ref_count(b), 1);
+  kv.free(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.device_pool().num_free(), 8);
+  kv.free(42);  // unknown: no-op
+  kv.free(2);   // already freed: no-op
+  kv.check_invariants();
+  EXPECT_EQ(kv.device_pool().num_free(), 8);
+}
+
+TEST(KvCacheManager, FreedTableReleasesLastBlocksFirst) {
+  KvCacheManager kv(4, 0, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 12));  // blocks 0, 1, 2
+  kv.free(1);
+  // Free list: 3 (never used), then 2, 1, 0: the sequence's first block is reused last.
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.allocate_slots(2, 0, 16, copies));
+  EXPECT_EQ(kv.block_table(2), (std::vector<BlockId>{3, 2, 1, 0}));
+}
+
+TEST(KvCacheManager, SwapOutAndInRoundTrip) {
+  KvCacheManager kv(6, 5, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 2));
+  ASSERT_TRUE(alloc(kv, 2, 0, 11));  // 3 blocks
+  const std::vector<BlockId> device_before = kv.block_table(2);
+  ASSERT_TRUE(kv.can_swap_out(2));
+  const auto out = kv.swap_out(2);
+  kv.check_invariants();
+  ASSERT_EQ(out.size(), 3u);
+  std::set<BlockId> host_blocks;
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].device, device_before[i]);
+    host_blocks.insert(out[i].host);
+    EXPECT_EQ(kv.host_pool().ref_count(out[i].host), 1);
+    EXPECT_EQ(kv.device_pool().ref_count(out[i].device), 0);
+  }
+  EXPECT_EQ(host_blocks.size(), 3u);
+  EXPECT_TRUE(kv.is_swapped(2));
+  EXPECT_FALSE(kv.has_device_blocks(2));
+  EXPECT_TRUE(kv.block_table(2).empty());
+  EXPECT_EQ(kv.device_pool().num_free(), 5);
+  EXPECT_EQ(kv.host_pool().num_free(), 2);
+  EXPECT_FALSE(kv.can_swap_out(2));  // nothing left on the device
+
+  // Someone else takes blocks meanwhile; swap-in gets fresh ones.
+  ASSERT_TRUE(alloc(kv, 3, 0, 4));
+  ASSERT_TRUE(kv.can_swap_in(2));
+  const auto in = kv.swap_in(2);
+  kv.check_invariants();
+  ASSERT_EQ(in.size(), 3u);
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_EQ(in[i].host, out[i].host);  // block i comes back from where it went
+    EXPECT_EQ(kv.block_table(2)[i], in[i].device);
+    EXPECT_EQ(kv.device_pool().ref_count(in[i].device), 1);
+  }
+  EXPECT_FALSE(kv.is_swapped(2));
+  EXPECT_TRUE(kv.has_device_blocks(2));
+  EXPECT_EQ(kv.host_pool().num_free(), 5);
+  EXPECT_EQ(kv.device_pool().num_free(), 1);
+  EXPECT_FALSE(kv.can_swap_in(2));
+  // The swapped-in sequence grows as before.
+  ASSERT_TRUE(alloc(kv, 2, 11, 13));
+  EXPECT_EQ(kv.block_table(2).size(), 4u);
+}
+
+TEST(KvCacheManager, SwapOutOfAForkedSequenceLeavesTheSiblingItsBlocks) {
+  KvCacheManager kv(6, 6, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 6));
+  kv.fork(1, 2);
+  const auto shared = kv.block_table(1);
+  const auto out = kv.swap_out(1);
+  kv.check_invariants();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(kv.block_table(2), shared);
+  for (BlockId b : shared) EXPECT_EQ(kv.device_pool().ref_count(b), 1);
+  EXPECT_EQ(kv.device_pool().num_free(), 4);
+  EXPECT_EQ(kv.host_pool().num_free(), 4);
+  // Both siblings on the host hold their own copies there.
+  kv.swap_out(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.host_pool().num_free(), 2);
+  EXPECT_EQ(kv.device_pool().num_free(), 6);
+  kv.free(1);
+  kv.free(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.host_pool().num_free(), 6);
+}
+
+TEST(KvCacheManager, CanSwapRespectsPoolLimits) {
+  KvCacheManager kv(4, 2, 4);
+  EXPECT_FALSE(kv.can_swap_out(1));  // unknown
+  EXPECT_FALSE(kv.can_swap_in(1));
+  ASSERT_TRUE(alloc(kv, 1, 0, 12));  // 3 blocks: more than the host holds
+  EXPECT_FALSE(kv.can_swap_out(1));
+  EXPECT_FALSE(kv.can_swap_in(1));  // not swapped
+  ASSERT_TRUE(alloc(kv, 2, 0, 4));
+  ASSERT_TRUE(kv.can_swap_out(2));
+  kv.swap_out(2);
+  kv.check_invariants();
+  ASSERT_TRUE(alloc(kv, 3, 0, 4));  // device full again
+  EXPECT_FALSE(kv.can_swap_in(2));
+  kv.free(3);
+  EXPECT_TRUE(kv.can_swap_in(2));
+  // A host pool of zero blocks never takes a sequence.
+  KvCacheManager no_host(4, 0, 4);
+  ASSERT_TRUE(alloc(no_host, 1, 0, 1));
+  EXPECT_FALSE(no_host.can_swap_out(1));
+}
+
+TEST(KvCacheManager, CanSwapInAsksForRoomForTheNextTokensToo) {
+  KvCacheManager kv(4, 4, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 8));  // 2 full blocks
+  kv.swap_out(1);
+  ASSERT_TRUE(alloc(kv, 2, 0, 8));  // 2 of the 4 device blocks
+  EXPECT_TRUE(kv.can_swap_in(1));
+  EXPECT_TRUE(kv.can_swap_in(1, 8));   // what it has
+  EXPECT_FALSE(kv.can_swap_in(1, 9));  // its next token needs a third block
+  kv.free(2);
+  EXPECT_TRUE(kv.can_swap_in(1, 9));
+  EXPECT_TRUE(kv.can_swap_in(1, 16));
+  EXPECT_FALSE(kv.can_swap_in(1, 17));
+  EXPECT_FALSE(kv.can_swap_in(2, 1));  // not swapped
+  kv.swap_in(1);
+  ASSERT_TRUE(alloc(kv, 1, 8, 16));
+}
+
+TEST(KvCacheManager, FreeOfASwappedSequenceReleasesHostBlocks) {
+  KvCacheManager kv(4, 4, 4);
+  ASSERT_TRUE(alloc(kv, 1, 0, 9));
+  kv.swap_out(1);
+  EXPECT_EQ(kv.host_pool().num_free(), 1);
+  kv.free(1);
+  kv.check_invariants();
+  EXPECT_FALSE(kv.is_swapped(1));
+  EXPECT_EQ(kv.host_pool().num_free(), 4);
+  EXPECT_EQ(kv.device_pool().num_free(), 4);
+}
+
+using KvCacheManagerDeathTest = ::testing::Test;
+
+TEST_F(KvCacheManagerDeathTest, MisuseAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  KvCacheManager kv(4, 1, 4);
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 8, copies));
+  EXPECT_DEATH(kv.swap_out(1), "swap_out of sequence 1 without room");
+  EXPECT_DEATH(kv.swap_in(1), "swap_in of sequence 1 without room");
+  EXPECT_DEATH(kv.fork(7, 8), "fork of sequence 7 without blocks");
+  EXPECT_DEATH(kv.fork(1, 1), "fork into existing sequence 1");
+  ASSERT_TRUE(kv.allocate_slots(2, 0, 1, copies));
+  kv.swap_out(2);
+  EXPECT_DEATH(kv.allocate_slots(2, 1, 2, copies), "allocate_slots for swapped-out sequence 2");
+}
+
+}  // namespace
+}  // namespace vesper::kv

@@ -1,0 +1,362 @@
+// A fake engine for scheduler tests: it drives Scheduler the way the engine loop does
+// (schedule, run the step, append a sampled token where the step samples, remove finished
+// sequences) and checks every step against the scheduler's contract:
+//  - check_invariants(); token budget and max_num_seqs; no sequence scheduled twice;
+//  - each scheduled sequence starts at its num_computed_tokens, and samples exactly when the
+//    step reaches its last token; chunked prefill off: whole remainders only;
+//  - a plan that schedules nothing carries no swaps, copies or preemptions (the engine skips it);
+//  - preempted sequences are not scheduled, and become waiting (recompute, num_computed 0) or
+//    swapped (swap mode); no swap-in and no admission in a step that preempted;
+//  - stall-free: a running sequence that is skipped (neither scheduled nor preempted) implies
+//    the step is full (token budget or max_num_seqs); with chunked prefill off this holds for
+//    decodes;
+//  - FCFS/priority: waiting sequences are admitted in served_before order without overtaking,
+//    swapped ones come back in that order (and run in the step they come back), and no new
+//    sequence starts while one stays swapped;
+//  - copies are order-independent (no block is both a copy's source and a copy's destination,
+//    no block is copied into twice), so an engine may run them as one batched kernel;
+//  - KV contents: a model of every device and host slot follows the step's swap-outs, swap-ins
+//    and copies, checks that each scheduled sequence finds the K/V of all its computed tokens in
+//    its block table, then writes the step's new tokens (never into a block another sequence
+//    shares). This catches lost, stale or clobbered KV however it happens.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "sched/scheduler.h"
+
+namespace vesper::sched::testing {
+
+// What the KV slot of token `token` at position `pos` holds: the pair, so that slots of
+// different sequences or positions are told apart.
+inline int64_t kv_tag(int64_t pos, int32_t token) {
+  return (pos << 32) | static_cast<int64_t>(static_cast<uint32_t>(token));
+}
+
+class KvContentModel {
+ public:
+  explicit KvContentModel(const kv::KvCacheManager& kv)
+      : kv_(kv),
+        bs_(kv.block_size()),
+        device_(kv.device_pool().num_blocks() * kv.block_size(), kEmpty),
+        host_(kv.host_pool().num_blocks() * kv.block_size(), kEmpty) {}
+
+  // Runs one step's memory traffic and forward pass; returns "" or what went wrong.
+  std::string run_step(const SchedulerOutput& out, const Scheduler& sched) {
+    for (const auto& m : out.swap_out) copy_block(device_, m.device, host_, m.host);
+    for (const auto& m : out.swap_in) copy_block(host_, m.host, device_, m.device);
+    {
+      std::set<kv::BlockId> srcs, dsts;
+      for (const auto& c : out.block_copies) {
+        srcs.insert(c.src);
+        if (!dsts.insert(c.dst).second) return "two copies into block " + std::to_string(c.dst);
+      }
+      for (kv::BlockId b : dsts)
+        if (srcs.count(b)) return "block " + std::to_string(b) + " is both a copy's source and a copy's destination";
+    }
+    for (const auto& c : out.block_copies) copy_block(device_, c.src, device_, c.dst);
+    for (const auto& s : out.scheduled) {
+      const Sequence* seq = sched.find(s.id);
+      if (seq == nullptr) return "scheduled sequence " + std::to_string(s.id) + " is unknown";
+      const auto& table = kv_.block_table(s.id);
+      if (static_cast<int64_t>(table.size()) < kv_.blocks_for(s.start + s.num_new_tokens))
+        return "sequence " + std::to_string(s.id) + " has " + std::to_string(table.size()) + " blocks for " +
+               std::to_string(s.start + s.num_new_tokens) + " tokens";
+      for (int64_t pos = 0; pos < s.start; ++pos) {
+        const int64_t slot = table[pos / bs_] * bs_ + pos % bs_;
+        const int64_t want = kv_tag(pos, seq->tokens[pos]);
+        if (device_[slot] != want) {
+          std::ostringstream msg;
+          msg << "sequence " << s.id << " (preempted " << seq->num_preemptions << " times) reads position " << pos
+              << " from device block " << table[pos / bs_] << ": holds "
+              << (device_[slot] == kEmpty ? std::string("nothing")
+                                          : "pos " + std::to_string(device_[slot] >> 32) + " token " +
+                                                std::to_string(device_[slot] & 0xffffffff))
+              << ", want token " << seq->tokens[pos];
+          return msg.str();
+        }
+      }
+    }
+    for (const auto& s : out.scheduled) {
+      const Sequence* seq = sched.find(s.id);
+      const auto& table = kv_.block_table(s.id);
+      for (int64_t pos = s.start; pos < s.start + s.num_new_tokens; ++pos) {
+        const kv::BlockId b = table[pos / bs_];
+        if (kv_.device_pool().ref_count(b) != 1)
+          return "sequence " + std::to_string(s.id) + " writes position " + std::to_string(pos) +
+                 " into block " + std::to_string(b) + " shared by " +
+                 std::to_string(kv_.device_pool().ref_count(b)) + " tables";
+        device_[b * bs_ + pos % bs_] = kv_tag(pos, seq->tokens[pos]);
+      }
+    }
+    return "";
+  }
+
+ private:
+  static constexpr int64_t kEmpty = -1;
+  void copy_block(const std::vector<int64_t>& from, kv::BlockId src, std::vector<int64_t>& to, kv::BlockId dst) {
+    std::copy_n(from.begin() + src * bs_, bs_, to.begin() + dst * bs_);
+  }
+
+  const kv::KvCacheManager& kv_;
+  int64_t bs_;
+  std::vector<int64_t> device_;
+  std::vector<int64_t> host_;
+};
+
+// How a sequence left the scheduler.
+enum class Exit { kFinished, kAborted };
+
+class Driver {
+ public:
+  Driver(const SchedulerConfig& config, int64_t device_blocks, int64_t host_blocks, int64_t block_size,
+         uint64_t seed = 1)
+      : kv_(device_blocks, host_blocks, block_size), sched_(config, kv_), content_(kv_), rng_(seed) {}
+
+  kv::KvCacheManager& kv() { return kv_; }
+  Scheduler& sched() { return sched_; }
+  const SchedulerConfig& config() const { return sched_.config(); }
+  int64_t steps() const { return steps_; }
+  const std::set<SeqId>& live() const { return live_; }
+  const std::map<SeqId, Exit>& exits() const { return exits_; }
+  const std::vector<SchedulerOutput>& history() const { return history_; }
+  void keep_history(bool keep) { keep_history_ = keep; }
+  std::mt19937_64& rng() { return rng_; }
+
+  // Called for each sequence whose step samples, before its token is appended (forks go here).
+  std::function<void(Driver&, SeqId)> on_sample;
+
+  int32_t random_token() { return static_cast<int32_t>(rng_() & 0x3fffffff); }
+
+  // Adds a sequence with a random prompt of prompt_len tokens. arrival defaults to add order.
+  Status add(SeqId id, int64_t prompt_len, int64_t max_total, int32_t priority = 0,
+             std::optional<int64_t> arrival = std::nullopt) {
+    Sequence seq;
+    seq.id = id;
+    for (int64_t i = 0; i < prompt_len; ++i) seq.tokens.push_back(random_token());
+    seq.num_prompt_tokens = prompt_len;
+    seq.max_total_tokens = max_total;
+    seq.priority = priority;
+    seq.arrival = arrival.value_or(next_arrival_);
+    next_arrival_ = std::max(next_arrival_, seq.arrival) + 1;
+    Status st = sched_.add(std::move(seq));
+    if (st.ok()) live_.insert(id);
+    return st;
+  }
+
+  // Forks a running sequence; the child is live from now on.
+  void fork(SeqId parent, SeqId child) {
+    sched_.fork(parent, child);
+    live_.insert(child);
+  }
+
+  void abort(SeqId id) {
+    sched_.remove(id);
+    live_.erase(id);
+    exits_[id] = Exit::kAborted;
+  }
+
+  // One engine step with every check; returns the scheduler's output.
+  SchedulerOutput step() {
+    struct Before {
+      SeqStatus status;
+      int64_t num_computed;
+      int64_t num_tokens;
+      bool decode;
+    };
+    std::map<SeqId, Before> before;
+    for (SeqId id : live_) {
+      const Sequence* s = sched_.find(id);
+      before[id] = {s->status, s->num_computed_tokens, s->num_tokens(), s->num_uncomputed() == 1 && !s->in_prefill()};
+    }
+    const SchedulerStats stats_before = sched_.stats();
+
+    SchedulerOutput out = sched_.schedule();
+    ++steps_;
+    sched_.check_invariants();
+    const SchedulerConfig& cfg = sched_.config();
+    const std::string at = "step " + std::to_string(steps_) + ": ";
+
+    // Budgets.
+    int64_t tokens = 0;
+    std::set<SeqId> scheduled;
+    for (const auto& s : out.scheduled) {
+      tokens += s.num_new_tokens;
+      EXPECT_TRUE(scheduled.insert(s.id).second) << at << "sequence " << s.id << " scheduled twice";
+    }
+    EXPECT_EQ(tokens, out.num_batched_tokens) << at;
+    EXPECT_LE(out.num_batched_tokens, cfg.max_num_batched_tokens) << at;
+    EXPECT_LE(static_cast<int64_t>(out.scheduled.size()), cfg.max_num_seqs) << at;
+    // The engine runs nothing for a plan that schedules nothing (Engine::step returns early), so
+    // such a plan must carry no memory traffic and no preemption either.
+    if (out.scheduled.empty()) {
+      EXPECT_TRUE(out.swap_out.empty() && out.swap_in.empty() && out.block_copies.empty() && out.preempted.empty())
+          << at << "an empty plan with swaps, copies or preemptions";
+    }
+    const bool full = out.num_batched_tokens == cfg.max_num_batched_tokens ||
+                      static_cast<int64_t>(out.scheduled.size()) == cfg.max_num_seqs;
+
+    // Each scheduled sequence.
+    for (const auto& s : out.scheduled) {
+      const Sequence* seq = sched_.find(s.id);
+      EXPECT_NE(seq, nullptr) << at << s.id;
+      if (seq == nullptr) continue;
+      const Before& b = before.at(s.id);
+      EXPECT_EQ(seq->status, SeqStatus::kRunning) << at << s.id;
+      EXPECT_GT(s.num_new_tokens, 0) << at << s.id;
+      EXPECT_EQ(s.start, b.num_computed) << at << s.id;
+      EXPECT_EQ(seq->num_computed_tokens, s.start + s.num_new_tokens) << at << s.id;
+      EXPECT_LE(s.start + s.num_new_tokens, seq->num_tokens()) << at << s.id;
+      EXPECT_EQ(s.samples, s.start + s.num_new_tokens == seq->num_tokens()) << at << s.id;
+      if (!cfg.enable_chunked_prefill) {
+        EXPECT_EQ(s.start + s.num_new_tokens, seq->num_tokens()) << at << "chunk of " << s.id << " without chunking";
+      }
+    }
+
+    // Preempted sequences.
+    std::set<SeqId> preempted;
+    for (SeqId id : out.preempted) {
+      EXPECT_TRUE(preempted.insert(id).second) << at << "sequence " << id << " preempted twice";
+      EXPECT_EQ(scheduled.count(id), 0u) << at << "sequence " << id << " preempted and scheduled";
+      EXPECT_EQ(before.at(id).status, SeqStatus::kRunning) << at << id;
+      const Sequence* seq = sched_.find(id);
+      if (seq->status == SeqStatus::kWaiting) {
+        EXPECT_EQ(seq->num_computed_tokens, 0) << at << id;
+      } else {
+        EXPECT_EQ(seq->status, SeqStatus::kSwapped) << at << id;
+        EXPECT_EQ(cfg.preemption_mode, PreemptionMode::kSwap) << at << id;
+        EXPECT_EQ(seq->num_computed_tokens, before.at(id).num_computed) << at << id;
+      }
+    }
+    const SchedulerStats stats_after = sched_.stats();
+    EXPECT_EQ(stats_after.num_preemptions - stats_before.num_preemptions, static_cast<int64_t>(out.preempted.size()))
+        << at;
+    EXPECT_EQ(stats_after.num_swap_outs + stats_after.num_recomputes, stats_after.num_preemptions) << at;
+    if (!out.preempted.empty()) {
+      EXPECT_TRUE(out.swap_in.empty()) << at << "swap-in in a step that preempted";
+    }
+    if (cfg.preemption_mode == PreemptionMode::kRecompute) {
+      EXPECT_TRUE(out.swap_out.empty()) << at;
+    }
+
+    // Everything else: unchanged, or swapped in; skipped running sequences only in a full step.
+    std::vector<const Sequence*> admitted, still_waiting, swapped_in, still_swapped;
+    for (const auto& [id, b] : before) {
+      const Sequence* seq = sched_.find(id);
+      if (b.status == SeqStatus::kWaiting && seq->status == SeqStatus::kRunning) admitted.push_back(seq);
+      if (b.status == SeqStatus::kWaiting && seq->status == SeqStatus::kWaiting) still_waiting.push_back(seq);
+      if (b.status == SeqStatus::kSwapped && seq->status == SeqStatus::kRunning) swapped_in.push_back(seq);
+      if (b.status == SeqStatus::kSwapped && seq->status == SeqStatus::kSwapped) still_swapped.push_back(seq);
+      if (scheduled.count(id) || preempted.count(id)) continue;
+      EXPECT_EQ(seq->num_computed_tokens, b.num_computed) << at << id;
+      if (b.status == SeqStatus::kRunning) {
+        EXPECT_EQ(seq->status, SeqStatus::kRunning) << at << id;
+        if (b.decode || cfg.enable_chunked_prefill) {
+          EXPECT_TRUE(full) << at << "running sequence " << id << (b.decode ? " (decode)" : " (prefill)")
+                            << " skipped in a step with room: " << out.num_batched_tokens << " tokens, "
+                            << out.scheduled.size() << " sequences";
+        }
+      }
+      if (b.status == SeqStatus::kWaiting) {
+        EXPECT_EQ(seq->status, SeqStatus::kWaiting) << at << id;
+      }
+    }
+    if (!out.preempted.empty()) {
+      EXPECT_TRUE(admitted.empty()) << at << "admission in a step that preempted";
+    }
+    if (!admitted.empty() && !still_swapped.empty()) {
+      ADD_FAILURE() << at << "sequence " << admitted[0]->id << " started while sequence " << still_swapped[0]->id
+                    << " stays swapped out";
+    }
+    for (const Sequence* a : admitted)
+      for (const Sequence* w : still_waiting)
+        EXPECT_FALSE(served_before(*w, *a)) << at << "sequence " << a->id << " (priority " << a->priority
+                                            << ") overtook waiting sequence " << w->id << " (priority "
+                                            << w->priority << ")";
+    for (const Sequence* a : swapped_in) {
+      EXPECT_EQ(scheduled.count(a->id), 1u) << at << "sequence " << a->id << " swapped in but not scheduled";
+    }
+    for (const Sequence* a : swapped_in)
+      for (const Sequence* w : still_swapped)
+        EXPECT_FALSE(served_before(*w, *a)) << at << "swapped sequence " << a->id << " overtook " << w->id;
+
+    // The step's memory traffic and forward pass.
+    const std::string kv_error = content_.run_step(out, sched_);
+    EXPECT_EQ(kv_error, "") << at;
+
+    // Sampling, then finishing.
+    for (const auto& s : out.scheduled) {
+      if (!s.samples) continue;
+      if (on_sample) on_sample(*this, s.id);
+      const Sequence* seq = sched_.find(s.id);
+      if (seq->num_tokens() < seq->max_total_tokens) sched_.append_token(s.id, random_token());
+      if (seq->num_tokens() >= seq->max_total_tokens) {
+        sched_.remove(s.id);
+        live_.erase(s.id);
+        exits_[s.id] = Exit::kFinished;
+      }
+    }
+    sched_.check_invariants();
+    if (keep_history_) history_.push_back(out);
+    return out;
+  }
+
+  // Steps until nothing is left; false if that takes more than max_steps.
+  // Stops early at a step that records a failure.
+  bool run_to_completion(int64_t max_steps) {
+    for (int64_t i = 0; i < max_steps && sched_.has_unfinished(); ++i) {
+      const int failures = num_failures();
+      step();
+      if (num_failures() != failures) return false;
+    }
+    return !sched_.has_unfinished();
+  }
+
+  static int num_failures() {
+    return ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+  }
+
+  // Every block back in its pool.
+  void expect_all_free() const {
+    EXPECT_EQ(kv_.device_pool().num_free(), kv_.device_pool().num_blocks());
+    EXPECT_EQ(kv_.host_pool().num_free(), kv_.host_pool().num_blocks());
+    kv_.check_invariants();
+  }
+
+ private:
+  kv::KvCacheManager kv_;
+  Scheduler sched_;
+  KvContentModel content_;
+  std::mt19937_64 rng_;
+  std::set<SeqId> live_;
+  std::map<SeqId, Exit> exits_;
+  std::vector<SchedulerOutput> history_;
+  bool keep_history_ = false;
+  int64_t next_arrival_ = 0;
+  int64_t steps_ = 0;
+};
+
+// Finds a sequence's entry in a step's output.
+inline const ScheduledSequence* find_scheduled(const SchedulerOutput& out, SeqId id) {
+  for (const auto& s : out.scheduled)
+    if (s.id == id) return &s;
+  return nullptr;
+}
+
+inline bool contains(const std::vector<SeqId>& ids, SeqId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace vesper::sched::testing

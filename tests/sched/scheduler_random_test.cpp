@@ -1,0 +1,191 @@
+// sched/Scheduler under a long random workload: thousands of sequences with random prompt and
+// output lengths, priorities, forks and aborts in every state, on a KV cache small enough to
+// preempt often, for each preemption mode, with chunked prefill on and off, at several block
+// sizes. Every step is checked by the fake engine (sched_driver.h: invariants, budgets, order,
+// and the KV contents each sequence reads); the run must also make progress every step and end
+// with every sequence gone and every block free.
+//
+// The seed is printed; set VESPER_SCHED_SEED to replay one.
+#include <gtest/gtest.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sched/sched_driver.h"
+
+namespace vesper::sched {
+namespace {
+
+using testing::Driver;
+using testing::Exit;
+
+// One seed per run of the binary; each case mixes in its parameters.
+uint64_t base_seed() {
+  static const uint64_t seed = [] {
+    if (const char* env = std::getenv("VESPER_SCHED_SEED"))
+      return static_cast<uint64_t>(std::strtoull(env, nullptr, 10));
+    return (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+  }();
+  return seed;
+}
+
+// Where a sequence was when it was aborted.
+enum AbortState { kNewWaiting, kPreemptedWaiting, kPrefilling, kDecoding, kSwappedOut, kNumAbortStates };
+const char* const kAbortStateNames[] = {"waiting (new)", "waiting (preempted)", "running (prefill)",
+                                        "running (decode)", "swapped"};
+
+AbortState abort_state(const Sequence& s) {
+  switch (s.status) {
+    case SeqStatus::kWaiting:
+      return s.num_preemptions == 0 ? kNewWaiting : kPreemptedWaiting;
+    case SeqStatus::kSwapped:
+      return kSwappedOut;
+    default:
+      return s.num_uncomputed() > 1 ? kPrefilling : kDecoding;
+  }
+}
+
+// Swap with a host pool large enough that it rarely fills, and with a small one, so that swap
+// often falls back to recompute.
+enum class Preemption { kRecompute, kSwap, kSwapSmallHost };
+
+using Params = std::tuple<Preemption, bool /*chunked*/, int64_t /*block size*/>;
+
+class SchedulerRandom : public ::testing::TestWithParam<Params> {};
+
+TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
+  const auto [preemption, chunked, block_size] = GetParam();
+  const PreemptionMode mode = preemption == Preemption::kRecompute ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
+  const uint64_t seed = base_seed() ^ (static_cast<uint64_t>(preemption) * 1000003u + (chunked ? 7919u : 0u) +
+                                       static_cast<uint64_t>(block_size) * 104729u);
+  std::printf("SchedulerRandom: VESPER_SCHED_SEED=%" PRIu64 " (case seed %" PRIu64 ")\n", base_seed(), seed);
+  SCOPED_TRACE("VESPER_SCHED_SEED=" + std::to_string(base_seed()));
+
+  constexpr int64_t kMaxModelLen = 128;
+  constexpr int64_t kDeviceTokens = 320;  // about 2.5 of the longest sequences
+  const int64_t host_tokens = preemption == Preemption::kSwapSmallHost ? 64 : 256;
+  constexpr int kTargetSequences = 2000;
+  SchedulerConfig cfg;
+  cfg.max_num_batched_tokens = chunked ? 48 : 96;
+  cfg.max_num_seqs = 12;
+  cfg.max_model_len = kMaxModelLen;
+  cfg.enable_chunked_prefill = chunked;
+  cfg.preemption_mode = mode;
+  Driver d(cfg, kDeviceTokens / block_size, host_tokens / block_size, block_size, seed);
+  std::mt19937_64& rng = d.rng();
+  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+
+  SeqId next_id = 1;
+  int accepted = 0, rejected = 0, forks = 0;
+  int aborts[kNumAbortStates] = {};
+  d.on_sample = [&](Driver& drv, SeqId id) {
+    const Sequence* s = drv.sched().find(id);
+    // n > 1 sampling: right after the prompt, fork a sibling or two that sample their own tokens.
+    if (s->num_tokens() != s->num_prompt_tokens || s->num_tokens() + 1 >= s->max_total_tokens || !chance(0.25))
+      return;
+    for (int64_t k = uniform(1, 2); k > 0; --k) {
+      const SeqId child = next_id++;
+      drv.fork(id, child);
+      drv.sched().append_token(child, drv.random_token());
+      ++forks;
+    }
+  };
+
+  auto submit = [&] {
+    const int64_t kind = uniform(0, 99);
+    int64_t prompt = kind < 70 ? uniform(1, 24) : kind < 95 ? uniform(25, 80) : uniform(81, kMaxModelLen + 8);
+    int64_t max_total = prompt + (chance(0.9) ? uniform(1, 48) : uniform(1, 120));
+    const auto priority = static_cast<int32_t>(uniform(0, 2));
+    const SeqId id = next_id++;
+    const Status st = d.add(id, prompt, max_total, priority);
+    const bool fits = prompt <= kMaxModelLen && max_total <= kMaxModelLen &&
+                      (chunked || max_total <= cfg.max_num_batched_tokens);
+    EXPECT_EQ(st.ok(), fits) << "sequence " << id << ": prompt " << prompt << ", max_total " << max_total
+                             << (st.ok() ? "" : ": " + st.error().message);
+    if (st.ok()) ++accepted;
+    else ++rejected;
+  };
+
+  const int64_t max_steps = 400000;
+  int64_t idle_steps = 0;
+  while ((accepted < kTargetSequences || d.sched().has_unfinished()) && d.steps() < max_steps) {
+    // Arrivals in bursts, keeping a queue of a few dozen.
+    if (accepted < kTargetSequences && d.live().size() < 40)
+      for (int64_t k = uniform(0, 3); k > 0 && accepted < kTargetSequences; --k) submit();
+
+    // Aborts: pick a state that is present, then a sequence in it, so every state gets its turn.
+    if (!d.live().empty() && chance(0.08)) {
+      std::vector<SeqId> by_state[kNumAbortStates];
+      for (SeqId id : d.live()) by_state[abort_state(*d.sched().find(id))].push_back(id);
+      std::vector<int> present;
+      for (int st = 0; st < kNumAbortStates; ++st)
+        if (!by_state[st].empty()) present.push_back(st);
+      const int st = present[uniform(0, static_cast<int64_t>(present.size()) - 1)];
+      const SeqId victim = by_state[st][uniform(0, static_cast<int64_t>(by_state[st].size()) - 1)];
+      d.abort(victim);
+      d.sched().check_invariants();
+      ++aborts[st];
+    }
+
+    if (!d.sched().has_unfinished()) continue;
+    const int failures = Driver::num_failures();
+    const SchedulerOutput out = d.step();
+    if (Driver::num_failures() != failures) break;
+    // Liveness: with anything left, every step computes something.
+    if (out.scheduled.empty() && d.sched().has_unfinished()) ++idle_steps;
+    ASSERT_EQ(idle_steps, 0) << "step " << d.steps() << " scheduled nothing with " << d.live().size()
+                             << " sequences left";
+  }
+  ASSERT_FALSE(HasFailure());
+  ASSERT_FALSE(d.sched().has_unfinished()) << "not done after " << d.steps() << " steps";
+  EXPECT_GE(accepted, kTargetSequences);
+  d.expect_all_free();
+
+  // Every sequence left, finished or aborted; the workload exercised what it is meant to.
+  int finished = 0;
+  for (const auto& [id, exit] : d.exits()) finished += exit == Exit::kFinished;
+  EXPECT_EQ(static_cast<int>(d.exits().size()), accepted + forks);
+  EXPECT_GT(finished, accepted / 2);
+  EXPECT_GT(rejected, 0);
+  EXPECT_GT(forks, 0);
+  const SchedulerStats stats = d.sched().stats();
+  EXPECT_GT(stats.num_preemptions, 100);
+  if (mode == PreemptionMode::kSwap) {
+    EXPECT_GT(stats.num_swap_outs, 0);
+  }
+  const bool recomputes = preemption != Preemption::kSwap;  // the large host pool may never fill
+  if (recomputes) {
+    EXPECT_GT(stats.num_recomputes, 0);
+  }
+  for (int st = 0; st < kNumAbortStates; ++st) {
+    const bool possible = (st != kSwappedOut || mode == PreemptionMode::kSwap) && (st != kPrefilling || chunked) &&
+                          (st != kPreemptedWaiting || recomputes);
+    if (possible) {
+      EXPECT_GT(aborts[st], 0) << "no abort while " << kAbortStateNames[st];
+    }
+  }
+  std::printf("  %lld steps, %d accepted, %d rejected, %d forks, %d finished, %lld preemptions (%lld swaps, "
+              "%lld recomputes), aborts: %d new, %d preempted, %d prefill, %d decode, %d swapped\n",
+              static_cast<long long>(d.steps()), accepted, rejected, forks, finished,
+              static_cast<long long>(stats.num_preemptions), static_cast<long long>(stats.num_swap_outs),
+              static_cast<long long>(stats.num_recomputes), aborts[0], aborts[1], aborts[2], aborts[3], aborts[4]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, SchedulerRandom,
+    ::testing::Combine(::testing::Values(Preemption::kRecompute, Preemption::kSwap, Preemption::kSwapSmallHost),
+                       ::testing::Bool(), ::testing::Values<int64_t>(1, 4, 16)),
+    [](const ::testing::TestParamInfo<Params>& info) {
+      const Preemption p = std::get<0>(info.param);
+      return std::string(p == Preemption::kRecompute ? "Recompute" : p == Preemption::kSwap ? "Swap" : "SwapSmallHost") +
+             (std::get<1>(info.param) ? "Chunked" : "Whole") + "Block" + std::to_string(std::get<2>(info.param));
+    });
+
+}  // namespace
+}  // namespace vesper::sched

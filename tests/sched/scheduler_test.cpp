@@ -1,0 +1,677 @@
+// sched/Scheduler: admission checks, budgets, chunked prefill, FCFS and priorities,
+// preemption by recompute and by swap, removal in every state, and forks. Each test drives the
+// scheduler through the fake engine in sched_driver.h, which checks every step's contract and
+// the KV contents the step would read.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "sched/sched_driver.h"
+
+namespace vesper::sched {
+namespace {
+
+using testing::contains;
+using testing::Driver;
+using testing::Exit;
+using testing::find_scheduled;
+
+SchedulerConfig make_config(int64_t budget, int64_t max_seqs, int64_t max_model_len, bool chunked,
+                            PreemptionMode mode = PreemptionMode::kRecompute) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  c.max_model_len = max_model_len;
+  c.enable_chunked_prefill = chunked;
+  c.preemption_mode = mode;
+  return c;
+}
+
+::testing::AssertionResult has_error(const Status& st, const std::vector<std::string>& parts) {
+  if (st.ok()) return ::testing::AssertionFailure() << "accepted";
+  for (const auto& p : parts)
+    if (st.error().message.find(p) == std::string::npos)
+      return ::testing::AssertionFailure() << "message \"" << st.error().message << "\" lacks \"" << p << "\"";
+  return ::testing::AssertionSuccess() << st.error().message;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Admission
+
+TEST(Scheduler, RejectsAnEmptyPrompt) {
+  Driver d(make_config(64, 8, 64, true), 16, 0, 4);
+  EXPECT_TRUE(has_error(d.add(1, 0, 10), {"empty"}));
+  EXPECT_EQ(d.sched().find(1), nullptr);
+  EXPECT_FALSE(d.sched().has_unfinished());
+}
+
+TEST(Scheduler, RejectsAPromptLongerThanMaxModelLen) {
+  Driver d(make_config(256, 8, 64, true), 64, 0, 4);
+  EXPECT_TRUE(has_error(d.add(1, 65, 70), {"65 tokens", "--max-model-len 64"}));
+  EXPECT_EQ(d.sched().find(1), nullptr);
+  EXPECT_EQ(d.sched().stats().num_waiting, 0);
+  EXPECT_TRUE(d.add(2, 64, 64).ok());
+}
+
+TEST(Scheduler, RejectsMaxTotalTokensOverMaxModelLen) {
+  Driver d(make_config(256, 8, 64, true), 64, 0, 4);
+  EXPECT_TRUE(has_error(d.add(1, 10, 65), {"65 tokens", "max_tokens (55)", "--max-model-len 64"}));
+  EXPECT_EQ(d.sched().find(1), nullptr);
+  EXPECT_TRUE(d.add(2, 10, 64).ok());
+  // A max_total below the prompt's length means the prompt alone.
+  EXPECT_TRUE(d.add(3, 10, 0).ok());
+  EXPECT_EQ(d.sched().find(3)->max_total_tokens, 10);
+}
+
+TEST(Scheduler, RejectsASequenceNeedingMoreBlocksThanTheWholeCache) {
+  Driver d(make_config(256, 8, 256, true), 4, 8, 4);  // 16 tokens of KV
+  EXPECT_TRUE(has_error(d.add(1, 10, 17), {"17 tokens", "5 KV blocks", "4 blocks of 4 tokens"}));
+  EXPECT_TRUE(has_error(d.add(2, 17, 17), {"5 KV blocks"}));
+  EXPECT_EQ(d.sched().find(1), nullptr);
+  EXPECT_EQ(d.sched().find(2), nullptr);
+  ASSERT_TRUE(d.add(3, 10, 16).ok());  // exactly the whole cache
+  EXPECT_TRUE(d.run_to_completion(100));
+  EXPECT_EQ(d.exits().at(3), Exit::kFinished);
+  d.expect_all_free();
+}
+
+TEST(Scheduler, WithoutChunkedPrefillRejectsPromptsOverTheTokenBudget) {
+  Driver off(make_config(16, 8, 64, false), 64, 0, 4);
+  EXPECT_TRUE(has_error(off.add(1, 17, 17), {"17 tokens", "--max-num-batched-tokens 16", "chunked prefill"}));
+  EXPECT_EQ(off.sched().find(1), nullptr);
+  EXPECT_TRUE(off.add(2, 16, 16).ok());
+  Driver on(make_config(16, 8, 64, true), 64, 0, 4);
+  EXPECT_TRUE(on.add(1, 17, 17).ok());
+}
+
+// Without chunked prefill a sequence preempted by recompute must prefill its prompt and its
+// output so far in one step, so nothing longer than the budget can be admitted: it would block
+// the waiting queue for good after its first preemption.
+TEST(Scheduler, WithoutChunkedPrefillEveryPreemptedSequenceCanBeRecomputed) {
+  for (auto mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    SCOPED_TRACE(mode == PreemptionMode::kSwap ? "swap" : "recompute");
+    Driver d(make_config(16, 8, 64, false, mode), 12, 2, 2);  // 24 tokens of KV, 4 on the host
+    // Every fifth sequence could grow past the budget: rejected, naming the limit.
+    std::vector<SeqId> accepted;
+    for (SeqId id = 1; id <= 40; ++id) {
+      const int64_t max_total = id % 5 == 0 ? 17 + id % 4 : 9 + id % 8;
+      const Status st = d.add(id, 1 + id % 8, max_total, static_cast<int32_t>(id % 2));
+      if (id % 5 == 0) {
+        EXPECT_TRUE(has_error(st, {std::to_string(max_total) + " tokens", "--max-num-batched-tokens 16"})) << id;
+      } else {
+        EXPECT_TRUE(st.ok()) << id;
+      }
+      if (st.ok()) accepted.push_back(id);
+    }
+    ASSERT_TRUE(d.run_to_completion(2000)) << "stuck after " << d.steps() << " steps";
+    EXPECT_GT(d.sched().stats().num_recomputes, 0);
+    for (SeqId id : accepted) EXPECT_EQ(d.exits().at(id), Exit::kFinished) << id;
+    d.expect_all_free();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budgets and chunked prefill
+
+TEST(Scheduler, OneSequencePrefillsThenDecodesToCompletion) {
+  Driver d(make_config(64, 8, 64, true), 16, 0, 4);
+  ASSERT_TRUE(d.add(1, 10, 14).ok());
+  auto out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].start, 0);
+  EXPECT_EQ(out.scheduled[0].num_new_tokens, 10);
+  EXPECT_TRUE(out.scheduled[0].samples);
+  EXPECT_EQ(out.num_batched_tokens, 10);
+  EXPECT_EQ(d.kv().block_table(1).size(), 3u);
+  for (int64_t pos = 10; pos < 13; ++pos) {
+    out = d.step();
+    ASSERT_EQ(out.scheduled.size(), 1u);
+    EXPECT_EQ(out.scheduled[0].start, pos);
+    EXPECT_EQ(out.scheduled[0].num_new_tokens, 1);
+    EXPECT_TRUE(out.scheduled[0].samples);
+  }
+  EXPECT_FALSE(d.sched().has_unfinished());
+  EXPECT_EQ(d.exits().at(1), Exit::kFinished);
+  EXPECT_TRUE(d.step().empty());
+  d.expect_all_free();
+}
+
+TEST(Scheduler, ChunkedPrefillSplitsALongPromptAcrossSteps) {
+  Driver d(make_config(16, 8, 64, true), 16, 0, 4);
+  ASSERT_TRUE(d.add(1, 40, 42).ok());
+  const std::vector<std::pair<int64_t, int64_t>> chunks = {{0, 16}, {16, 16}, {32, 8}, {40, 1}};
+  const std::vector<size_t> blocks = {4, 8, 10, 11};
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    auto out = d.step();
+    ASSERT_EQ(out.scheduled.size(), 1u) << i;
+    EXPECT_EQ(out.scheduled[0].start, chunks[i].first) << i;
+    EXPECT_EQ(out.scheduled[0].num_new_tokens, chunks[i].second) << i;
+    EXPECT_EQ(out.scheduled[0].samples, i >= 2) << i;  // only the chunk reaching the end samples
+    if (d.sched().find(1) != nullptr) {
+      EXPECT_EQ(d.kv().block_table(1).size(), blocks[i]) << i;
+    }
+  }
+  EXPECT_FALSE(d.sched().has_unfinished());
+  d.expect_all_free();
+}
+
+TEST(Scheduler, RunningDecodesAreScheduledEveryStepWhileALongPromptIsChunked) {
+  Driver d(make_config(8, 8, 128, true), 64, 0, 4);
+  ASSERT_TRUE(d.add(1, 3, 60).ok());
+  ASSERT_TRUE(d.add(2, 3, 60).ok());
+  d.step();  // both prompts in one step
+  ASSERT_TRUE(d.add(3, 50, 52).ok());
+  int64_t prefilled = 0;
+  int steps = 0;
+  while (prefilled < 50) {
+    auto out = d.step();
+    ++steps;
+    ASSERT_GE(out.scheduled.size(), 3u);
+    // Decodes first, one token each, then the chunk takes the rest of the budget.
+    EXPECT_EQ(out.scheduled[0].id, 1);
+    EXPECT_EQ(out.scheduled[0].num_new_tokens, 1);
+    EXPECT_EQ(out.scheduled[1].id, 2);
+    EXPECT_EQ(out.scheduled[1].num_new_tokens, 1);
+    EXPECT_EQ(out.scheduled[2].id, 3);
+    EXPECT_EQ(out.scheduled[2].start, prefilled);
+    EXPECT_EQ(out.scheduled[2].num_new_tokens, std::min<int64_t>(6, 50 - prefilled));
+    prefilled += out.scheduled[2].num_new_tokens;
+    EXPECT_LE(out.num_batched_tokens, 8);
+  }
+  EXPECT_EQ(steps, 9);  // ceil(50 / 6)
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+TEST(Scheduler, TokenBudgetIsSharedByDecodesChunksAndNewPrompts) {
+  Driver d(make_config(10, 8, 64, true), 32, 0, 4);
+  for (SeqId id = 1; id <= 3; ++id) ASSERT_TRUE(d.add(id, 6, 20).ok());
+  auto out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(out.scheduled[0].num_new_tokens, 6);
+  EXPECT_EQ(out.scheduled[1].id, 2);
+  EXPECT_EQ(out.scheduled[1].num_new_tokens, 4);
+  EXPECT_FALSE(out.scheduled[1].samples);
+  EXPECT_EQ(out.num_batched_tokens, 10);
+  EXPECT_EQ(d.sched().find(3)->status, SeqStatus::kWaiting);
+  out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 3u);
+  EXPECT_EQ(out.scheduled[0].id, 1);  // decode
+  EXPECT_EQ(out.scheduled[1].id, 2);  // the rest of its prompt
+  EXPECT_EQ(out.scheduled[1].start, 4);
+  EXPECT_EQ(out.scheduled[1].num_new_tokens, 2);
+  EXPECT_TRUE(out.scheduled[1].samples);
+  EXPECT_EQ(out.scheduled[2].id, 3);  // the whole new prompt fits in the remaining 7
+  EXPECT_EQ(out.scheduled[2].num_new_tokens, 6);
+  EXPECT_EQ(out.num_batched_tokens, 9);
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+TEST(Scheduler, MaxNumSeqsCapsEveryStep) {
+  Driver d(make_config(100, 2, 64, true), 32, 0, 4);
+  for (SeqId id = 1; id <= 5; ++id) ASSERT_TRUE(d.add(id, 5, 7).ok());
+  auto out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(out.scheduled[0].id, 1);
+  EXPECT_EQ(out.scheduled[1].id, 2);
+  EXPECT_EQ(d.sched().stats().num_waiting, 3);
+  out = d.step();  // the two decodes take both seats
+  ASSERT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(d.sched().stats().num_waiting, 3);
+  out = d.step();  // 1 and 2 finished
+  ASSERT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(out.scheduled[0].id, 3);
+  EXPECT_EQ(out.scheduled[1].id, 4);
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+TEST(Scheduler, WithoutChunkedPrefillPromptsRunWholeAndInOrder) {
+  Driver d(make_config(16, 8, 64, false), 32, 0, 4);
+  ASSERT_TRUE(d.add(1, 10, 14).ok());
+  ASSERT_TRUE(d.add(2, 10, 14).ok());
+  ASSERT_TRUE(d.add(3, 4, 8).ok());
+  auto out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 1u);  // 2 does not fit whole; 3 may not overtake it
+  EXPECT_EQ(out.scheduled[0].id, 1);
+  EXPECT_EQ(out.scheduled[0].num_new_tokens, 10);
+  out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 3u);
+  EXPECT_EQ(out.scheduled[0].id, 1);
+  EXPECT_EQ(out.scheduled[1].id, 2);
+  EXPECT_EQ(out.scheduled[1].num_new_tokens, 10);
+  EXPECT_EQ(out.scheduled[2].id, 3);
+  EXPECT_EQ(out.scheduled[2].num_new_tokens, 4);
+  EXPECT_EQ(out.num_batched_tokens, 15);
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ordering
+
+std::vector<SeqId> first_scheduled_order(Driver& d, int64_t max_steps) {
+  std::vector<SeqId> order;
+  for (int64_t i = 0; i < max_steps && d.sched().has_unfinished(); ++i) {
+    auto out = d.step();
+    for (const auto& s : out.scheduled)
+      if (s.start == 0) order.push_back(s.id);
+  }
+  return order;
+}
+
+TEST(Scheduler, ServesFirstComeFirstServedWithinAPriority) {
+  Driver d(make_config(64, 1, 64, true), 32, 0, 4);
+  const std::vector<int64_t> arrivals = {50, 10, 40, 20, 30};
+  for (SeqId id = 1; id <= 5; ++id) ASSERT_TRUE(d.add(id, 4, 7, 0, arrivals[id - 1]).ok());
+  EXPECT_EQ(first_scheduled_order(d, 100), (std::vector<SeqId>{2, 4, 5, 3, 1}));
+  EXPECT_FALSE(d.sched().has_unfinished());
+  d.expect_all_free();
+}
+
+TEST(Scheduler, ServesLowerPriorityValuesFirst) {
+  Driver d(make_config(64, 1, 64, true), 32, 0, 4);
+  const std::vector<int32_t> priorities = {3, 1, 2, 1, -1};
+  for (SeqId id = 1; id <= 5; ++id) ASSERT_TRUE(d.add(id, 4, 7, priorities[id - 1]).ok());
+  EXPECT_EQ(first_scheduled_order(d, 100), (std::vector<SeqId>{5, 2, 4, 3, 1}));
+  d.expect_all_free();
+}
+
+TEST(Scheduler, WaitingSequencesDoNotOvertakeOneThatDoesNotFit) {
+  Driver d(make_config(64, 8, 64, true), 6, 0, 4);  // 24 tokens of KV
+  ASSERT_TRUE(d.add(1, 16, 20).ok());               // 4 blocks
+  d.step();
+  ASSERT_TRUE(d.add(2, 12, 16).ok());  // needs 3 blocks, 2 free (the driver checks no overtaking)
+  ASSERT_TRUE(d.add(3, 4, 5).ok());    // would fit
+  auto out = d.step();
+  EXPECT_EQ(find_scheduled(out, 2), nullptr);
+  EXPECT_EQ(find_scheduled(out, 3), nullptr);
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Preemption
+
+// Four one-block prompts fill a four-block cache; each first decode needs a new block.
+// X (priority 0), Y (1), Z (1, later), W (0, latest).
+void fill_four(Driver& d, int64_t max_total_xw = 8, int64_t max_total_yz = 8) {
+  ASSERT_TRUE(d.add(1, 4, max_total_xw, 0).ok());  // X
+  ASSERT_TRUE(d.add(2, 4, max_total_yz, 1).ok());  // Y
+  ASSERT_TRUE(d.add(3, 4, max_total_yz, 1).ok());  // Z
+  ASSERT_TRUE(d.add(4, 4, max_total_xw, 0).ok());  // W
+  auto out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 4u);
+  // Priority order: X, W, Y, Z.
+  EXPECT_EQ(out.scheduled[0].id, 1);
+  EXPECT_EQ(out.scheduled[1].id, 4);
+  EXPECT_EQ(out.scheduled[2].id, 2);
+  EXPECT_EQ(out.scheduled[3].id, 3);
+  ASSERT_EQ(d.kv().device_pool().num_free(), 0);
+}
+
+TEST(Scheduler, RecomputePreemptionTakesTheLowestPriorityLatestArrivalFirst) {
+  Driver d(make_config(64, 8, 64, true), 4, 0, 4);
+  d.keep_history(true);
+  fill_four(d);
+  auto out = d.step();
+  // X needs a block: Z goes (priority 1, later than Y). W needs one: Y goes.
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 2}));
+  ASSERT_EQ(out.scheduled.size(), 2u);
+  EXPECT_EQ(out.scheduled[0].id, 1);
+  EXPECT_EQ(out.scheduled[1].id, 4);
+  EXPECT_TRUE(out.swap_out.empty());
+  for (SeqId id : {2, 3}) {
+    const Sequence* s = d.sched().find(id);
+    EXPECT_EQ(s->status, SeqStatus::kWaiting);
+    EXPECT_EQ(s->num_computed_tokens, 0);
+    EXPECT_EQ(s->num_tokens(), 5);  // prompt plus the sampled token, all to recompute
+    EXPECT_EQ(s->num_preemptions, 1);
+    EXPECT_FALSE(d.kv().has_device_blocks(id));
+  }
+  EXPECT_EQ(d.sched().stats().num_preemptions, 2);
+  EXPECT_EQ(d.sched().stats().num_recomputes, 2);
+  EXPECT_EQ(d.sched().stats().num_swap_outs, 0);
+  ASSERT_TRUE(d.run_to_completion(200));
+  // Each victim's next turn recomputes prompt and output in one go, from position 0.
+  for (SeqId id : {2, 3}) {
+    bool seen = false;
+    for (size_t i = 2; i < d.history().size() && !seen; ++i)
+      if (const auto* s = find_scheduled(d.history()[i], id)) {
+        EXPECT_EQ(s->start, 0) << id;
+        EXPECT_EQ(s->num_new_tokens, 5) << id;
+        EXPECT_TRUE(s->samples) << id;
+        seen = true;
+      }
+    EXPECT_TRUE(seen) << id;
+    EXPECT_EQ(d.exits().at(id), Exit::kFinished);
+  }
+  d.expect_all_free();
+}
+
+TEST(Scheduler, APrefillChunkPreemptsADecodeOfLowerPriorityScheduledEarlierInTheStep) {
+  Driver d(make_config(8, 8, 64, true), 4, 0, 4);
+  ASSERT_TRUE(d.add(1, 4, 16, 1).ok());  // low priority, decoding
+  d.step();
+  ASSERT_TRUE(d.add(2, 14, 16, 0).ok());  // high priority, long prompt
+  d.step();                              // 1 decodes (new block), 2 gets 7 tokens: 2 blocks
+  ASSERT_EQ(d.kv().device_pool().num_free(), 0);
+  auto out = d.step();  // 1 decodes first, then 2's chunk needs blocks and preempts 1
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{1}));
+  EXPECT_EQ(find_scheduled(out, 1), nullptr);
+  ASSERT_NE(find_scheduled(out, 2), nullptr);
+  EXPECT_EQ(find_scheduled(out, 2)->num_new_tokens, 7);
+  EXPECT_EQ(out.num_batched_tokens, 7);  // 1's token was taken back out of the budget
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+TEST(Scheduler, TheSequenceServedLastPreemptsItself) {
+  Driver d(make_config(64, 8, 64, true), 3, 0, 4);
+  d.keep_history(true);
+  ASSERT_TRUE(d.add(1, 3, 8, 0).ok());   // one block, room for its decodes
+  ASSERT_TRUE(d.add(2, 8, 12, 1).ok());  // two full blocks: its first decode needs a third
+  d.step();
+  auto out = d.step();
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{2}));
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].id, 1);
+  EXPECT_EQ(d.sched().find(2)->status, SeqStatus::kWaiting);
+  ASSERT_TRUE(d.run_to_completion(200));
+  EXPECT_EQ(d.exits().at(2), Exit::kFinished);
+  d.expect_all_free();
+}
+
+TEST(Scheduler, SwapPreemptionSwapsOutAndBackInWithoutRecompute) {
+  Driver d(make_config(64, 8, 64, true, PreemptionMode::kSwap), 4, 8, 4);
+  d.keep_history(true);
+  fill_four(d);
+  auto out = d.step();
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 2}));
+  ASSERT_EQ(out.swap_out.size(), 2u);
+  for (SeqId id : {2, 3}) {
+    const Sequence* s = d.sched().find(id);
+    EXPECT_EQ(s->status, SeqStatus::kSwapped);
+    EXPECT_EQ(s->num_computed_tokens, 4);
+    EXPECT_TRUE(d.kv().is_swapped(id));
+  }
+  EXPECT_EQ(d.kv().host_pool().num_free(), 6);
+  EXPECT_EQ(d.sched().stats().num_swap_outs, 2);
+  EXPECT_EQ(d.sched().stats().num_swapped, 2);
+  const size_t preempt_step = d.history().size();
+  ASSERT_TRUE(d.run_to_completion(200));
+  // Y comes back before Z, each continuing from position 4 in the step it is swapped in.
+  size_t back[4] = {0, 0, 0, 0};
+  for (SeqId id : {2, 3}) {
+    for (size_t i = preempt_step; i < d.history().size(); ++i)
+      if (const auto* s = find_scheduled(d.history()[i], id)) {
+        EXPECT_EQ(s->start, 4) << id;
+        EXPECT_EQ(s->num_new_tokens, 1) << id;
+        EXPECT_FALSE(d.history()[i].swap_in.empty()) << id;
+        back[id] = i;
+        break;
+      }
+    EXPECT_GT(back[id], 0u) << id;
+    EXPECT_EQ(d.exits().at(id), Exit::kFinished);
+  }
+  EXPECT_LE(back[2], back[3]);
+  EXPECT_EQ(d.sched().stats().num_recomputes, 0);
+  d.expect_all_free();
+}
+
+TEST(Scheduler, SwapFallsBackToRecomputeWhenTheHostPoolIsFull) {
+  Driver d(make_config(64, 8, 64, true, PreemptionMode::kSwap), 4, 1, 4);
+  fill_four(d);
+  auto out = d.step();
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 2}));
+  EXPECT_EQ(out.swap_out.size(), 1u);
+  EXPECT_EQ(d.sched().find(3)->status, SeqStatus::kSwapped);
+  EXPECT_EQ(d.sched().find(2)->status, SeqStatus::kWaiting);
+  EXPECT_EQ(d.sched().find(2)->num_computed_tokens, 0);
+  EXPECT_EQ(d.kv().host_pool().num_free(), 0);
+  EXPECT_EQ(d.sched().stats().num_swap_outs, 1);
+  EXPECT_EQ(d.sched().stats().num_recomputes, 1);
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+TEST(Scheduler, SwapWithoutAHostPoolAlwaysRecomputes) {
+  Driver d(make_config(64, 8, 64, true, PreemptionMode::kSwap), 4, 0, 4);
+  fill_four(d);
+  auto out = d.step();
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 2}));
+  EXPECT_TRUE(out.swap_out.empty());
+  EXPECT_EQ(d.sched().stats().num_recomputes, 2);
+  ASSERT_TRUE(d.run_to_completion(200));
+  d.expect_all_free();
+}
+
+// A swapped-out sequence has first claim on the blocks that come free: a new sequence that
+// starts while it waits takes blocks it needs, and a stream of them could starve it.
+TEST(Scheduler, SwappedSequenceComesBackBeforeLaterSequencesStart) {
+  Driver d(make_config(64, 8, 64, true, PreemptionMode::kSwap), 4, 8, 4);
+  d.keep_history(true);
+  ASSERT_TRUE(d.add(1, 4, 8, 0).ok());   // R
+  ASSERT_TRUE(d.add(2, 8, 12, 0).ok());  // S
+  d.step();                              // R: 1 block, S: 2 blocks
+  auto out = d.step();                   // R takes the last block; S must preempt itself
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{2}));
+  EXPECT_EQ(d.sched().find(2)->status, SeqStatus::kSwapped);
+  EXPECT_EQ(d.kv().device_pool().num_free(), 2);
+  ASSERT_TRUE(d.add(3, 4, 6, 5).ok());  // W: would fit in the 2 free blocks
+  const size_t added = d.history().size();
+  ASSERT_TRUE(d.run_to_completion(200));
+  size_t s_back = 0, w_start = 0;
+  for (size_t i = added; i < d.history().size(); ++i) {
+    if (s_back == 0 && find_scheduled(d.history()[i], 2)) s_back = i;
+    if (w_start == 0 && find_scheduled(d.history()[i], 3)) w_start = i;
+  }
+  ASSERT_GT(s_back, 0u);
+  ASSERT_GT(w_start, 0u);
+  EXPECT_LE(s_back, w_start);
+  d.expect_all_free();
+}
+
+// A swapped-in sequence must also get blocks for the tokens it computes next; otherwise it
+// holds device blocks without running and is the first victim again: swap traffic for nothing.
+TEST(Scheduler, SwapsInOnlyWhenTheNextTokensFitToo) {
+  Driver d(make_config(64, 8, 64, true, PreemptionMode::kSwap), 4, 8, 4);
+  ASSERT_TRUE(d.add(1, 4, 8, 0).ok());
+  ASSERT_TRUE(d.add(2, 8, 12, 0).ok());
+  d.step();
+  auto out = d.step();  // S (2) swaps itself out: 2 blocks free, S needs 3 to continue
+  ASSERT_EQ(out.preempted, (std::vector<SeqId>{2}));
+  out = d.step();
+  EXPECT_TRUE(out.swap_in.empty());
+  EXPECT_EQ(d.sched().find(2)->status, SeqStatus::kSwapped);
+  ASSERT_TRUE(d.run_to_completion(200));
+  EXPECT_EQ(d.sched().stats().num_swap_outs, 1);
+  d.expect_all_free();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Removal
+
+TEST(Scheduler, RemoveFreesEverythingInEveryState) {
+  // Waiting, never scheduled.
+  {
+    Driver d(make_config(8, 8, 64, true), 8, 4, 4);
+    ASSERT_TRUE(d.add(1, 20, 24).ok());
+    d.abort(1);
+    EXPECT_EQ(d.sched().find(1), nullptr);
+    EXPECT_FALSE(d.sched().has_unfinished());
+    d.sched().check_invariants();
+    d.expect_all_free();
+    d.abort(1);  // twice: no-op
+  }
+  // Mid-prefill.
+  {
+    Driver d(make_config(8, 8, 64, true), 8, 4, 4);
+    ASSERT_TRUE(d.add(1, 20, 24).ok());
+    d.step();
+    ASSERT_TRUE(d.sched().find(1)->in_prefill());
+    EXPECT_EQ(d.kv().device_pool().num_free(), 6);
+    d.abort(1);
+    d.sched().check_invariants();
+    d.expect_all_free();
+  }
+  // Running decode, forked, and the fork's sibling.
+  {
+    Driver d(make_config(64, 8, 64, true), 8, 4, 4);
+    ASSERT_TRUE(d.add(1, 6, 24).ok());
+    d.step();
+    d.fork(1, 2);
+    d.step();
+    EXPECT_EQ(d.sched().find(1)->status, SeqStatus::kRunning);
+    d.abort(1);
+    d.sched().check_invariants();
+    EXPECT_LT(d.kv().device_pool().num_free(), 8);
+    d.abort(2);
+    d.sched().remove(2);
+    d.expect_all_free();
+  }
+  // Swapped, and waiting after a recompute preemption.
+  {
+    Driver d(make_config(64, 8, 64, true, PreemptionMode::kSwap), 4, 1, 4);
+    fill_four(d, 12, 12);
+    d.step();
+    ASSERT_EQ(d.sched().find(3)->status, SeqStatus::kSwapped);
+    ASSERT_EQ(d.sched().find(2)->status, SeqStatus::kWaiting);
+    ASSERT_EQ(d.sched().find(2)->num_preemptions, 1);
+    d.abort(3);
+    d.sched().check_invariants();
+    EXPECT_EQ(d.kv().host_pool().num_free(), 1);
+    d.abort(2);
+    d.sched().check_invariants();
+    d.abort(1);
+    d.abort(4);
+    EXPECT_FALSE(d.sched().has_unfinished());
+    d.expect_all_free();
+  }
+}
+
+TEST(Scheduler, AbortsInEveryStateWhileOthersRunLeaveOthersIntact) {
+  Driver d(make_config(8, 4, 64, true, PreemptionMode::kSwap), 6, 3, 4);
+  for (SeqId id = 1; id <= 8; ++id) ASSERT_TRUE(d.add(id, 3 + id * 2, 8 + id * 2, static_cast<int32_t>(id % 3)).ok());
+  for (int i = 0; i < 6; ++i) d.step();
+  // Abort one sequence of each state present, then let the rest finish.
+  std::set<SeqStatus> seen;
+  for (SeqId id = 1; id <= 8; ++id) {
+    const Sequence* s = d.sched().find(id);
+    if (s != nullptr && seen.insert(s->status).second) d.abort(id);
+  }
+  EXPECT_GE(seen.size(), 2u);
+  ASSERT_TRUE(d.run_to_completion(500));
+  d.expect_all_free();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forks
+
+TEST(Scheduler, ForkSharesThePromptAndCopiesThePartialBlockOnWrite) {
+  Driver d(make_config(64, 8, 64, true), 8, 0, 4);
+  ASSERT_TRUE(d.add(1, 6, 12).ok());
+  d.on_sample = [](Driver& drv, SeqId id) {
+    if (id == 1 && drv.steps() == 1) {
+      drv.fork(1, 2);
+      drv.sched().append_token(2, drv.random_token());  // the child samples its own token
+    }
+  };
+  d.step();
+  const auto shared = d.kv().block_table(1);
+  ASSERT_EQ(shared.size(), 2u);
+  EXPECT_EQ(d.kv().block_table(2), shared);
+  EXPECT_EQ(d.sched().find(2)->num_computed_tokens, 6);
+  EXPECT_EQ(d.sched().find(2)->status, SeqStatus::kRunning);
+  EXPECT_NE(d.sched().find(1)->tokens.back(), d.sched().find(2)->tokens.back());
+
+  auto out = d.step();
+  ASSERT_EQ(out.scheduled.size(), 2u);
+  ASSERT_EQ(out.block_copies.size(), 1u);  // only the first writer copies
+  EXPECT_EQ(out.block_copies[0].src, shared[1]);
+  EXPECT_EQ(d.kv().block_table(1)[0], shared[0]);  // the full prompt block stays shared
+  EXPECT_EQ(d.kv().block_table(2)[0], shared[0]);
+  EXPECT_EQ(d.kv().device_pool().ref_count(shared[0]), 2);
+  EXPECT_EQ(d.kv().block_table(1)[1], out.block_copies[0].dst);
+  EXPECT_EQ(d.kv().block_table(2)[1], shared[1]);
+  // The driver's KV model checks both children read their own tokens from here on.
+  ASSERT_TRUE(d.run_to_completion(100));
+  EXPECT_EQ(d.exits().at(1), Exit::kFinished);
+  EXPECT_EQ(d.exits().at(2), Exit::kFinished);
+  d.expect_all_free();
+}
+
+// The engine runs a step's swap-outs before its copies. A sequence that copies a shared block
+// on write and is then swapped out in the same step must take the copy's source to the host,
+// not the fresh block the copy has not yet filled.
+TEST(Scheduler, SwapOutRightAfterCopyOnWriteKeepsTheVictimsKv) {
+  Driver d(make_config(9, 8, 64, true, PreemptionMode::kSwap), 5, 16, 4);
+  d.keep_history(true);
+  ASSERT_TRUE(d.add(1, 6, 16, 1).ok());  // P
+  d.on_sample = [](Driver& drv, SeqId id) {
+    if (id == 1 && drv.steps() == 2) {
+      drv.fork(1, 3);  // C, after P's first decode: the shared last block is partial
+      drv.sched().append_token(3, drv.random_token());
+    }
+  };
+  d.step();
+  ASSERT_TRUE(d.add(2, 18, 20, 0).ok());  // H: high priority, long prompt
+  d.step();                              // P decodes, H prefills 8 tokens
+  auto out = d.step();  // P copies its last block; H's chunk needs 2 blocks: C, then P, swapped
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 1}));
+  EXPECT_EQ(d.sched().find(1)->status, SeqStatus::kSwapped);
+  EXPECT_EQ(d.sched().find(3)->status, SeqStatus::kSwapped);
+  ASSERT_TRUE(d.run_to_completion(100));  // the KV model checks P's tokens after its swap-in
+  EXPECT_EQ(d.exits().at(1), Exit::kFinished);
+  EXPECT_EQ(d.exits().at(3), Exit::kFinished);
+  d.expect_all_free();
+}
+
+TEST(Scheduler, ForkedChildrenArePreemptedAndRecomputedIndependently) {
+  for (auto mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+    SCOPED_TRACE(mode == PreemptionMode::kSwap ? "swap" : "recompute");
+    Driver d(make_config(16, 8, 64, true, mode), 8, 4, 4);
+    ASSERT_TRUE(d.add(1, 5, 24, 1).ok());
+    d.on_sample = [](Driver& drv, SeqId id) {
+      if (id == 1 && drv.steps() == 1)
+        for (SeqId child : {10, 11, 12}) {
+          drv.fork(1, child);
+          drv.sched().append_token(child, drv.random_token());
+        }
+    };
+    d.step();
+    ASSERT_TRUE(d.add(2, 14, 24, 0).ok());
+    ASSERT_TRUE(d.run_to_completion(500));
+    EXPECT_GT(d.sched().stats().num_preemptions, 0);
+    for (SeqId id : {1, 2, 10, 11, 12}) EXPECT_EQ(d.exits().at(id), Exit::kFinished) << id;
+    d.expect_all_free();
+  }
+}
+
+using SchedulerDeathTest = ::testing::Test;
+
+TEST_F(SchedulerDeathTest, MisuseAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  kv::KvCacheManager kv(8, 0, 4);
+  Scheduler s(make_config(64, 8, 64, true), kv);
+  Sequence seq;
+  seq.id = 1;
+  seq.tokens = {1, 2, 3};
+  seq.max_total_tokens = 8;
+  ASSERT_TRUE(s.add(seq).ok());
+  EXPECT_DEATH((void)s.add(seq), "duplicate sequence id 1");
+  EXPECT_DEATH(s.append_token(1, 7), "not running");
+  EXPECT_DEATH(s.fork(1, 2), "not running");
+  EXPECT_DEATH(s.append_token(9, 7), "unknown sequence 9");
+  s.schedule();
+  ASSERT_EQ(s.find(1)->status, SeqStatus::kRunning);
+  seq.id = 2;
+  ASSERT_TRUE(s.add(seq).ok());  // waiting: it holds no blocks the KV manager would notice
+  EXPECT_DEATH(s.fork(1, 2), "fork into existing sequence 2");
+}
+
+}  // namespace
+}  // namespace vesper::sched

@@ -1,0 +1,103 @@
+// Starts `vesper serve` on a free loopback port and stops it; small HTTP helpers for the tests.
+import { spawn, execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const repoRoot = path.resolve(here, '..', '..');
+export const vesper = process.env.VESPER_BINARY || path.join(repoRoot, 'build', 'bin', 'vesper');
+export const storiesLong = path.join(repoRoot, '..', 'shared', 'models', 'stories260K-f32.gguf');
+
+// Starts a server; resolves to {url, proc, logs, stop()} once it listens.
+export function startServer(args = [], model = storiesLong) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(vesper, ['serve', model, '--port', '0', '--threads', '2', ...args], {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let logs = '';
+    const timer = setTimeout(() => reject(new Error('server did not start:\n' + logs)), 60000);
+    const onData = (d) => {
+      logs += d.toString();
+      const m = logs.match(/on http:\/\/([0-9.]+):(\d+)/);
+      if (m && !proc.started) {
+        proc.started = true;
+        clearTimeout(timer);
+        const server = {
+          url: `http://${m[1]}:${m[2]}`,
+          proc,
+          get logs() { return logs; },
+          exited: new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal }))),
+          async stop() {
+            if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGTERM');
+            return server.exited;
+          },
+        };
+        resolve(server);
+      }
+    };
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', onData);
+    proc.on('exit', (code) => {
+      if (!proc.started) {
+        clearTimeout(timer);
+        reject(new Error(`server exited with ${code}:\n${logs}`));
+      }
+    });
+  });
+}
+
+export async function postJson(url, body, headers = {}) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, json, text, headers: res.headers };
+}
+
+// Reads an SSE response to the end; returns the parsed events (without [DONE]) and whether
+// [DONE] came.
+export async function readSse(res) {
+  const decoder = new TextDecoder();
+  let buffer = '';
+  const events = [];
+  let done = false;
+  for await (const chunk of res.body) {
+    buffer += decoder.decode(chunk, { stream: true });
+    let at;
+    while ((at = buffer.indexOf('\n\n')) >= 0) {
+      const event = buffer.slice(0, at);
+      buffer = buffer.slice(at + 2);
+      for (const line of event.split('\n')) {
+        if (!line.startsWith('data: ')) continue;
+        const data = line.slice(6);
+        if (data === '[DONE]') done = true;
+        else events.push(JSON.parse(data));
+      }
+    }
+  }
+  return { events, done };
+}
+
+export async function metrics(url) {
+  const res = await fetch(url + '/metrics');
+  const text = await res.text();
+  const values = {};
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#') || !line.trim()) continue;
+    const m = line.match(/^([a-z_:]+)(\{[^}]*\})? ([0-9.eE+-]+)$/);
+    if (m && !m[2]?.includes('le=')) values[m[1] + (m[2] && m[2].includes('finished_reason') ? m[2] : '')] = Number(m[3]);
+  }
+  return { text, values };
+}
+
+// Greedy ids and text from `vesper generate` for the same model and prompt.
+export function generateJson(prompt, maxTokens, model = storiesLong) {
+  const out = execFileSync(vesper, ['generate', model, '--prompt', prompt, '--max-tokens', String(maxTokens),
+    '--temperature', '0', '--json'], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'ignore'] });
+  return JSON.parse(out.toString().trim().split('\n')[0]);
+}
