@@ -33,8 +33,7 @@ Result<double> parse_request_rate(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(v > 0) || std::isinf(v))
-    return make_error("--request-rate \"" + text +
-                      "\": expected a number of requests/s > 0, or inf");
+    return make_error("\"" + text + "\": expected a number of requests/s > 0, or inf");
   return v;
 }
 
@@ -45,12 +44,25 @@ Result<std::vector<double>> parse_percentiles(const std::string& text) {
     char* end = nullptr;
     const double v = std::strtod(item.c_str(), &end);
     if (item.empty() || *end != '\0' || !(v >= 0 && v <= 100))
-      return make_error("--metric-percentiles \"" + text +
+      return make_error("\"" + text +
                         "\": expected comma-separated numbers in [0, 100], e.g. 50,90,99");
     out.push_back(v);
   }
-  if (out.empty()) return make_error("--metric-percentiles: empty");
+  if (out.empty()) return make_error("\"" + text + "\": no percentile given");
   return out;
+}
+
+// CLI11 2.1's PositiveNumber prints the whole double range in its message; this says it plainly.
+CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& text) {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !(v > 0) || std::isinf(v))
+          return "\"" + text + "\": expected a number > 0";
+        return std::string();
+      },
+      "POSITIVE");
 }
 
 // Failed requests, grouped by message: the few most useful lines for stderr.
@@ -71,10 +83,10 @@ void report_failures(const client::BenchResult& r) {
 
 int run_bench_serve(ServeBenchOptions& o) {
   auto rate = parse_request_rate(o.request_rate);
-  if (!rate) return fail(rate.error().message);
+  if (!rate) return fail("--request-rate " + rate.error().message);
   o.config.request_rate = *rate;
   auto percentiles = parse_percentiles(o.percentiles);
-  if (!percentiles) return fail(percentiles.error().message);
+  if (!percentiles) return fail("--metric-percentiles " + percentiles.error().message);
   o.config.percentiles = *percentiles;
   if (auto st = client::validate(o.config); !st) return fail(st.error().message);
 
@@ -123,7 +135,7 @@ CommandRunner add_bench_serve_command(CLI::App& bench) {
                   "Model name to request (default: the first of GET /v1/models)");
   cmd->add_option("--num-prompts", c.num_prompts, "Requests to send")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--request-rate", o->request_rate,
                   "Requests per second, Poisson arrivals (see --burstiness); inf sends all at once")
       ->capture_default_str()
@@ -134,19 +146,19 @@ CommandRunner add_bench_serve_command(CLI::App& bench) {
   cmd->add_option("--burstiness", c.burstiness,
                   "Gamma shape of the arrival gaps: 1 is Poisson, < 1 burstier, > 1 more regular")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--max-concurrency", c.max_concurrency,
                   "Requests in flight at most (default: no limit)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   auto* input_len = cmd->add_option("--input-len", c.input_len,
                                     "Random prompts of this many common English words (~1 token "
                                     "each for llama vocabularies)")
                         ->capture_default_str()
-                        ->check(CLI::PositiveNumber);
+                        ->check(positive());
   cmd->add_option("--output-len", c.output_len,
                   "Tokens to generate per request (max_tokens; default for --dataset)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--dataset", c.dataset,
                   "JSONL file of {\"prompt\": str, \"output_len\": int} instead of random prompts")
       ->check(CLI::ExistingFile)
@@ -160,11 +172,15 @@ CommandRunner add_bench_serve_command(CLI::App& bench) {
                   "Sent as \"Authorization: Bearer KEY\" (default: $OPENAI_API_KEY)");
   cmd->add_option("--metric-percentiles", o->percentiles,
                   "Comma-separated percentiles to report, e.g. 50,90,99")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check([](const std::string& s) {
+        auto p = parse_percentiles(s);
+        return p.ok() ? std::string() : p.error().message;
+      });
   cmd->add_option("--request-timeout", c.request_timeout_s,
                   "Seconds a request (its whole stream) may take")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   auto* json = cmd->add_flag("--json", o->json,
                              "Print the results as one JSON object with vLLM's key names");
   cmd->add_flag("--save-detailed", o->save_detailed,

@@ -1,4 +1,6 @@
 // `vesper serve MODEL.gguf`: the OpenAI-compatible HTTP server (see server/http_server.h).
+#include <sys/resource.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,7 +48,20 @@ Result<tokenizer::ChatTemplate> load_chat_template(const std::string& path, cons
   return parsed;
 }
 
+// Each connection is a file descriptor; the usual soft limit of 1024 would cap concurrent
+// clients well below what the server holds, so it is raised to the hard limit.
+void raise_fd_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0)
+    log_info("open files limit: %llu (each client connection takes one)", static_cast<unsigned long long>(lim.rlim_cur));
+}
+
 int run_serve(ServeOptions& o) {
+  raise_fd_limit();
   auto body_limit = engine::parse_byte_size(o.max_request_body);
   if (!body_limit || *body_limit <= 0) return fail("--max-request-body: " + (body_limit ? std::string("must be positive") : body_limit.error().message));
   o.server.max_body_bytes = static_cast<size_t>(*body_limit);

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -104,8 +105,10 @@ struct Run {
     return std::chrono::duration<double>(t - origin).count();
   }
   Clock::duration timeout() const {
+    constexpr double kMaxTimeout =
+        365 * 24 * 3600.0;  // far beyond any run; keeps the cast in range
     return std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(config.request_timeout_s));
+        std::chrono::duration<double>(std::min(config.request_timeout_s, kMaxTimeout)));
   }
 };
 

@@ -136,6 +136,70 @@ TEST(CliGenerate, BadFlagsGetClearErrors) {
   }
 }
 
+TEST(CliGenerate, PromptsFileRunsAsOneBatchInInputOrder) {
+  const std::string path = ::testing::TempDir() + "vesper_prompts.jsonl";
+  {
+    std::ofstream f(path);
+    f << "Once upon a time\n";
+    f << R"({"prompt": "The little dog", "max_tokens": 5})" << "\n";
+    f << R"({"prompt": "Once upon a time", "n": 2, "stop": ["Lily"]})" << "\n";
+  }
+  auto r = run_vesper({"generate", kStories, "--prompts-file", path, "--max-tokens", "32", "--temperature", "0", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["token_ids"], expected_stories()["results"][0]["ids"]);
+  EXPECT_EQ(lines[1]["prompt"], "The little dog");
+  EXPECT_EQ(lines[1]["token_ids"].size(), 5u);
+  ASSERT_EQ(lines[2]["outputs"].size(), 2u);
+  EXPECT_EQ(lines[2]["outputs"][1]["text"], ", there was a little girl named ");
+  EXPECT_EQ(lines[2]["finish_reason"], "stop");
+  {
+    std::ofstream f(path);
+    f << R"({"prompt": "x", "temperature": "hot"})" << "\n";
+  }
+  auto bad = run_vesper({"generate", kStories, "--prompts-file", path});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find(path + ":1:"), std::string::npos) << bad.err;
+  std::remove(path.c_str());
+}
+
+TEST(CliBench, ThroughputJsonReportsRates) {
+  auto r = run_vesper({"bench", "throughput", kStoriesLong, "--num-prompts", "16", "--input-len", "32", "--output-len", "8",
+                       "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"}) {
+    ASSERT_TRUE(j[key].is_number()) << key;
+    EXPECT_GT(j[key].get<double>(), 0) << key;
+  }
+  EXPECT_EQ(j["output_tokens"], 16 * 8);
+  EXPECT_EQ(j["prompt_tokens"], 16 * 32);
+}
+
+// Files that `vesper synth` writes in each quantized type decode in real llama.cpp to the ids
+// recorded in bench/llamacpp/expected_synth_quantized.json; Vesper must agree on its own files.
+TEST(CliSynth, QuantizedFilesGiveLlamaCppsGreedyIds) {
+  std::ifstream f("bench/llamacpp/expected_synth_quantized.json");
+  const auto expected = nlohmann::json::parse(f);
+  ASSERT_GE(expected["results"].size(), 7u);
+  for (const auto& r : expected["results"]) {
+    const std::string path = ::testing::TempDir() + "vesper_synth_" + r["type"].get<std::string>() + ".gguf";
+    std::vector<std::string> args = {"synth"};
+    for (const auto& a : r["synth_args"]) args.push_back(a.get<std::string>());
+    args.push_back("-o");
+    args.push_back(path);
+    auto s = run_vesper(args);
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    auto g = run_vesper({"generate", path, "--prompt", r["prompt"], "--max-tokens", "12", "--temperature", "0", "--json"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    auto line = json_lines(g.out).at(0);
+    EXPECT_EQ(line["prompt_token_ids"], r["prompt_ids"]) << r["type"];
+    EXPECT_EQ(line["token_ids"], r["ids"]) << r["type"];
+    std::remove(path.c_str());
+  }
+}
+
 TEST(CliInspect, PrintsMetadataTensorsAndParameterCount) {
   auto r = run_vesper({"inspect", kStories});
   ASSERT_EQ(r.exit_code, 0) << r.err;

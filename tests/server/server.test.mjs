@@ -4,7 +4,9 @@
 // runs, admission control, API keys, metrics, tokenize/detokenize, and graceful SIGTERM.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, postJson, readSse, metrics, generateJson } from './server_harness.mjs';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { startServer, postJson, readSse, metrics, generateJson, vesper, repoRoot } from './server_harness.mjs';
 
 let server;
 before(async () => { server = await startServer(['--max-num-seqs', '64']); });
@@ -119,6 +121,17 @@ test('300 concurrent streaming clients all complete correctly', async () => {
   });
   const results = await Promise.all(runs);
   assert.equal(results.filter(Boolean).length, 300);
+});
+
+test('vesper bench serve drives 1,000 concurrent streams to completion', async () => {
+  const { stdout } = await promisify(execFile)(vesper, ['bench', 'serve', '--base-url', server.url, '--num-prompts', '1000',
+    '--request-rate', 'inf', '--input-len', '16', '--output-len', '8', '--json'], { cwd: repoRoot, maxBuffer: 1 << 24 });
+  const r = JSON.parse(stdout.trim().split('\n').at(-1));
+  assert.equal(r.completed, 1000);
+  assert.equal(r.failed, 0);
+  assert.equal(r.total_output_tokens, 8000);
+  assert.ok(r.mean_ttft_ms > 0 && r.p99_ttft_ms >= r.median_ttft_ms);
+  assert.ok(r.output_throughput > 0);
 });
 
 test('a client that disconnects frees its KV blocks', async () => {

@@ -1,0 +1,51 @@
+// `vesper synth`: writes a random-weight llama-family model of any shape and weight type, with a
+// real tokenizer copied from a donor GGUF: benchmark inputs at realistic sizes (never committed).
+#include "cli/commands.h"
+#include "model/synth.h"
+
+namespace vesper::cli {
+namespace {
+
+struct SynthOptions {
+  model::SynthSpec spec;
+  std::string type = "f32";
+  std::string out;
+  int threads = 0;
+};
+
+int run_synth(SynthOptions& o) {
+  auto type = tensor::parse_type_name(o.type);
+  if (!type || !tensor::traits(*type).supported)
+    return fail("--type \"" + o.type + "\" is not supported; supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+                "q2_k, q3_k, q4_k, q5_k, q6_k");
+  o.spec.type = *type;
+  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+  if (auto st = model::write_synthetic_model(o.spec, o.out, pool); !st) return fail(st.error().message);
+  std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner add_synth_command(CLI::App& app) {
+  auto o = std::make_shared<SynthOptions>();
+  auto& s = o->spec;
+  CLI::App* cmd = app.add_subcommand("synth", "Write a random-weight llama-family model (benchmark input)");
+  cmd->add_option("--arch", s.arch, "llama, qwen2 or qwen3")->capture_default_str();
+  cmd->add_option("--n-layer", s.n_layer, "Layers")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-embd", s.n_embd, "Embedding size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-head", s.n_head, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-head-kv", s.n_head_kv, "Key/value heads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-ff", s.n_ff, "Feed-forward size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-vocab", s.n_vocab, "Vocabulary size without --vocab-from (a byte vocabulary)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--context-length", s.context_length, "Context length")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--vocab-from", s.vocab_from, "Donor GGUF whose tokenizer is copied");
+  cmd->add_option("--type", o->type, "Weight type (q4_0, q8_0, q4_k, f16, ...)")->capture_default_str();
+  cmd->add_option("--seed", s.seed, "Random seed")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::PositiveNumber);
+  cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
+  return [o] { return run_synth(*o); };
+}
+
+}  // namespace vesper::cli
