@@ -90,7 +90,7 @@ int run_bench_serve(ServeBenchOptions& o) {
   o.config.percentiles = *percentiles;
   if (auto st = client::validate(o.config); !st) return fail(st.error().message);
 
-  std::optional<ProgressBar> progress;  // made at the first request's end, when the total is known
+  std::optional<ProgressBar> progress;  // made when the run starts and the total is known
   o.config.on_progress = [&](int64_t done, int64_t total, int64_t tokens) {
     if (!progress) progress.emplace("bench serve", total);
     progress->update(done, tokens);

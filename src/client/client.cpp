@@ -203,6 +203,8 @@ asio::awaitable<Status> drive(Run& run) {
       arrival_offsets(static_cast<int64_t>(run.requests.size()), run.config.request_rate,
                       run.config.burstiness, run.config.seed);
   run.origin = Clock::now();
+  if (run.config.on_progress)
+    run.config.on_progress(0, static_cast<int64_t>(run.requests.size()), 0);
   asio::steady_timer timer(run.executor);
   for (size_t i = 0; i < run.requests.size(); ++i) {
     const auto at = run.origin + std::chrono::duration_cast<Clock::duration>(

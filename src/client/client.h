@@ -43,7 +43,7 @@ struct BenchConfig {
   bool test_request = true;  // send the first prompt once before the run, as vLLM does
   double request_timeout_s = 6 * 3600.0;  // per request, the whole stream (vLLM's aiohttp timeout)
   std::vector<double> percentiles = {99};
-  // Called on the benchmark's thread after each request ends.
+  // Called on the benchmark's thread when the requests start (done = 0) and after each one ends.
   std::function<void(int64_t done, int64_t total, int64_t output_tokens)> on_progress;
 };
 

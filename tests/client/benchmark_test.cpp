@@ -191,14 +191,14 @@ TEST(RunBenchmark, SendsVllmStyleStreamingRequestsAndMeasuresThem) {
   c.request_rate = 200;  // Poisson arrivals, short
   int64_t progress_calls = 0;
   c.on_progress = [&](int64_t done, int64_t total, int64_t) {
-    ++progress_calls;
     EXPECT_EQ(total, 12);
-    EXPECT_EQ(done, progress_calls);
+    EXPECT_EQ(done, progress_calls);  // 0 at the start, then one call per request
+    ++progress_calls;
   };
   auto r = run_benchmark(c);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->model, "fake-model");  // from GET /v1/models
-  EXPECT_EQ(progress_calls, 12);
+  EXPECT_EQ(progress_calls, 13);
   const BenchMetrics& m = r->metrics;
   EXPECT_EQ(m.completed, 12);
   EXPECT_EQ(m.failed, 0);
