@@ -1,6 +1,15 @@
 // `vesper bench throughput MODEL --num-prompts N --input-len I --output-len O | --dataset F.jsonl`:
 // offline throughput as vLLM's benchmark_throughput measures it: all requests are queued at
 // once and run to completion; requests/s, output tokens/s and total tokens/s over the run.
+//
+// Prefix-caching workloads:
+//  - `--prefix-len P --num-prefixes K`: every random prompt starts with one of K shared random
+//    prefixes of P tokens (a system prompt, a few-shot block, a document), then I own tokens.
+//  - `--num-turns T`: N conversations of T turns each; turn k+1's prompt is turn k's prompt,
+//    its answer and I new tokens (a chat whose history grows). A conversation's next turn is
+//    queued when its previous turn finishes; conversations run concurrently.
+// Time to first token (queueing included, from when the request was added) is reported too.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -22,6 +31,9 @@ struct ThroughputOptions {
   int64_t input_len = 128;
   int64_t output_len = 128;
   std::string dataset;
+  int64_t prefix_len = 0;
+  int64_t num_prefixes = 1;
+  int64_t num_turns = 1;
   uint64_t seed = 0;
   bool json = false;
 };
@@ -33,21 +45,48 @@ struct BenchRequest {
 
 // Random token prompts (vLLM's "random" dataset): ids drawn uniformly from the vocabulary,
 // avoiding control tokens so that every prompt is ordinary text.
+// With --prefix-len, each prompt starts with one of --num-prefixes shared prefixes.
 std::vector<BenchRequest> random_requests(const engine::Engine& e, const ThroughputOptions& o) {
   std::mt19937_64 rng(o.seed);
   const auto& tok = e.tokenizer();
   std::vector<int32_t> usable;
   for (int32_t id = 0; id < tok.n_vocab(); ++id)
     if ((tok.token_attr(id) & tokenizer::kAttrControl) == 0) usable.push_back(id);
+  auto random_tokens = [&](std::vector<int32_t>& out, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) out.push_back(usable[rng() % usable.size()]);
+  };
+  std::vector<std::vector<int32_t>> prefixes(o.prefix_len > 0 ? o.num_prefixes : 1);
+  for (auto& p : prefixes) {
+    if (auto bos = tok.bos_id(); bos && tok.add_bos()) p.push_back(*bos);
+    random_tokens(p, o.prefix_len);
+  }
   std::vector<BenchRequest> reqs;
   for (int64_t i = 0; i < o.num_prompts; ++i) {
     BenchRequest r;
-    if (auto bos = tok.bos_id(); bos && tok.add_bos()) r.prompt.push_back(*bos);
-    while (static_cast<int64_t>(r.prompt.size()) < o.input_len) r.prompt.push_back(usable[rng() % usable.size()]);
+    r.prompt = prefixes[i % static_cast<int64_t>(prefixes.size())];
+    // --input-len counts the BOS token of a plain prompt, as before; a prefix comes on top.
+    const int64_t target = o.prefix_len > 0 ? static_cast<int64_t>(r.prompt.size()) + o.input_len : o.input_len;
+    random_tokens(r.prompt, std::max<int64_t>(0, target - static_cast<int64_t>(r.prompt.size())));
     r.output_len = o.output_len;
     reqs.push_back(std::move(r));
   }
   return reqs;
+}
+
+// Time to first token of each request, in seconds (mean, median, p99).
+struct TtftSummary {
+  double mean = 0, median = 0, p99 = 0;
+};
+
+TtftSummary summarize(std::vector<double> v) {
+  TtftSummary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  s.median = v[v.size() / 2];
+  s.p99 = v[std::min(v.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(v.size())))];
+  return s;
 }
 
 // JSONL: {"prompt": "...", "output_len": N} per line (output_len defaults to --output-len).
@@ -85,36 +124,69 @@ int run_throughput(const ThroughputOptions& o) {
     reqs = std::move(*r);
   }
   int64_t prompt_tokens = 0, output_tokens = 0;
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < reqs.size(); ++i) {
+  const int64_t total_requests = static_cast<int64_t>(reqs.size()) * o.num_turns;
+  std::vector<int64_t> turn(reqs.size(), 0);  // per conversation: turns queued so far
+  std::mt19937_64 turn_rng(o.seed ^ 0x5eedull);
+  auto submit = [&](size_t conv) -> Status {
     sample::SamplingParams p;
     p.temperature = 1.0f;
-    p.seed = o.seed + i;
+    p.seed = o.seed + conv * 1000003 + static_cast<uint64_t>(turn[conv]);
     p.ignore_eos = true;  // exact output lengths, as vLLM's benchmark does
-    p.max_tokens = reqs[i].output_len;
-    prompt_tokens += static_cast<int64_t>(reqs[i].prompt.size());
-    if (auto st = e.add_request(std::to_string(i), reqs[i].prompt, p); !st)
-      return fail("request " + std::to_string(i) + ": " + st.error().message);
-  }
-  ProgressBar progress("bench throughput", static_cast<int64_t>(reqs.size()));
+    p.max_tokens = reqs[conv].output_len;
+    prompt_tokens += static_cast<int64_t>(reqs[conv].prompt.size());
+    const std::string id = std::to_string(conv) + ":" + std::to_string(turn[conv]++);
+    if (auto st = e.add_request(id, reqs[conv].prompt, p); !st) return make_error("request " + id + ": " + st.error().message);
+    return {};
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (auto st = submit(i); !st) return fail(st.error().message);
+  ProgressBar progress("bench throughput", total_requests);
   int64_t finished = 0;
+  std::vector<double> ttfts;
+  const auto& tok = e.tokenizer();
   while (e.has_unfinished()) {
     for (const auto& out : e.step()) {
       for (const auto& c : out.outputs) output_tokens += static_cast<int64_t>(c.delta_token_ids.size());
-      if (out.finished) ++finished;
+      if (!out.finished) continue;
+      ++finished;
+      ttfts.push_back(out.metrics.first_token_time - out.metrics.arrival_time);
+      const size_t conv = std::stoul(out.request_id.substr(0, out.request_id.find(':')));
+      if (turn[conv] >= o.num_turns) continue;
+      // The next turn: the history so far (prompt and answer) and a new user message.
+      auto& prompt = reqs[conv].prompt;
+      const auto& answer = out.outputs[0].token_ids;
+      prompt.insert(prompt.end(), answer.begin(), answer.end());
+      for (int64_t k = 0; k < o.input_len; ++k) {
+        int32_t t;
+        do t = static_cast<int32_t>(turn_rng() % static_cast<uint64_t>(tok.n_vocab()));
+        while ((tok.token_attr(t) & tokenizer::kAttrControl) != 0);
+        prompt.push_back(t);
+      }
+      if (auto st = submit(conv); !st) return fail(st.error().message);
     }
     progress.update(finished, output_tokens);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const engine::EngineStats st = e.stats();
-  const double rps = static_cast<double>(reqs.size()) / secs;
+  const TtftSummary ttft = summarize(ttfts);
+  const double hit_rate = st.prefix_cache_queries ? static_cast<double>(st.prefix_cache_hits) /
+                                                        static_cast<double>(st.prefix_cache_queries)
+                                                  : 0.0;
+  const double rps = static_cast<double>(total_requests) / secs;
   const double out_tps = static_cast<double>(output_tokens) / secs;
   const double total_tps = static_cast<double>(prompt_tokens + output_tokens) / secs;
   if (o.json) {
     nlohmann::json j = {{"requests_per_s", rps},
                         {"output_tokens_per_s", out_tps},
                         {"total_tokens_per_s", total_tps},
-                        {"num_requests", reqs.size()},
+                        {"num_requests", total_requests},
+                        {"mean_ttft_ms", ttft.mean * 1e3},
+                        {"median_ttft_ms", ttft.median * 1e3},
+                        {"p99_ttft_ms", ttft.p99 * 1e3},
+                        {"prefill_tokens_computed", st.prefill_tokens_computed},
+                        {"prefix_cache_hit_rate", hit_rate},
+                        {"prefix_caching", o.engine.enable_prefix_caching},
                         {"prompt_tokens", prompt_tokens},
                         {"output_tokens", output_tokens},
                         {"elapsed_s", secs},
@@ -130,9 +202,15 @@ int run_throughput(const ThroughputOptions& o) {
                 static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
                 static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
                 static_cast<long long>(e.memory_plan().num_blocks), static_cast<long long>(e.memory_plan().block_size));
-    std::printf("requests: %zu, prompt tokens: %lld, output tokens: %lld, steps: %lld, preemptions: %lld\n",
-                reqs.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
-                static_cast<long long>(st.num_steps), static_cast<long long>(st.num_preemptions));
+    std::printf("requests: %lld, prompt tokens: %lld, output tokens: %lld, steps: %lld, preemptions: %lld\n",
+                static_cast<long long>(total_requests), static_cast<long long>(prompt_tokens),
+                static_cast<long long>(output_tokens), static_cast<long long>(st.num_steps),
+                static_cast<long long>(st.num_preemptions));
+    std::printf("prefix cache: %s, hit rate %.1f%%, prefill tokens computed %lld of %lld prompt tokens\n",
+                o.engine.enable_prefix_caching ? "on" : "off", 100.0 * hit_rate,
+                static_cast<long long>(st.prefill_tokens_computed), static_cast<long long>(prompt_tokens));
+    std::printf("TTFT (from queueing): mean %.1f ms, median %.1f ms, p99 %.1f ms\n", ttft.mean * 1e3,
+                ttft.median * 1e3, ttft.p99 * 1e3);
     std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s (%.2f s)\n", rps, total_tps,
                 out_tps, secs);
   }
@@ -151,6 +229,16 @@ CommandRunner add_bench_throughput_command(CLI::App& bench) {
   cmd->add_option("--output-len", o->output_len, "Generated tokens per request (EOS ignored)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--dataset", o->dataset, "JSONL file of {\"prompt\": ..., \"output_len\": ...} instead of random prompts");
+  cmd->add_option("--prefix-len", o->prefix_len,
+                  "Shared-prefix workload: random prompts start with one of --num-prefixes prefixes of this "
+                  "many tokens, followed by --input-len tokens of their own")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--num-prefixes", o->num_prefixes, "Distinct shared prefixes (with --prefix-len)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--num-turns", o->num_turns,
+                  "Multi-turn chat workload: each of --num-prompts conversations runs this many turns; a turn's "
+                  "prompt is the previous prompt, its answer and --input-len new tokens")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed for random prompts and sampling")->capture_default_str();
   cmd->add_flag("--json", o->json, "Print {\"requests_per_s\", \"output_tokens_per_s\", \"total_tokens_per_s\", ...}");
   return [o] { return run_throughput(*o); };

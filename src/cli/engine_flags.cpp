@@ -29,6 +29,9 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str()->check(CLI::IsMember({"recompute", "swap"}));
   cmd->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f.enable_chunked_prefill,
                 "Split long prompts into chunks that share steps with decodes (default: on)");
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
+                "Reuse the KV of prompt prefixes already computed (system prompts, chat history); cached "
+                "blocks stay in the KV budget until evicted, least recently used first (default: on)");
 }
 
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
@@ -38,6 +41,7 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.block_size = f.block_size;
   c.cache.num_gpu_blocks_override = f.num_gpu_blocks_override;
   c.cache.swap_space_gib = f.swap_space;
+  c.cache.enable_prefix_caching = f.enable_prefix_caching;
   if (!f.kv_cache_memory.empty()) {
     auto bytes = engine::parse_byte_size(f.kv_cache_memory);
     if (!bytes) return make_error("--kv-cache-memory: " + bytes.error().message);

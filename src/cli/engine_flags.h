@@ -24,6 +24,7 @@ struct EngineFlags {
   double swap_space = 4.0;
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
+  bool enable_prefix_caching = true;
 };
 
 // Adds the model positional argument and the engine flags to `cmd`.

@@ -58,7 +58,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   VESPER_ASSIGN_OR_RETURN(e->plan_, plan_memory(mc, weight_bytes, config.cache, sc.max_model_len, sc.max_num_seqs));
   const int threads = config.threads > 0 ? config.threads : ThreadPool::hardware_threads();
   e->pool_ = std::make_unique<ThreadPool>(threads);
-  e->kv_ = std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.block_size);
+  e->kv_ = std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.block_size,
+                                                config.cache.enable_prefix_caching);
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, e->plan_.num_blocks, e->plan_.num_swap_blocks,
                                              e->plan_.block_size, *e->pool_);
@@ -69,10 +70,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
            static_cast<long long>(mc.context_length));
   log_info("%s", e->plan_.describe().c_str());
   log_info("scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked prefill %s, "
-           "preemption mode %s; %d threads",
+           "preemption mode %s, prefix caching %s; %d threads",
            static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
            static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
-           sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute", threads);
+           sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
+           config.cache.enable_prefix_caching ? "on" : "off", threads);
   return e;
 }
 
@@ -106,6 +108,8 @@ Status Engine::add_request(const std::string& request_id, std::vector<int32_t> p
   seq.max_total_tokens = seq.num_tokens() + params.max_tokens;
   seq.priority = priority;
   seq.arrival = next_arrival_;
+  seq.cache_salt = params.cache_salt;
+  seq.skip_prefix_cache_read = params.skip_reading_prefix_cache;
   if (params.max_tokens == 0) {
     // Nothing to generate (e.g. echo-only completions): finished at once, never scheduled.
     if (seq.num_tokens() > scheduler_->config().max_model_len)
@@ -182,6 +186,7 @@ RequestOutput Engine::make_output(RequestState& req) {
   RequestOutput out;
   out.request_id = req.id;
   out.prompt_token_ids = req.prompt;
+  out.num_cached_tokens = req.num_cached_tokens;
   out.finished = static_cast<int32_t>(req.seqs.size()) == req.params.n;
   for (auto& s : req.seqs) {
     out.outputs.push_back(s.output->take_output());
@@ -207,7 +212,10 @@ std::vector<RequestOutput> Engine::step() {
     if (!decode) totals_.prefill_tokens_computed += s.num_new_tokens;
     if (!s.samples) partial_prefill = true;
     RequestState* req = seq_owner_.at(s.id).first;
-    if (req->metrics.first_scheduled_time == 0) req->metrics.first_scheduled_time = t;
+    if (req->metrics.first_scheduled_time == 0) {
+      req->metrics.first_scheduled_time = t;
+      req->num_cached_tokens = s.start;  // where the first step starts: the prefix-cache hit
+    }
   }
   if (partial_prefill) ++totals_.num_chunked_prefill_steps;
   for (sched::SeqId id : plan.preempted)
@@ -271,6 +279,11 @@ EngineStats Engine::stats() const {
   s.num_preemptions = ss.num_preemptions;
   s.num_swap_outs = ss.num_swap_outs;
   s.num_recomputes = ss.num_recomputes;
+  s.prefix_cache_queries = ss.prefix_cache_queries;
+  s.prefix_cache_hits = ss.prefix_cache_hits;
+  s.kv_blocks_cached = kv_->device_pool().num_cached();
+  s.kv_blocks_evictable = kv_->device_pool().num_evictable();
+  s.prefix_cache_evictions = kv_->device_pool().num_evictions();
   s.num_requests = static_cast<int64_t>(requests_.size());
   s.kv_blocks_total = kv_->device_pool().num_blocks();
   s.kv_blocks_used = kv_->device_pool().num_used();

@@ -46,6 +46,13 @@ struct EngineStats {
   int64_t num_steps = 0;
   int64_t max_batched_tokens_seen = 0;
   int64_t num_chunked_prefill_steps = 0;  // steps that computed part of a prompt but not its end
+  // Prefix cache: tokens looked up and found at admission (vLLM's prefix_cache_queries/hits),
+  // blocks indexed (in use or evictable), unreferenced cached blocks, and evictions so far.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  int64_t kv_blocks_cached = 0;
+  int64_t kv_blocks_evictable = 0;
+  int64_t prefix_cache_evictions = 0;
 
   double kv_usage() const { return kv_blocks_total ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0; }
 };
@@ -97,6 +104,7 @@ class Engine {
     int32_t priority = 0;
     std::vector<SequenceState> seqs;  // seqs[0] from the start; the others once forked
     RequestMetrics metrics;
+    int64_t num_cached_tokens = 0;
     bool updated = false;
   };
 

@@ -55,6 +55,7 @@ struct RequestMetrics {
 struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
+  int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
   std::vector<CompletionOutput> outputs;
   bool finished = false;
   RequestMetrics metrics;

@@ -6,16 +6,37 @@
 
 namespace vesper::kv {
 
-KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_blocks, int64_t block_size)
-    : block_size_(block_size), device_(num_device_blocks), host_(num_host_blocks) {
+KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_blocks, int64_t block_size,
+                               bool enable_prefix_caching)
+    : block_size_(block_size),
+      prefix_caching_(enable_prefix_caching),
+      device_(num_device_blocks, block_size),
+      host_(num_host_blocks, block_size) {
   VESPER_CHECK(block_size > 0 && num_device_blocks > 0 && num_host_blocks >= 0);
 }
 
 bool KvCacheManager::allocate_slots(SeqId seq, int64_t first_written, int64_t num_tokens,
-                                    std::vector<BlockCopy>& copies) {
+                                    std::vector<BlockCopy>& copies, const PrefixMatch* prefix) {
   VESPER_CHECK(host_tables_.count(seq) == 0, "allocate_slots for swapped-out sequence %lld",
                static_cast<long long>(seq));
   std::vector<BlockId>& table = device_tables_[seq];
+  if (prefix != nullptr && !prefix->blocks.empty()) {
+    VESPER_CHECK(table.empty() && first_written == prefix->num_tokens && num_tokens > prefix->num_tokens,
+                 "prefix match applied to sequence %lld that holds blocks", static_cast<long long>(seq));
+    // Matched blocks nobody references leave the evictable list and no longer count as free.
+    int64_t revived = 0;
+    for (BlockId b : prefix->blocks)
+      if (device_.ref_count(b) == 0) ++revived;
+    const int64_t need_new = blocks_for(num_tokens) - static_cast<int64_t>(prefix->blocks.size());
+    if (need_new + revived > device_.num_free()) {
+      device_tables_.erase(seq);
+      return false;
+    }
+    // Claim the matched blocks before allocating, so allocation cannot evict them.
+    for (BlockId b : prefix->blocks) device_.add_ref(b);
+    table = prefix->blocks;
+    hashes_[seq] = prefix->hashes;
+  }
   const int64_t have = static_cast<int64_t>(table.size());
   const int64_t need_new = std::max<int64_t>(0, blocks_for(num_tokens) - have);
   // Shared blocks among those written this step must become private first.
@@ -48,6 +69,7 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
   VESPER_CHECK(device_tables_.count(child) == 0, "fork into existing sequence %lld", static_cast<long long>(child));
   for (BlockId b : it->second) device_.add_ref(b);
   device_tables_[child] = it->second;
+  if (auto h = hashes_.find(parent); h != hashes_.end()) hashes_[child] = h->second;
 }
 
 void KvCacheManager::free(SeqId seq) {
@@ -60,6 +82,68 @@ void KvCacheManager::free(SeqId seq) {
     for (BlockId b : it->second) host_.release(b);
     host_tables_.erase(it);
   }
+  hashes_.erase(seq);
+}
+
+PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens, const BlockHash& root) const {
+  PrefixMatch m;
+  if (!prefix_caching_ || tokens.empty()) return m;
+  const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
+  BlockHash parent = root;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    const std::span<const int32_t> block = tokens.subspan(i * block_size_, block_size_);
+    const BlockHash h = chain_block_hash(parent, block);
+    const std::optional<BlockId> id = device_.lookup(h);
+    if (!id) break;
+    // Belt and braces: a hit must also hold exactly these tokens.
+    const std::span<const int32_t> cached = device_.tokens_of(*id);
+    if (!std::equal(cached.begin(), cached.end(), block.begin(), block.end())) break;
+    m.blocks.push_back(*id);
+    m.hashes.push_back(h);
+    parent = h;
+  }
+  m.num_tokens = static_cast<int64_t>(m.blocks.size()) * block_size_;
+  return m;
+}
+
+void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
+                                       const BlockHash& root) {
+  if (!prefix_caching_) return;
+  auto t = device_tables_.find(seq);
+  if (t == device_tables_.end()) return;
+  const std::vector<BlockId>& table = t->second;
+  std::vector<BlockHash>& hashes = hashes_[seq];
+  const int64_t full = std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(table.size()));
+  for (int64_t i = static_cast<int64_t>(hashes.size()); i < full; ++i) {
+    const BlockHash parent = i == 0 ? root : hashes[i - 1];  // a copy: push_back below may reallocate
+    const std::span<const int32_t> block = tokens.subspan(i * block_size_, block_size_);
+    const BlockHash h = chain_block_hash(parent, block);
+    hashes.push_back(h);
+    // False when the same content is already cached in another block (computed twice, e.g. by
+    // two sequences admitted before either finished it): this copy simply stays private.
+    device_.register_block(table[i], parent, h, block);
+  }
+}
+
+void KvCacheManager::uncache_blocks_from(SeqId seq, int64_t num_valid_tokens) {
+  auto h = hashes_.find(seq);
+  if (h == hashes_.end()) return;
+  std::vector<BlockHash>& hashes = h->second;
+  const int64_t keep = num_valid_tokens / block_size_;
+  if (static_cast<int64_t>(hashes.size()) <= keep) return;
+  if (auto t = device_tables_.find(seq); t != device_tables_.end()) {
+    for (int64_t i = keep; i < static_cast<int64_t>(hashes.size()) && i < static_cast<int64_t>(t->second.size()); ++i) {
+      const BlockHash* cached = device_.hash_of(t->second[i]);
+      if (cached != nullptr && *cached == hashes[i]) device_.unregister_block(t->second[i]);
+    }
+  }
+  hashes.resize(keep);
+}
+
+std::span<const BlockHash> KvCacheManager::block_hashes(SeqId seq) const {
+  auto h = hashes_.find(seq);
+  if (h == hashes_.end()) return {};
+  return h->second;
 }
 
 const std::vector<BlockId>& KvCacheManager::block_table(SeqId seq) const {
@@ -115,7 +199,19 @@ void KvCacheManager::check_invariants() const {
   for (const auto& [seq, table] : device_tables_) {
     VESPER_CHECK(host_tables_.count(seq) == 0, "sequence %lld is on both device and host", static_cast<long long>(seq));
     for (BlockId b : table) ++device_refs[b];
+    const std::span<const BlockHash> hashes = block_hashes(seq);
+    VESPER_CHECK(hashes.size() <= table.size(), "sequence %lld has %zu block hashes for %zu blocks",
+                 static_cast<long long>(seq), hashes.size(), table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      const BlockHash* cached = device_.hash_of(table[i]);
+      VESPER_CHECK(cached == nullptr || (i < hashes.size() && *cached == hashes[i]),
+                   "sequence %lld: block %d at position %zu is cached under another prefix's hash",
+                   static_cast<long long>(seq), table[i], i);
+    }
   }
+  for (const auto& [seq, hashes] : hashes_)
+    VESPER_CHECK(device_tables_.count(seq) != 0 || host_tables_.count(seq) != 0,
+                 "block hashes kept for sequence %lld, which holds no blocks", static_cast<long long>(seq));
   for (const auto& [seq, table] : host_tables_)
     for (BlockId b : table) ++host_refs[b];
   for (BlockId b = 0; b < device_.num_blocks(); ++b)

@@ -31,6 +31,10 @@ struct SamplingParams {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;     // special tokens are not rendered in the text
 
+  // Prefix caching (request options that travel with the sampling parameters, as in vLLM).
+  bool skip_reading_prefix_cache = false;  // compute the whole prompt (its blocks are still cached)
+  std::string cache_salt;                  // requests share cached KV only with equal salts
+
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
 
   // Checks ranges; the error names the field (e.g. "temperature must be >= 0, got -1").

@@ -41,6 +41,8 @@ Status Scheduler::add(Sequence seq) {
   VESPER_CHECK(sequences_.count(seq.id) == 0, "duplicate sequence id %lld", static_cast<long long>(seq.id));
   seq.status = SeqStatus::kWaiting;
   seq.num_computed_tokens = 0;
+  seq.num_cached_tokens = -1;
+  if (kv_.prefix_caching_enabled()) seq.prefix_root = kv::root_block_hash(seq.cache_salt);
   sequences_.emplace(seq.id, std::move(seq));
   return {};
 }
@@ -85,6 +87,8 @@ void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
   for (const kv::BlockCopy& c : out.block_copies)
     if (std::find(table.begin(), table.end(), c.dst) != table.end()) copied_from[c.dst] = c.src;
   std::erase_if(out.block_copies, [&](const kv::BlockCopy& c) { return copied_from.count(c.dst) != 0; });
+  // Blocks indexed for this step's tokens will not be computed now.
+  kv_.uncache_blocks_from(victim.id, victim.num_computed_tokens);
   ++totals_.num_preemptions;
   ++victim.num_preemptions;
   out.preempted.push_back(victim.id);
@@ -128,6 +132,7 @@ void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, SchedulerOutput&
   seq.num_computed_tokens += num_new;
   out.scheduled.push_back(s);
   out.num_batched_tokens += num_new;
+  kv_.cache_full_blocks(seq.id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
 }
 
 SchedulerOutput Scheduler::schedule() {
@@ -181,10 +186,20 @@ SchedulerOutput Scheduler::schedule() {
   if (out.preempted.empty() && !any_swapped && kv_.device_pool().num_free() > 0) {
     for (SeqId id : ordered(SeqStatus::kWaiting)) {
       Sequence& seq = get(id);
-      int64_t num_new = std::min(seq.num_uncomputed(), room());
+      kv::PrefixMatch match;
+      if (!seq.skip_prefix_cache_read) match = kv_.match_prefix(seq.tokens, seq.prefix_root);
+      const int64_t start = match.num_tokens;
+      const int64_t uncomputed = seq.num_tokens() - start;
+      const int64_t num_new = std::min(uncomputed, room());
       if (num_new <= 0 || !seats()) break;
-      if (!config_.enable_chunked_prefill && num_new < seq.num_uncomputed()) break;
-      if (!kv_.allocate_slots(id, seq.num_computed_tokens, seq.num_computed_tokens + num_new, out.block_copies)) break;
+      if (!config_.enable_chunked_prefill && num_new < uncomputed) break;
+      if (!kv_.allocate_slots(id, start, start + num_new, out.block_copies, &match)) break;
+      seq.num_computed_tokens = start;
+      if (seq.num_cached_tokens < 0) seq.num_cached_tokens = start;
+      if (kv_.prefix_caching_enabled()) {
+        totals_.prefix_cache_queries += seq.num_tokens();
+        totals_.prefix_cache_hits += start;
+      }
       seq.status = SeqStatus::kRunning;
       schedule_tokens(seq, num_new, out);
     }
@@ -236,12 +251,27 @@ void Scheduler::check_invariants() const {
     VESPER_CHECK(s.num_tokens() <= config_.max_model_len, "sequence %lld is longer than max_model_len",
                  static_cast<long long>(id));
     switch (s.status) {
-      case SeqStatus::kRunning:
+      case SeqStatus::kRunning: {
+        // Cached blocks in the table hold exactly this sequence's tokens at their position, and
+        // only computed (or being computed this step) positions are cached.
+        const std::vector<kv::BlockId>& table = kv_.block_table(id);
+        const int64_t bs = kv_.block_size();
+        VESPER_CHECK(static_cast<int64_t>(kv_.block_hashes(id).size()) * bs <= s.num_computed_tokens,
+                     "running sequence %lld has hashed blocks past its computed tokens", static_cast<long long>(id));
+        for (size_t i = 0; i < table.size(); ++i) {
+          const std::span<const int32_t> cached = kv_.device_pool().tokens_of(table[i]);
+          if (cached.empty()) continue;
+          VESPER_CHECK(static_cast<int64_t>((i + 1) * bs) <= s.num_tokens() &&
+                           std::equal(cached.begin(), cached.end(), s.tokens.begin() + static_cast<int64_t>(i) * bs),
+                       "running sequence %lld: cached block %d at position %zu holds other tokens",
+                       static_cast<long long>(id), table[i], i);
+        }
         VESPER_CHECK(kv_.has_device_blocks(id) || s.num_computed_tokens == 0,
                      "running sequence %lld has computed tokens but no blocks", static_cast<long long>(id));
         VESPER_CHECK(static_cast<int64_t>(kv_.block_table(id).size()) >= kv_.blocks_for(s.num_computed_tokens),
                      "running sequence %lld has too few blocks", static_cast<long long>(id));
         break;
+      }
       case SeqStatus::kWaiting:
         VESPER_CHECK(!kv_.has_device_blocks(id) && !kv_.is_swapped(id) && s.num_computed_tokens == 0,
                      "waiting sequence %lld holds blocks", static_cast<long long>(id));

@@ -8,7 +8,13 @@
 //  3. then swapped-out sequences, swapped back in while blocks allow (for their blocks and the
 //     tokens they compute next);
 //  4. then waiting sequences (new or preempted by recompute), in priority order, once no
-//     sequence is left swapped out.
+//     sequence is left swapped out. With prefix caching, a sequence starts from the longest
+//     chain of cached blocks matching its tokens and computes only the rest.
+// Blocks are indexed in the prefix cache as soon as a step is planned to fill them. A sequence
+// admitted later in the same step may then share them: the forward pass writes every token's
+// K/V of a layer before any attention of that layer reads (ModelRunner's contract). Preemption
+// happens only while planning running sequences (1 and 2), before anyone can match, and takes
+// back the victim's blocks indexed in this step.
 // When a sequence cannot get blocks, the lowest-priority, latest-arrived running sequence is
 // preempted: by recompute (blocks freed, prefilled again later) or by swap (blocks copied to the
 // host pool; recompute when the pool is full). No new sequence starts in a step that preempted.
@@ -66,6 +72,10 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;   // total since start
   int64_t num_swap_outs = 0;     // preemptions by swap
   int64_t num_recomputes = 0;    // preemptions by recompute
+  // Prefix cache, counted in tokens each time a sequence is admitted from the waiting queue
+  // (vLLM's prefix_cache_queries / prefix_cache_hits). Zero when prefix caching is off.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
 };
 
 class Scheduler {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
@@ -24,6 +25,13 @@ struct Sequence {
   int64_t arrival = 0;              // arrival order; ties in priority go to the earlier
   SeqStatus status = SeqStatus::kWaiting;
   int64_t num_preemptions = 0;
+
+  // Prefix caching. Sequences share cached blocks only when their salts are equal (vLLM's
+  // cache_salt: e.g. per tenant, so one cannot probe another's prompts through timing).
+  std::string cache_salt;
+  bool skip_prefix_cache_read = false;  // compute every token; the blocks are still cached
+  kv::BlockHash prefix_root;            // root of the block hash chain (set by Scheduler::add)
+  int64_t num_cached_tokens = -1;       // tokens served from the cache at first admission
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }

@@ -23,6 +23,7 @@ GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64
       engine_(engine) {
   finals_.resize(prompts_.size());
   text_offsets_.assign(prompts_.size() * params_.n, 0);
+  cached_tokens_.assign(prompts_.size(), 0);
   remaining_ = prompts_.size();
 }
 
@@ -37,12 +38,13 @@ json GenerationJob::chunk(json choices) const {
 }
 
 json GenerationJob::usage_json() const {
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0;
   for (const auto& p : prompts_) prompt_tokens += static_cast<int64_t>(p.ids.size());
+  for (int64_t c : cached_tokens_) cached_tokens += c;
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens_},
           {"total_tokens", prompt_tokens + completion_tokens_},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 void GenerationJob::start(int32_t priority) {
@@ -80,6 +82,7 @@ void GenerationJob::start(int32_t priority) {
 void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& out) {
   if (done_) return;
   const int32_t n = params_.n;
+  cached_tokens_[prompt_index] = out.num_cached_tokens;
   for (const auto& c : out.outputs) completion_tokens_ += static_cast<int64_t>(c.delta_token_ids.size());
   if (stream_) {
     json choices = json::array();

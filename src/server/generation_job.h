@@ -54,6 +54,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
   std::vector<engine::RequestOutput> finals_;  // per prompt, once finished
   std::vector<size_t> text_offsets_;           // per choice: bytes of text streamed so far
+  std::vector<int64_t> cached_tokens_;         // per prompt: prompt tokens served from the prefix cache
   size_t remaining_ = 0;
   int64_t completion_tokens_ = 0;
   bool done_ = false;

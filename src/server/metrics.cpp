@@ -102,6 +102,16 @@ std::string Metrics::render() const {
   gauge("vesper:gpu_cache_usage_perc", "KV cache usage of the compute device (vLLM's older name).", s.kv_usage());
   gauge("vesper:kv_cache_blocks_used", "KV cache blocks in use.", static_cast<double>(s.kv_blocks_used));
   gauge("vesper:kv_cache_blocks_total", "KV cache blocks in all.", static_cast<double>(s.kv_blocks_total));
+  counter("vesper:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache at admission.",
+          static_cast<double>(s.prefix_cache_queries));
+  counter("vesper:prefix_cache_hits_total", "Prompt tokens found in the prefix cache at admission.",
+          static_cast<double>(s.prefix_cache_hits));
+  gauge("vesper:gpu_prefix_cache_hit_rate", "Prefix cache hits / queries since start, in tokens (vLLM's older gauge).",
+        s.prefix_cache_queries ? static_cast<double>(s.prefix_cache_hits) / static_cast<double>(s.prefix_cache_queries) : 0.0);
+  gauge("vesper:kv_cache_blocks_cached", "KV blocks indexed by the prefix cache (in use or evictable).",
+        static_cast<double>(s.kv_blocks_cached));
+  counter("vesper:prefix_cache_evictions_total", "Cached KV blocks evicted to make room.",
+          static_cast<double>(s.prefix_cache_evictions));
   counter("vesper:num_preemptions_total", "Preemptions (recompute and swap) since start.", static_cast<double>(s.num_preemptions));
   counter("vesper:prompt_tokens_total", "Prompt tokens of requests admitted.", static_cast<double>(s.prompt_tokens));
   counter("vesper:prefill_tokens_computed_total", "Tokens computed in prefill, recomputation included.",

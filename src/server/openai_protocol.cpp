@@ -103,6 +103,10 @@ std::optional<ApiError> parse_sampling(const Fields& f, const json& body, sample
   VESPER_CHECK_FIELD(f.boolean("ignore_eos", p.ignore_eos));
   VESPER_CHECK_FIELD(f.boolean("skip_special_tokens", p.skip_special_tokens));
   VESPER_CHECK_FIELD(f.boolean("include_stop_str_in_output", p.include_stop_str_in_output));
+  VESPER_CHECK_FIELD(f.boolean("skip_reading_prefix_cache", p.skip_reading_prefix_cache));
+  VESPER_CHECK_FIELD(f.string("cache_salt", p.cache_salt));
+  if (f.has("cache_salt") && p.cache_salt.empty())
+    return bad_request("'cache_salt' must be a non-empty string", "cache_salt");
   VESPER_CHECK_FIELD(f.integer("priority", priority, -kMaxInt, kMaxInt));
   VESPER_CHECK_FIELD(f.boolean("stream", stream));
   if (f.has("seed")) {

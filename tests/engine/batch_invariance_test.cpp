@@ -15,46 +15,11 @@ namespace {
 using testing_util::make_engine;
 using testing_util::run_to_completion;
 
-struct RunResult {
-  std::map<std::string, RequestOutput> outputs;
-  EngineStats stats;
-};
+using testing_util::expect_same;
+using testing_util::RunResult;
 
 RunResult run_all(const EngineConfig& config, const std::vector<std::string>& prompts) {
-  auto e = make_engine(config);
-  EXPECT_NE(e, nullptr);
-  sample::SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = 48;
-  p.ignore_eos = true;
-  p.logprobs = 2;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto ids = e->tokenizer().encode(prompts[i], true, false);
-    auto st = e->add_request(std::to_string(i), ids, p);
-    EXPECT_TRUE(st.ok()) << st.error().message;
-  }
-  RunResult r;
-  r.outputs = run_to_completion(*e);
-  r.stats = e->stats();
-  testing_util::expect_no_leaks(*e);
-  return r;
-}
-
-void expect_same(const RunResult& a, const RunResult& b, const std::string& what) {
-  ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
-  for (const auto& [id, out] : a.outputs) {
-    const auto& other = b.outputs.at(id);
-    ASSERT_EQ(out.outputs[0].token_ids, other.outputs[0].token_ids) << what << ", request " << id;
-    ASSERT_EQ(out.outputs[0].logprobs.size(), other.outputs[0].logprobs.size());
-    for (size_t t = 0; t < out.outputs[0].logprobs.size(); ++t) {
-      const auto& x = out.outputs[0].logprobs[t];
-      const auto& y = other.outputs[0].logprobs[t];
-      ASSERT_EQ(0, std::memcmp(&x.logprob, &y.logprob, sizeof(float))) << what << ", request " << id << " token " << t;
-      for (size_t k = 0; k < x.top.size(); ++k)
-        ASSERT_EQ(0, std::memcmp(&x.top[k].logprob, &y.top[k].logprob, sizeof(float)))
-            << what << ", request " << id << " token " << t;
-    }
-  }
+  return testing_util::run_texts(config, prompts);
 }
 
 TEST(BatchInvariance, SameTokensAndLogitsHoweverScheduled) {
@@ -62,6 +27,7 @@ TEST(BatchInvariance, SameTokensAndLogitsHoweverScheduled) {
 
   EngineConfig one = testing_util::stories_config();
   one.scheduler.max_num_seqs = 1;
+  one.cache.enable_prefix_caching = false;  // the reference: nothing shared, nothing batched
   const RunResult alone = run_all(one, prompts);
   EXPECT_EQ(alone.stats.num_preemptions, 0);
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -68,6 +69,69 @@ inline std::vector<std::string> varied_prompts(int n = 64) {
     prompts.push_back(p);
   }
   return prompts;
+}
+
+struct RunResult {
+  std::map<std::string, engine::RequestOutput> outputs;
+  engine::EngineStats stats;
+};
+
+// Greedy, EOS ignored, with logprobs so that comparing them compares logits bit for bit.
+inline sample::SamplingParams greedy_params(int64_t max_tokens = 48) {
+  sample::SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  return p;
+}
+
+// Adds every prompt (request id = its index) at once and runs the engine to completion.
+inline RunResult run_ids(const engine::EngineConfig& config, const std::vector<std::vector<int32_t>>& prompts,
+                         const sample::SamplingParams& params = greedy_params()) {
+  auto e = make_engine(config);
+  EXPECT_NE(e, nullptr);
+  RunResult r;
+  if (e == nullptr) return r;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto st = e->add_request(std::to_string(i), prompts[i], params);
+    EXPECT_TRUE(st.ok()) << st.error().message;
+  }
+  r.outputs = run_to_completion(*e);
+  r.stats = e->stats();
+  expect_no_leaks(*e);
+  return r;
+}
+
+inline RunResult run_texts(const engine::EngineConfig& config, const std::vector<std::string>& prompts,
+                           const sample::SamplingParams& params = greedy_params()) {
+  auto e = make_engine(config);
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& p : prompts) ids.push_back(e->tokenizer().encode(p, true, false));
+  return run_ids(config, ids, params);
+}
+
+// Same token ids and bit-identical logprobs (sampled and top-k) for every request and sample.
+inline void expect_same(const RunResult& a, const RunResult& b, const std::string& what) {
+  ASSERT_EQ(a.outputs.size(), b.outputs.size()) << what;
+  for (const auto& [id, out] : a.outputs) {
+    const auto& other = b.outputs.at(id);
+    ASSERT_EQ(out.outputs.size(), other.outputs.size()) << what << ", request " << id;
+    for (size_t s = 0; s < out.outputs.size(); ++s) {
+      const auto& x_out = out.outputs[s];
+      const auto& y_out = other.outputs[s];
+      ASSERT_EQ(x_out.token_ids, y_out.token_ids) << what << ", request " << id << " sample " << s;
+      ASSERT_EQ(x_out.logprobs.size(), y_out.logprobs.size());
+      for (size_t t = 0; t < x_out.logprobs.size(); ++t) {
+        const auto& x = x_out.logprobs[t];
+        const auto& y = y_out.logprobs[t];
+        ASSERT_EQ(0, std::memcmp(&x.logprob, &y.logprob, sizeof(float))) << what << ", request " << id << " token " << t;
+        for (size_t k = 0; k < x.top.size(); ++k)
+          ASSERT_EQ(0, std::memcmp(&x.top[k].logprob, &y.top[k].logprob, sizeof(float)))
+              << what << ", request " << id << " token " << t;
+      }
+    }
+  }
 }
 
 }  // namespace vesper::testing_util
