@@ -83,6 +83,9 @@ class BlockPool {
     BlockHash hash;
     BlockHash parent;
     std::vector<int32_t> tokens;
+    // check_invariants recomputes an entry's hash once (entries never change afterwards), so
+    // that calling it every step stays cheap.
+    mutable bool hash_verified = false;
   };
   static constexpr BlockId kNone = -1;
   void unlink_evictable(BlockId id);

@@ -177,6 +177,46 @@ TEST(CliBench, ThroughputJsonReportsRates) {
   EXPECT_EQ(j["prompt_tokens"], 16 * 32);
 }
 
+// The prefix-caching workloads of `bench throughput`: shared prefixes and multi-turn chats,
+// with the cache on (default) and off. The engine computes far fewer prefill tokens with it.
+TEST(CliBench, ThroughputPrefixCachingWorkloads) {
+  auto run = [](std::vector<std::string> extra, const std::string& num_prompts = "12",
+                const std::string& input_len = "8") {
+    std::vector<std::string> args = {"bench", "throughput", kStoriesLong, "--num-prompts", num_prompts, "--input-len",
+                                     input_len, "--output-len", "6", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_vesper(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  const auto on = run({"--prefix-len", "96", "--num-prefixes", "2"});
+  const auto off = run({"--prefix-len", "96", "--num-prefixes", "2", "--no-enable-prefix-caching"});
+  ASSERT_FALSE(on.empty());
+  ASSERT_FALSE(off.empty());
+  EXPECT_EQ(on["prompt_tokens"], 12 * (1 + 96 + 8));
+  EXPECT_EQ(on["prefix_caching"], true);
+  EXPECT_EQ(off["prefix_caching"], false);
+  EXPECT_EQ(off["prefill_tokens_computed"], off["prompt_tokens"]);
+  EXPECT_EQ(off["prefix_cache_hit_rate"], 0.0);
+  EXPECT_LT(on["prefill_tokens_computed"].get<int64_t>(), off["prefill_tokens_computed"].get<int64_t>() / 2);
+  EXPECT_GT(on["prefix_cache_hit_rate"].get<double>(), 0.5);
+  for (const char* key : {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms"}) EXPECT_GT(on[key].get<double>(), 0) << key;
+
+  const auto chat = run({"--num-turns", "4"}, "3", "40");
+  ASSERT_FALSE(chat.empty());
+  EXPECT_EQ(chat["num_requests"], 3 * 4);
+  EXPECT_EQ(chat["output_tokens"], 3 * 4 * 6);
+  // Prompts of 40, 86, 132 and 178 tokens per conversation (history + 6 answer + 40 new). Turn k+1
+  // finds turn k's computed tokens (prompt + answer - 1) cached in whole 16-token blocks: 32, 80
+  // and 128 tokens, so it computes 40 + 54 + 52 + 50 = 196 of 436 prompt tokens.
+  EXPECT_EQ(chat["prompt_tokens"], 3 * 436);
+  EXPECT_EQ(chat["prefill_tokens_computed"], 3 * 196);
+
+  auto bad = run_vesper({"bench", "throughput", kStoriesLong, "--num-turns", "0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--num-turns"), std::string::npos) << bad.err;
+}
+
 // Files that `vesper synth` writes in each quantized type decode in real llama.cpp to the ids
 // recorded in bench/llamacpp/expected_synth_quantized.json; Vesper must agree on its own files.
 TEST(CliSynth, QuantizedFilesGiveLlamaCppsGreedyIds) {

@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -67,6 +68,24 @@ class KvContentModel {
         if (srcs.count(b)) return "block " + std::to_string(b) + " is both a copy's source and a copy's destination";
     }
     for (const auto& c : out.block_copies) copy_block(device_, c.src, device_, c.dst);
+    // The forward pass writes every token's K/V of a layer before any attention of that layer
+    // reads (ModelRunner's contract), so a step's writes land before its reads are checked.
+    for (const auto& s : out.scheduled) {
+      const Sequence* seq = sched.find(s.id);
+      if (seq == nullptr) return "scheduled sequence " + std::to_string(s.id) + " is unknown";
+      const auto& table = kv_.block_table(s.id);
+      for (int64_t pos = s.start; pos < s.start + s.num_new_tokens; ++pos) {
+        const kv::BlockId b = table[pos / bs_];
+        // A shared block may be written only when it is a prefix-cache block: its content is fixed
+        // by its tokens, so every sharer writes (or reads) the same K/V (a sequence admitted in
+        // this step can share blocks another sequence fills in this step).
+        if (kv_.device_pool().ref_count(b) != 1 && kv_.device_pool().hash_of(b) == nullptr)
+          return "sequence " + std::to_string(s.id) + " writes position " + std::to_string(pos) +
+                 " into block " + std::to_string(b) + " shared by " +
+                 std::to_string(kv_.device_pool().ref_count(b)) + " tables";
+        device_[b * bs_ + pos % bs_] = kv_tag(pos, seq->tokens[pos]);
+      }
+    }
     for (const auto& s : out.scheduled) {
       const Sequence* seq = sched.find(s.id);
       if (seq == nullptr) return "scheduled sequence " + std::to_string(s.id) + " is unknown";
@@ -89,18 +108,6 @@ class KvContentModel {
         }
       }
     }
-    for (const auto& s : out.scheduled) {
-      const Sequence* seq = sched.find(s.id);
-      const auto& table = kv_.block_table(s.id);
-      for (int64_t pos = s.start; pos < s.start + s.num_new_tokens; ++pos) {
-        const kv::BlockId b = table[pos / bs_];
-        if (kv_.device_pool().ref_count(b) != 1)
-          return "sequence " + std::to_string(s.id) + " writes position " + std::to_string(pos) +
-                 " into block " + std::to_string(b) + " shared by " +
-                 std::to_string(kv_.device_pool().ref_count(b)) + " tables";
-        device_[b * bs_ + pos % bs_] = kv_tag(pos, seq->tokens[pos]);
-      }
-    }
     return "";
   }
 
@@ -121,9 +128,15 @@ enum class Exit { kFinished, kAborted };
 
 class Driver {
  public:
+  // With prefix_caching, prompts start with one of a few shared prefixes, so that cached blocks
+  // are actually hit.
   Driver(const SchedulerConfig& config, int64_t device_blocks, int64_t host_blocks, int64_t block_size,
-         uint64_t seed = 1)
-      : kv_(device_blocks, host_blocks, block_size), sched_(config, kv_), content_(kv_), rng_(seed) {}
+         uint64_t seed = 1, bool prefix_caching = false)
+      : kv_(device_blocks, host_blocks, block_size, prefix_caching), sched_(config, kv_), content_(kv_), rng_(seed) {
+    if (prefix_caching)
+      for (auto& p : prefixes_)
+        for (int i = 0; i < 160; ++i) p.push_back(random_token());
+  }
 
   kv::KvCacheManager& kv() { return kv_; }
   Scheduler& sched() { return sched_; }
@@ -145,7 +158,11 @@ class Driver {
              std::optional<int64_t> arrival = std::nullopt) {
     Sequence seq;
     seq.id = id;
-    for (int64_t i = 0; i < prompt_len; ++i) seq.tokens.push_back(random_token());
+    if (kv_.prefix_caching_enabled() && rng_() % 4 != 0) {
+      const auto& prefix = prefixes_[rng_() % prefixes_.size()];
+      seq.tokens.assign(prefix.begin(), prefix.begin() + std::min<int64_t>(prompt_len, static_cast<int64_t>(rng_() % prefix.size())));
+    }
+    while (seq.num_tokens() < prompt_len) seq.tokens.push_back(random_token());
     seq.num_prompt_tokens = prompt_len;
     seq.max_total_tokens = max_total;
     seq.priority = priority;
@@ -216,7 +233,13 @@ class Driver {
       const Before& b = before.at(s.id);
       EXPECT_EQ(seq->status, SeqStatus::kRunning) << at << s.id;
       EXPECT_GT(s.num_new_tokens, 0) << at << s.id;
-      EXPECT_EQ(s.start, b.num_computed) << at << s.id;
+      if (b.status == SeqStatus::kWaiting && kv_.prefix_caching_enabled()) {
+        // Admission may start past a prefix found in the cache: whole blocks, never the last token.
+        EXPECT_EQ(s.start % kv_.block_size(), 0) << at << s.id;
+        EXPECT_LT(s.start, seq->num_tokens()) << at << s.id;
+      } else {
+        EXPECT_EQ(s.start, b.num_computed) << at << s.id;
+      }
       EXPECT_EQ(seq->num_computed_tokens, s.start + s.num_new_tokens) << at << s.id;
       EXPECT_LE(s.start + s.num_new_tokens, seq->num_tokens()) << at << s.id;
       EXPECT_EQ(s.samples, s.start + s.num_new_tokens == seq->num_tokens()) << at << s.id;
@@ -337,6 +360,7 @@ class Driver {
 
  private:
   kv::KvCacheManager kv_;
+  std::array<std::vector<int32_t>, 3> prefixes_;
   Scheduler sched_;
   KvContentModel content_;
   std::mt19937_64 rng_;

@@ -54,15 +54,15 @@ AbortState abort_state(const Sequence& s) {
 // often falls back to recompute.
 enum class Preemption { kRecompute, kSwap, kSwapSmallHost };
 
-using Params = std::tuple<Preemption, bool /*chunked*/, int64_t /*block size*/>;
+using Params = std::tuple<Preemption, bool /*chunked*/, int64_t /*block size*/, bool /*prefix caching*/>;
 
 class SchedulerRandom : public ::testing::TestWithParam<Params> {};
 
 TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
-  const auto [preemption, chunked, block_size] = GetParam();
+  const auto [preemption, chunked, block_size, prefix_caching] = GetParam();
   const PreemptionMode mode = preemption == Preemption::kRecompute ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
   const uint64_t seed = base_seed() ^ (static_cast<uint64_t>(preemption) * 1000003u + (chunked ? 7919u : 0u) +
-                                       static_cast<uint64_t>(block_size) * 104729u);
+                                       static_cast<uint64_t>(block_size) * 104729u + (prefix_caching ? 31u : 0u));
   std::printf("SchedulerRandom: VESPER_SCHED_SEED=%" PRIu64 " (case seed %" PRIu64 ")\n", base_seed(), seed);
   SCOPED_TRACE("VESPER_SCHED_SEED=" + std::to_string(base_seed()));
 
@@ -76,7 +76,7 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
   cfg.max_model_len = kMaxModelLen;
   cfg.enable_chunked_prefill = chunked;
   cfg.preemption_mode = mode;
-  Driver d(cfg, kDeviceTokens / block_size, host_tokens / block_size, block_size, seed);
+  Driver d(cfg, kDeviceTokens / block_size, host_tokens / block_size, block_size, seed, prefix_caching);
   std::mt19937_64& rng = d.rng();
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
@@ -156,6 +156,11 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
   EXPECT_GT(forks, 0);
   const SchedulerStats stats = d.sched().stats();
   EXPECT_GT(stats.num_preemptions, 100);
+  if (prefix_caching) {
+    EXPECT_GT(stats.prefix_cache_hits, 0);
+  } else {
+    EXPECT_EQ(stats.prefix_cache_queries, 0);
+  }
   if (mode == PreemptionMode::kSwap) {
     EXPECT_GT(stats.num_swap_outs, 0);
   }
@@ -180,11 +185,12 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
 INSTANTIATE_TEST_SUITE_P(
     Modes, SchedulerRandom,
     ::testing::Combine(::testing::Values(Preemption::kRecompute, Preemption::kSwap, Preemption::kSwapSmallHost),
-                       ::testing::Bool(), ::testing::Values<int64_t>(1, 4, 16)),
+                       ::testing::Bool(), ::testing::Values<int64_t>(1, 4, 16), ::testing::Bool()),
     [](const ::testing::TestParamInfo<Params>& info) {
       const Preemption p = std::get<0>(info.param);
       return std::string(p == Preemption::kRecompute ? "Recompute" : p == Preemption::kSwap ? "Swap" : "SwapSmallHost") +
-             (std::get<1>(info.param) ? "Chunked" : "Whole") + "Block" + std::to_string(std::get<2>(info.param));
+             (std::get<1>(info.param) ? "Chunked" : "Whole") + "Block" + std::to_string(std::get<2>(info.param)) +
+             (std::get<3>(info.param) ? "PrefixCache" : "");
     });
 
 }  // namespace
