@@ -2,6 +2,11 @@
 // copy-on-write block copies first, then one forward pass over a ForwardBatch built from the
 // scheduled sequences (prefill chunks and decodes together, no padding). It owns the device KV
 // cache and the host swap space, both allocated once at start.
+//
+// Contract the prefix cache relies on: within each layer, the forward pass writes the K/V of
+// every scheduled token before any attention of that layer reads the cache. A sequence admitted
+// in a step may then share prefix-cache blocks that another sequence fills in that same step
+// (sched/scheduler.h).
 #pragma once
 
 #include <memory>
