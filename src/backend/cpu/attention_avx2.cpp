@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/attention_kernel.h"
 #include "backend/cpu/attention_walk.h"
@@ -71,18 +72,40 @@ float score1(const float* q, const float* k, int64_t head_dim, float scale) {
   return s * scale;
 }
 
-// acc[d] = acc[d] * alpha, then acc[d] = fma(e[i], v[i][d], acc[d]) for i < n, over chunks
-// [c, c + 8 * N): N independent chains so the FMA latency is hidden.
+// Over chunks [c, c + 8 * N): the tile's weighted values in four partial sums (key i goes to
+// u[i % 4]), then acc = fma(acc, alpha, (u0 + u1) + (u2 + u3)). 4 x N independent FMA chains hide
+// the FMA latency even when head_dim is a single vector.
 template <int N>
 void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, const float* const* v,
                        int64_t n) {
-  __m256 a[N];
-  for (int u = 0; u < N; ++u) a[u] = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 8 * u), alpha);
-  for (int64_t i = 0; i < n; ++i) {
+  __m256 u[4][N];
+  for (int r = 0; r < 4; ++r)
+    for (int k = 0; k < N; ++k) u[r][k] = _mm256_setzero_ps();
+  // Key i + R into partial sum R; R is a constant so the partial sums stay in registers.
+  auto step = [&](int64_t i, auto R) {
     const __m256 ei = _mm256_broadcast_ss(e + i);
-    for (int u = 0; u < N; ++u) a[u] = _mm256_fmadd_ps(ei, _mm256_loadu_ps(v[i] + c + 8 * u), a[u]);
+    for (int k = 0; k < N; ++k)
+      u[R][k] = _mm256_fmadd_ps(ei, _mm256_loadu_ps(v[i] + c + 8 * k), u[R][k]);
+  };
+  using R0 = std::integral_constant<int, 0>;
+  using R1 = std::integral_constant<int, 1>;
+  using R2 = std::integral_constant<int, 2>;
+  using R3 = std::integral_constant<int, 3>;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    step(i, R0{});
+    step(i + 1, R1{});
+    step(i + 2, R2{});
+    step(i + 3, R3{});
   }
-  for (int u = 0; u < N; ++u) _mm256_storeu_ps(acc + c + 8 * u, a[u]);
+  if (i < n) step(i, R0{});
+  if (i + 1 < n) step(i + 1, R1{});
+  if (i + 2 < n) step(i + 2, R2{});
+  for (int k = 0; k < N; ++k) {
+    const __m256 pv =
+        _mm256_add_ps(_mm256_add_ps(u[0][k], u[1][k]), _mm256_add_ps(u[2][k], u[3][k]));
+    _mm256_storeu_ps(acc + c + 8 * k, _mm256_fmadd_ps(_mm256_loadu_ps(acc + c + 8 * k), alpha, pv));
+  }
 }
 
 struct Avx2Tile {
@@ -119,13 +142,12 @@ struct Avx2Tile {
 
     const __m256 valpha = _mm256_set1_ps(alpha);
     int64_t c = 0;
-    for (; c + 32 <= body; c += 32) accumulate_chunks<4>(acc, c, valpha, s, v_rows, nt);
     for (; c + 16 <= body; c += 16) accumulate_chunks<2>(acc, c, valpha, s, v_rows, nt);
     for (; c < body; c += 8) accumulate_chunks<1>(acc, c, valpha, s, v_rows, nt);
     for (int64_t d = body; d < head_dim; ++d) {
-      float x = acc[d] * alpha;
-      for (int64_t i = 0; i < nt; ++i) x = std::fma(s[i], v_rows[i][d], x);
-      acc[d] = x;
+      float u[4] = {};
+      for (int64_t i = 0; i < nt; ++i) u[i % 4] = std::fma(s[i], v_rows[i][d], u[i % 4]);
+      acc[d] = std::fma(acc[d], alpha, (u[0] + u[1]) + (u[2] + u[3]));
     }
   }
 

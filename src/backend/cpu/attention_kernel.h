@@ -17,8 +17,10 @@
 //     e_j = exp(score(j) - m')             (exp is cpu/vec_exp.h's exp_lane);
 //     t[l] = sum over the tile's 8-key groups g, in order, of e_{32T + 8g + l} (from +0; keys
 //            past the tile's end count as +0); tile_sum = the tree above over t;
-//     l = fma(l, alpha, tile_sum); acc[d] = acc[d] * alpha, then acc[d] = fma(e_j, v_j[d], acc[d])
-//     for the tile's keys j in order; m = m'.
+//     l = fma(l, alpha, tile_sum);
+//     u_r[d] = fma(e_j, v_j[d], u_r[d]) for the tile's keys j in order, r = j % 4, u_r from +0;
+//     acc[d] = fma(acc[d], alpha, (u_0[d] + u_1[d]) + (u_2[d] + u_3[d])); m = m'.
+//     (Four partial sums so that even a head_dim of 8 has independent FMA chains.)
 //   out[d] = acc[d] * (1 / l).
 // Every operation of a query's result is fixed by the query's position and the shapes, so the
 // result does not depend on the batch, the chunking of the prompt, the block table or threads,

@@ -49,9 +49,9 @@ struct ScalarTile {
     }
     run_sum = std::fma(run_sum, alpha, tree8(lanes));
     for (int64_t d = 0; d < head_dim; ++d) {
-      float x = acc[d] * alpha;
-      for (int64_t i = 0; i < nt; ++i) x = std::fma(s[i], v_rows[i][d], x);
-      acc[d] = x;
+      float u[4] = {};
+      for (int64_t i = 0; i < nt; ++i) u[i % 4] = std::fma(s[i], v_rows[i][d], u[i % 4]);
+      acc[d] = std::fma(acc[d], alpha, (u[0] + u[1]) + (u[2] + u[3]));
     }
   }
 

@@ -63,11 +63,14 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
 
       for (int64_t j0 = 0; j0 < max_ctx; j0 += kAttentionTile) {
         const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0);
+        // Walk the block table without a division per key (an integer division costs more than
+        // a key's whole dot product at small head sizes).
+        int64_t block = j0 / bs, offset = j0 % bs;
         for (int64_t i = 0; i < tile_keys; ++i) {
-          const int64_t j = j0 + i;
-          const int64_t slot = int64_t{table[j / bs]} * bs + j % bs;
+          const int64_t slot = int64_t{table[block]} * bs + offset;
           k_rows[i] = args.cache->key(args.layer, slot) + g * head_dim;
           v_rows[i] = args.cache->value(args.layer, slot) + g * head_dim;
+          if (++offset == bs) offset = 0, ++block;
         }
         for (int64_t t = run_begin; t < run_end; ++t) {
           const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
