@@ -3,21 +3,80 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/matmul_cpu.h"
+#include "backend/cpu/ops_kernel.h"
 #include "core/check.h"
 #include "tensor/quant.h"
 
 namespace vesper::backend {
+namespace {
+
+bool use_avx2() {
+  static const bool avx2 = cpu::selected_isa() == cpu::Isa::kAvx2;
+  return avx2;
+}
+
+// Per-thread cos/sin table for one row's rotation angles. It grows to the
+// largest rope_dims seen and is then reused, so steady-state calls do not
+// allocate.
+float* rope_scratch(int64_t pairs) {
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < 2 * pairs) scratch.resize(2 * pairs);
+  return scratch.data();
+}
+
+// cos_sin[i], cos_sin[pairs + i] = cos, sin of pair i's angle at `position`.
+// theta_i = pos * base^(-2i/dims), built by repeated multiplication in float as
+// ggml does, so angles agree with llama.cpp to the last bit where possible.
+void rope_angles(int32_t position, const RopeParams& params, float theta_scale, float* cos_sin) {
+  const int64_t pairs = params.rope_dims / 2;
+  float theta = static_cast<float>(position) * params.freq_scale;
+  for (int64_t i = 0; i < pairs; ++i) {
+    float t = theta;
+    if (params.freq_factors != nullptr) t /= params.freq_factors[i];
+    cos_sin[i] = std::cos(t);
+    cos_sin[pairs + i] = std::sin(t);
+    theta *= theta_scale;
+  }
+}
+
+void rope_heads(float* x, int64_t heads, int64_t head_dim, const RopeParams& params,
+                const float* cos_sin) {
+  const int64_t pairs = params.rope_dims / 2;
+  const float* c = cos_sin;
+  const float* s = cos_sin + pairs;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * head_dim;
+    if (params.style == RopeStyle::kNormal) {
+      for (int64_t i = 0; i < pairs; ++i) {
+        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c[i] - x1 * s[i];
+        v[2 * i + 1] = x0 * s[i] + x1 * c[i];
+      }
+    } else {
+      for (int64_t i = 0; i < pairs; ++i) {
+        const float x0 = v[i], x1 = v[i + pairs];
+        v[i] = x0 * c[i] - x1 * s[i];
+        v[i + pairs] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
+float rope_theta_scale(const RopeParams& params, int64_t head_dim) {
+  const int64_t dims = params.rope_dims;
+  VESPER_CHECK(dims > 0 && dims <= head_dim && dims % 2 == 0, "bad rope dims %lld",
+               static_cast<long long>(dims));
+  return std::pow(params.freq_base, -2.0f / static_cast<float>(dims));
+}
+
+}  // namespace
 
 void rms_norm(const float* x, const float* weight, int64_t n, int64_t rows, float eps, float* y) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
-    const float scale = 1.0f / std::sqrt(mean + eps);
-    for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale * weight[i];
-  }
+  if (use_avx2())
+    cpu::rms_norm_avx2(x, weight, n, rows, eps, y);
+  else
+    cpu::rms_norm_scalar(x, weight, n, rows, eps, y);
 }
 
 void rms_norm_heads(float* x, const float* weight, int64_t head_dim, int64_t rows, int64_t heads,
@@ -35,10 +94,10 @@ void add_inplace(float* y, const float* x, int64_t n) {
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  if (use_avx2())
+    cpu::silu_mul_avx2(gate, up, n);
+  else
+    cpu::silu_mul_scalar(gate, up, n);
 }
 
 void get_rows(tensor::GgmlType type, const void* weight, int64_t n, const int32_t* ids,
@@ -51,32 +110,22 @@ void get_rows(tensor::GgmlType type, const void* weight, int64_t n, const int32_
 
 void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const int32_t* positions,
           const RopeParams& params) {
-  const int64_t dims = params.rope_dims;
-  VESPER_CHECK(dims > 0 && dims <= head_dim && dims % 2 == 0, "bad rope dims %lld",
-               static_cast<long long>(dims));
-  // theta_i = pos * base^(-2i/dims), built by repeated multiplication in float as ggml does,
-  // so angles agree with llama.cpp to the last bit where possible.
-  const float theta_scale = std::pow(params.freq_base, -2.0f / static_cast<float>(dims));
-  std::vector<float> cos_cache(dims / 2), sin_cache(dims / 2);
+  const float theta_scale = rope_theta_scale(params, head_dim);
+  float* cos_sin = rope_scratch(params.rope_dims / 2);
   for (int64_t r = 0; r < rows; ++r) {
-    float theta = static_cast<float>(positions[r]) * params.freq_scale;
-    for (int64_t i = 0; i < dims / 2; ++i) {
-      float t = theta;
-      if (params.freq_factors != nullptr) t /= params.freq_factors[i];
-      cos_cache[i] = std::cos(t);
-      sin_cache[i] = std::sin(t);
-      theta *= theta_scale;
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (r * heads + h) * head_dim;
-      for (int64_t i = 0; i < dims / 2; ++i) {
-        const int64_t a = params.style == RopeStyle::kNormal ? 2 * i : i;
-        const int64_t b = params.style == RopeStyle::kNormal ? 2 * i + 1 : i + dims / 2;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cos_cache[i] - x1 * sin_cache[i];
-        v[b] = x0 * sin_cache[i] + x1 * cos_cache[i];
-      }
-    }
+    rope_angles(positions[r], params, theta_scale, cos_sin);
+    rope_heads(x + r * heads * head_dim, heads, head_dim, params, cos_sin);
+  }
+}
+
+void rope_qk(float* q, int64_t n_head, float* k, int64_t n_head_kv, int64_t rows, int64_t head_dim,
+             const int32_t* positions, const RopeParams& params) {
+  const float theta_scale = rope_theta_scale(params, head_dim);
+  float* cos_sin = rope_scratch(params.rope_dims / 2);
+  for (int64_t r = 0; r < rows; ++r) {
+    rope_angles(positions[r], params, theta_scale, cos_sin);
+    rope_heads(q + r * n_head * head_dim, n_head, head_dim, params, cos_sin);
+    rope_heads(k + r * n_head_kv * head_dim, n_head_kv, head_dim, params, cos_sin);
   }
 }
 

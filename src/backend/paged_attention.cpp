@@ -1,10 +1,11 @@
 #include "backend/paged_attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/attention_cpu.h"
+#include "backend/cpu/attention_kernel.h"
 #include "core/check.h"
 
 namespace vesper::backend {
@@ -21,66 +22,97 @@ void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const 
   }
 }
 
+namespace cpu {
 namespace {
 
-float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+// Per-thread kernel scratch. It grows to the largest group x head_dim seen and
+// is then reused, so steady-state calls do not allocate.
+float* thread_scratch(int64_t group, int64_t head_dim) {
+  thread_local std::vector<float> scratch;
+  const size_t need = attention_scratch_floats(group, head_dim);
+  if (scratch.size() < need) scratch.resize(need);
+  return scratch.data();
+}
+
+// Thread `thread` of `n_threads` takes the items whose cumulative cost (keys
+// visited, counted before the item) falls in [total * thread / n, total *
+// (thread + 1) / n): contiguous ranges of near-equal cost, so a long prefill
+// chunk and many short decodes balance. Each item is computed start to finish
+// by one thread, so the split cannot change any value; threads write disjoint
+// output rows except at the (at most n_threads - 1) range boundaries.
+struct Split {
+  int64_t begin;
+  int64_t end;
+};
+
+Split cost_split(const AttentionBatch& batch, int64_t n_kv, int64_t total, int thread,
+                 int n_threads) {
+  const int64_t lo = total * thread / n_threads, hi = total * (thread + 1) / n_threads;
+  const int64_t items = attention_items(batch.num_tokens, n_kv);
+  Split s{-1, items};
+  int64_t before = 0;
+  for (int64_t w = 0; w < items; w += n_kv) {
+    int64_t cost = 0;  // of each of the n_kv items of this token block
+    const int64_t first = w / n_kv * kAttentionQueryBlock;
+    const int64_t last = std::min(first + kAttentionQueryBlock, batch.num_tokens);
+    for (int64_t t = first; t < last; ++t) cost += int64_t{batch.positions[t]} + 1;
+    for (int64_t g = 0; g < n_kv; ++g, before += cost) {
+      if (s.begin < 0 && before >= lo) s.begin = w + g;
+      if (before >= hi) {
+        s.end = w + g;
+        return s.begin < 0 ? Split{0, 0} : s;
+      }
+    }
+  }
+  return s.begin < 0 ? Split{0, 0} : s;
 }
 
 }  // namespace
 
+void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
+                              const AttentionBatch& batch, const float* q, int64_t n_heads,
+                              float scale, float* out, ThreadPool& pool) {
+  VESPER_CHECK(isa_available(isa), "paged_attention: instruction set %s not available",
+               isa_name(isa).data());
+  const KvCacheShape& shape = cache.shape();
+  const int64_t n_kv = shape.n_kv_heads;
+  const int64_t group = n_heads / n_kv;
+  VESPER_CHECK(group >= 1 && group * n_kv == n_heads, "heads %lld not a multiple of kv heads %lld",
+               static_cast<long long>(n_heads), static_cast<long long>(n_kv));
+  if (batch.num_tokens == 0) return;
+  const AttentionKernel kernel = isa == Isa::kAvx2 ? paged_attention_avx2 : paged_attention_scalar;
+  const AttentionArgs args{&cache, layer, batch, q, n_heads, group, scale, out};
+
+  int64_t keys = 0;  // key rows visited per KV head, summed over tokens
+  for (int64_t t = 0; t < batch.num_tokens; ++t) keys += int64_t{batch.positions[t]} + 1;
+  // Small batches (short contexts, small models) run on the calling thread: a
+  // pool wake-up costs more than the work. The result is the same either way.
+  constexpr int64_t kMinParallelMacs = int64_t{1} << 15;
+  const int64_t items = attention_items(batch.num_tokens, n_kv);
+  if (keys * n_heads * shape.head_dim < kMinParallelMacs || pool.num_threads() == 1) {
+    kernel(args, 0, items, thread_scratch(group, shape.head_dim));
+    return;
+  }
+  // One pointer-sized capture, so std::function does not allocate.
+  struct Job {
+    AttentionKernel kernel;
+    const AttentionArgs* args;
+    int64_t total;
+  } job{kernel, &args, keys * n_kv};
+  pool.run([&job](int thread, int n_threads) {
+    const AttentionArgs& a = *job.args;
+    const Split s = cost_split(a.batch, a.cache->shape().n_kv_heads, job.total, thread, n_threads);
+    if (s.begin >= s.end) return;
+    job.kernel(a, s.begin, s.end, thread_scratch(a.group, a.cache->shape().head_dim));
+  });
+}
+
+}  // namespace cpu
+
 void paged_attention(const KvCache& cache, int64_t layer, const AttentionBatch& batch,
                      const float* q, int64_t n_heads, float scale, float* out, ThreadPool& pool) {
-  const KvCacheShape& shape = cache.shape();
-  const int64_t head_dim = shape.head_dim;
-  const int64_t group = n_heads / shape.n_kv_heads;
-  VESPER_CHECK(group * shape.n_kv_heads == n_heads, "heads %lld not a multiple of kv heads",
-               static_cast<long long>(n_heads));
-  const int64_t work = batch.num_tokens * n_heads;
-  // Tiny batches (short contexts, small models) run on the calling thread: a pool wake-up would
-  // cost more than the work. The result is the same either way.
-  int64_t context_work = 0;
-  for (int64_t t = 0; t < batch.num_tokens; ++t) context_work += int64_t{batch.positions[t] + 1} * n_heads * head_dim;
-  constexpr int64_t kMinParallelWork = int64_t{1} << 16;
-  auto body = [&](size_t begin, size_t end) {
-    // Per-thread scratch reused across calls; grows to the longest context seen.
-    thread_local std::vector<float> scores;
-    for (size_t w = begin; w < end; ++w) {
-      const int64_t t = static_cast<int64_t>(w) / n_heads;
-      const int64_t h = static_cast<int64_t>(w) % n_heads;
-      const int64_t kvh = h / group;
-      const int64_t n_ctx = batch.positions[t] + 1;
-      const int32_t* table = batch.block_tables + batch.table_offsets[batch.token_seq[t]];
-      if (static_cast<int64_t>(scores.size()) < n_ctx) scores.resize(n_ctx);
-      const float* qv = q + (t * n_heads + h) * head_dim;
-      float max_score = -INFINITY;
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        const int64_t slot = int64_t{table[j / shape.block_size]} * shape.block_size + j % shape.block_size;
-        const float s = dot(qv, cache.key(layer, slot) + kvh * head_dim, head_dim) * scale;
-        scores[j] = s;
-        max_score = std::max(max_score, s);
-      }
-      double sum = 0.0;
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        const float e = std::exp(scores[j] - max_score);
-        scores[j] = e;
-        sum += e;
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      float* o = out + (t * n_heads + h) * head_dim;
-      std::fill(o, o + head_dim, 0.0f);
-      for (int64_t j = 0; j < n_ctx; ++j) {
-        const int64_t slot = int64_t{table[j / shape.block_size]} * shape.block_size + j % shape.block_size;
-        const float p = scores[j] * inv;
-        const float* vv = cache.value(layer, slot) + kvh * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vv[d];
-      }
-    }
-  };
-  if (context_work < kMinParallelWork) body(0, static_cast<size_t>(work));
-  else pool.parallel_for(static_cast<size_t>(work), body);
+  cpu::paged_attention_with_isa(cpu::selected_isa(), cache, layer, batch, q, n_heads, scale, out,
+                                pool);
 }
 
 }  // namespace vesper::backend

@@ -15,19 +15,22 @@ namespace vesper::backend {
 
 struct AttentionBatch {
   int64_t num_tokens = 0;
-  const int32_t* positions = nullptr;     // [num_tokens]
-  const int32_t* token_seq = nullptr;     // [num_tokens] index of the token's sequence
-  const int64_t* slot_mapping = nullptr;  // [num_tokens] cache slot the token's K/V go to
-  const int32_t* block_tables = nullptr;  // flat; sequence s's table starts at table_offsets[s]
-  const int32_t* table_offsets = nullptr; // [num_seqs + 1]
+  const int32_t* positions = nullptr;      // [num_tokens]
+  const int32_t* token_seq = nullptr;      // [num_tokens] index of the token's sequence
+  const int64_t* slot_mapping = nullptr;   // [num_tokens] cache slot the token's K/V go to
+  const int32_t* block_tables = nullptr;   // flat; sequence s's table starts at table_offsets[s]
+  const int32_t* table_offsets = nullptr;  // [num_seqs + 1]
 };
 
 // Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot.
 void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
               const float* v);
 
-// out[t] (n_heads x head_dim) = softmax(q[t] . K / sqrt(head_dim)) V over the token's context.
-// n_heads must be a multiple of the cache's n_kv_heads (grouped-query attention).
+// out[t] (n_heads x head_dim) = softmax(scale * q[t] . K) V over the token's context.
+// n_heads must be a multiple of the cache's n_kv_heads (grouped-query attention). Computed with
+// an online softmax over tiles of 32 key positions, in an order fixed by each token's position
+// alone (cpu/attention_kernel.h has the exact contract), on the best instruction set this CPU
+// has; AVX2 and portable kernels give the same bits. Allocates nothing once warmed up.
 void paged_attention(const KvCache& cache, int64_t layer, const AttentionBatch& batch,
                      const float* q, int64_t n_heads, float scale, float* out, ThreadPool& pool);
 

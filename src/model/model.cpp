@@ -168,8 +168,8 @@ void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logi
     if (l.bv != nullptr) backend::add_bias(v_.data(), l.bv, c.kv_dim(), n);
     if (l.q_norm != nullptr) backend::rms_norm_heads(q_.data(), l.q_norm, c.head_dim, n, c.n_head, c.rms_eps);
     if (l.k_norm != nullptr) backend::rms_norm_heads(k_.data(), l.k_norm, c.head_dim, n, c.n_head_kv, c.rms_eps);
-    backend::rope(q_.data(), n, c.n_head, c.head_dim, batch.positions.data(), rope);
-    backend::rope(k_.data(), n, c.n_head_kv, c.head_dim, batch.positions.data(), rope);
+    // One pass for Q and K: each row's rotation angles are computed once for both.
+    backend::rope_qk(q_.data(), c.n_head, k_.data(), c.n_head_kv, n, c.head_dim, batch.positions.data(), rope);
     backend::write_kv(kv, il, ab, k_.data(), v_.data());
     backend::paged_attention(kv, il, ab, q_.data(), c.n_head, kq_scale, attn_.data(), pool);
     matmul(l.wo, attn_.data(), n, tmp_.data(), pool);

@@ -1,0 +1,77 @@
+// The per-ISA CPU paged-attention kernel interface, and the numeric contract every kernel follows.
+//
+// A kernel computes a range of work items; item w is (token block w / n_kv_heads, KV head
+// w % n_kv_heads): batch tokens [b * kAttentionQueryBlock, (b + 1) * kAttentionQueryBlock) and the
+// `group` query heads that share that KV head (grouped-query attention). Each tile of K/V rows is
+// loaded once and used by the whole block and group (cpu/attention_walk.h). The caller
+// (paged_attention.cpp) splits items across threads; a kernel never sees threads.
+//
+// Numeric contract, for one query head q at position p (keys 0..p of its sequence), D = head_dim:
+//   score(j): a[l] = fma(q[8c + l], k_j[8c + l], a[l]) for chunks c < D/8 in order, a from +0;
+//             s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+//             s = fma(q[i], k_j[i], s) for the D % 8 tail elements i in order; score = s * scale.
+//   Keys are taken in tiles of kAttentionTile positions, [0, 32), [32, 64), ..., the last cut at
+//   p + 1, whatever the block size or which step wrote them. Per tile, with m = -inf, l = 0,
+//   acc = 0 before the first:
+//     m' = max(m, max of the tile's scores); alpha = exp(m - m');
+//     e_j = exp(score(j) - m')             (exp is cpu/vec_exp.h's exp_lane);
+//     t[l] = sum over the tile's 8-key groups g, in order, of e_{32T + 8g + l} (from +0; keys
+//            past the tile's end count as +0); tile_sum = the tree above over t;
+//     l = fma(l, alpha, tile_sum);
+//     u_r[d] = fma(e_j, v_j[d], u_r[d]) for the tile's keys j in order, r = j % 4, u_r from +0;
+//     acc[d] = fma(acc[d], alpha, (u_0[d] + u_1[d]) + (u_2[d] + u_3[d])); m = m'.
+//     (Four partial sums so that even a head_dim of 8 has independent FMA chains.)
+//   out[d] = acc[d] * (1 / l).
+// Every operation of a query's result is fixed by the query's position and the shapes, so the
+// result does not depend on the batch, the chunking of the prompt, the block table or threads,
+// and the AVX2 and portable kernels agree bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/kv_cache.h"
+#include "backend/paged_attention.h"
+
+namespace vesper::backend::cpu {
+
+// Keys per online-softmax step. Part of the numeric contract: changing it changes results.
+inline constexpr int64_t kAttentionTile = 32;
+
+// Batch tokens per work item. Not part of the numeric contract (each query's arithmetic is its
+// own); it sets how many queries share each loaded K/V tile.
+inline constexpr int64_t kAttentionQueryBlock = 8;
+
+// Work items of a batch of num_tokens tokens.
+inline int64_t attention_items(int64_t num_tokens, int64_t n_kv_heads) {
+  return (num_tokens + kAttentionQueryBlock - 1) / kAttentionQueryBlock * n_kv_heads;
+}
+
+struct AttentionArgs {
+  const KvCache* cache;
+  int64_t layer;
+  AttentionBatch batch;
+  const float* q;   // [num_tokens][n_heads][head_dim]
+  int64_t n_heads;  // query heads; a multiple of the cache's n_kv_heads
+  int64_t group;    // n_heads / n_kv_heads
+  float scale;
+  float* out;  // [num_tokens][n_heads][head_dim]
+};
+
+// Computes items [begin, end). `scratch` holds attention_scratch_floats(group, head_dim) floats
+// private to the calling thread.
+using AttentionKernel = void (*)(const AttentionArgs& args, int64_t begin, int64_t end,
+                                 float* scratch);
+
+// Room for a token block's accumulators, running maxima and sums, and one tile's scores.
+inline size_t attention_scratch_floats(int64_t group, int64_t head_dim) {
+  return static_cast<size_t>(kAttentionQueryBlock * group * (head_dim + 2) + kAttentionTile);
+}
+
+// The portable kernel (attention_scalar.cpp).
+void paged_attention_scalar(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch);
+
+// The AVX2 + FMA kernel (attention_avx2.cpp); only callable on a CPU that has them.
+void paged_attention_avx2(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch);
+
+}  // namespace vesper::backend::cpu

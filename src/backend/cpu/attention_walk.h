@@ -1,0 +1,99 @@
+// The traversal shared by the paged-attention kernels: which keys each query visits, in which
+// tiles, through which block-table entries. A kernel supplies only the per-tile arithmetic (a
+// `Tile` policy); the walk is the same for every ISA, so the order of every query's reduction is
+// fixed here once (attention_kernel.h's contract).
+//
+// Cache use: an item is a block of up to kAttentionQueryBlock consecutive batch tokens and one KV
+// head. Each tile's K/V rows (32 positions of that head) are resolved once and then used by every
+// query of the block that reaches the tile, and by every query head of the group, while they sit
+// in L1. Within the block, tokens of different sequences are walked separately.
+//
+// Everything here sits in an unnamed namespace: each kernel file includes it under its own target
+// flags, and the copies must not be merged by the linker (an AVX2 copy must never serve the
+// portable kernel).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cpu/attention_kernel.h"
+
+namespace vesper::backend::cpu {
+namespace {
+
+// Tile must provide:
+//   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
+//                    int64_t nt, int64_t head_dim, float scale, float* scores, float* acc,
+//                    float& run_max, float& run_sum);
+//     folds keys [0, nt) of one tile (nt <= kAttentionTile) into one query head's running state
+//     (acc[head_dim], run_max, run_sum); scores has room for kAttentionTile floats.
+//   static void finish(const float* acc, float run_sum, int64_t head_dim, float* out);
+//     writes out[d] = acc[d] * (1 / run_sum).
+template <class Tile>
+void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch) {
+  const KvCacheShape& shape = args.cache->shape();
+  const int64_t head_dim = shape.head_dim, n_kv = shape.n_kv_heads, bs = shape.block_size;
+  const int64_t group = args.group;
+  const AttentionBatch& batch = args.batch;
+  // Running state of each (query of the run, head of the group), then the tile's scores.
+  float* run_max = scratch;                                 // [kAttentionQueryBlock * group]
+  float* run_sum = run_max + kAttentionQueryBlock * group;  // [kAttentionQueryBlock * group]
+  float* scores = run_sum + kAttentionQueryBlock * group;   // [kAttentionTile]
+  float* acc = scores + kAttentionTile;  // [kAttentionQueryBlock * group][head_dim]
+  const float* k_rows[kAttentionTile];
+  const float* v_rows[kAttentionTile];
+
+  for (int64_t w = begin; w < end; ++w) {
+    const int64_t block_begin = w / n_kv * kAttentionQueryBlock, g = w % n_kv;
+    const int64_t block_end = std::min(block_begin + kAttentionQueryBlock, batch.num_tokens);
+    for (int64_t run_begin = block_begin, run_end; run_begin < block_end; run_begin = run_end) {
+      // A run: consecutive tokens of one sequence (one block table).
+      const int32_t seq = batch.token_seq[run_begin];
+      run_end = run_begin + 1;
+      while (run_end < block_end && batch.token_seq[run_end] == seq) ++run_end;
+      const int32_t* table = batch.block_tables + batch.table_offsets[seq];
+      int64_t max_ctx = 0;
+      for (int64_t t = run_begin; t < run_end; ++t)
+        max_ctx = std::max(max_ctx, int64_t{batch.positions[t]} + 1);
+      const int64_t heads = (run_end - run_begin) * group;
+      std::fill(acc, acc + heads * head_dim, 0.0f);
+      std::fill(run_max, run_max + heads, -INFINITY);
+      std::fill(run_sum, run_sum + heads, 0.0f);
+
+      for (int64_t j0 = 0; j0 < max_ctx; j0 += kAttentionTile) {
+        const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0);
+        // Walk the block table without a division per key (an integer division costs more than
+        // a key's whole dot product at small head sizes).
+        int64_t block = j0 / bs, offset = j0 % bs;
+        for (int64_t i = 0; i < tile_keys; ++i) {
+          const int64_t slot = int64_t{table[block]} * bs + offset;
+          k_rows[i] = args.cache->key(args.layer, slot) + g * head_dim;
+          v_rows[i] = args.cache->value(args.layer, slot) + g * head_dim;
+          if (++offset == bs) offset = 0, ++block;
+        }
+        for (int64_t t = run_begin; t < run_end; ++t) {
+          const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
+          if (n_ctx <= j0) continue;  // causal: this query's keys ended in an earlier tile
+          const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
+          const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
+          const int64_t first = (t - run_begin) * group;
+          for (int64_t h = 0; h < group; ++h)
+            Tile::tile(q + h * head_dim, k_rows, v_rows, nt, head_dim, args.scale, scores,
+                       acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+        }
+      }
+
+      for (int64_t t = run_begin; t < run_end; ++t) {
+        float* out = args.out + (t * args.n_heads + g * group) * head_dim;
+        const int64_t first = (t - run_begin) * group;
+        for (int64_t h = 0; h < group; ++h)
+          Tile::finish(acc + (first + h) * head_dim, run_sum[first + h], head_dim,
+                       out + h * head_dim);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vesper::backend::cpu
