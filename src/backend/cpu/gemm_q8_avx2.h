@@ -180,6 +180,25 @@ inline void unpack_scales_mins_k4(const uint8_t* packed, __m256i* sc, __m128i* m
         _mm256_shuffle_epi8(scales2, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * j)));
 }
 
+// Lanes of sum over 8 sub-blocks of 32 of sc[j] * q[j] . x[j], for unsigned quants q (< 128)
+// with 16-bit sub-block scales: the k-quant dot of q4_K and q5_K.
+inline __m256i dot_subblocks_32(const __m256i* q, const __m256i* sc, const int8_t* xq) {
+  __m256i sum = _mm256_setzero_si256();
+  for (int j = 0; j < 8; ++j) {
+    const __m256i p = _mm256_maddubs_epi16(q[j], load_256(xq + 32 * j));
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sc[j]));
+  }
+  return sum;
+}
+
+// Lane k of mins[2k] * (bsums[4k] + bsums[4k + 1]) + mins[2k + 1] * (bsums[4k + 2] + bsums[4k +
+// 3]): the 8 sub-block mins of q4_K / q5_K against the activation sums of their 32 elements.
+inline __m128i min_lanes_k4(__m128i mins, const int16_t* bsums) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8));
+  return _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi));
+}
+
 // The legacy types whose weights are d * (signed integer) in 32-element blocks (q4_0, q5_0,
 // q8_0): L::load(block) gives the 32 signed integers, the fp16 scale sits at offset 0.
 template <class L>

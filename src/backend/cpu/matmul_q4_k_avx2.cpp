@@ -27,19 +27,11 @@ struct KernelQ4_K {  // d@0, dmin@2, scales@4[12], qs@16[128]
     }
   }
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
-    __m256i sum = _mm256_setzero_si256();
-    for (int j = 0; j < 8; ++j) {
-      const __m256i p = _mm256_maddubs_epi16(u.q[j], load_256(xq + 32 * j));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[j]));
-    }
-    return sum;
+    return dot_subblocks_32(u.q, u.sc, xq);
   }
-  // Lane k: sub-blocks 2k and 2k + 1 (sub-block j covers bsums 2j and 2j + 1), kept apart as
-  // ggml's q4_K dot keeps them.
+  // Four lanes (lane k: sub-blocks 2k and 2k + 1), kept apart as ggml's q4_K dot keeps them.
   static __m128i min_dot(const Unpacked& u, const int16_t* bsums) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8));
-    return _mm_madd_epi16(u.mins, _mm_hadd_epi16(lo, hi));
+    return min_lanes_k4(u.mins, bsums);
   }
 };
 
