@@ -207,9 +207,9 @@ TEST(CliSynth, QuantizedFilesGiveLlamaCppsGreedyIds) {
     ASSERT_EQ(got.size(), want.size()) << r["type"];
     for (size_t i = 0; i < want.size(); ++i) {
       if (got[i] == want[i]) continue;
-      EXPECT_LT(margins[i], kNearTie) << r["type"] << ": ids differ at step " << i << " ("
-                                      << got[i] << " vs llama.cpp " << want[i]
-                                      << ") where llama.cpp's top-2 margin is " << margins[i];
+      EXPECT_LT(margins[i], kNearTie)
+          << r["type"] << ": ids differ at step " << i << " (" << got[i] << " vs llama.cpp "
+          << want[i] << ") where llama.cpp's top-2 margin is " << margins[i];
       break;
     }
     std::remove(path.c_str());
