@@ -268,8 +268,8 @@ TEST_P(MatmulPerType, MatchesF64ReferenceWithinBound) {
   }
 }
 
-// Types dotted in integers, at the shapes their tiling cares about: every row count 1..9 (row
-// tiles of 4 and their remainders) and 67 (many tiles), odd feature counts (column chunks of 16
+// Types dotted in integers, at the shapes their tiling cares about: every row count 1..9 and 15
+// (row tiles of 8, then 4, 2, 1) and 67 (many tiles), odd feature counts (column chunks of 16
 // and their remainder, threads' ranges), rows of many blocks, 1, 3 and 5 threads.
 TEST_P(MatmulPerType, IntegerDotMatchesQuantizedReferenceAtTileShapes) {
   const GgmlType type = GetParam();
@@ -280,7 +280,7 @@ TEST_P(MatmulPerType, IntegerDotMatchesQuantizedReferenceAtTileShapes) {
   const int64_t n_in = block_size(type) * (block_size(type) == 32 ? 67 : 9);
   for (int64_t n_out : {5, 51}) {
     const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
-    for (int64_t n_rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 67}) {
+    for (int64_t n_rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 67}) {
       const std::vector<float> x = gaussian(n_in * n_rows, rng);
       const Expected expected = reference_matmul(type, w, n_in, n_out, x, n_rows);
       for (Isa isa : available_isas()) {

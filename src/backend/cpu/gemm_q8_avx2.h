@@ -16,7 +16,7 @@
 //   static __m128i min_dot(const Unpacked& u, const int16_t* bsums);  // kHasMin only:
 //       // the min lanes of matmul_kernel.h: sums of m(g) * bsums[g], exact
 //
-// The driver owns tiling: a block is unpacked once and dotted with up to 4 activation rows
+// The driver owns tiling: a block is unpacked once and dotted with up to 8 activation rows
 // (prefill reuses each weight block across rows and stays compute-bound); columns are walked in
 // chunks so a chunk's weights stay in L2 while all row tiles pass over it.
 #pragma once
@@ -102,26 +102,22 @@ inline void columns(const MatmulArgs& a, int64_t r0, int64_t o_begin, int64_t o_
 
 template <class K>
 void run_q8_matmul(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
-  constexpr int kRows = 4;
   // Weight rows per column chunk: 16 rows of a 4096-wide q8_0 matrix are ~70 KB, within L2.
   constexpr int64_t kColumnChunk = 16;
   for (int64_t c0 = o_begin; c0 < o_end; c0 += kColumnChunk) {
     const int64_t c1 = c0 + kColumnChunk < o_end ? c0 + kColumnChunk : o_end;
+    // Row tiles of 8 (each unpacked block serves 8 rows), then 4, 2 and 1 for the rest.
     int64_t r0 = 0;
-    for (; r0 + kRows <= a.n_rows; r0 += kRows) columns<K, kRows>(a, r0, c0, c1);
-    switch (a.n_rows - r0) {
-      case 3:
-        columns<K, 3>(a, r0, c0, c1);
-        break;
-      case 2:
-        columns<K, 2>(a, r0, c0, c1);
-        break;
-      case 1:
-        columns<K, 1>(a, r0, c0, c1);
-        break;
-      default:
-        break;
+    for (; r0 + 8 <= a.n_rows; r0 += 8) columns<K, 8>(a, r0, c0, c1);
+    if (r0 + 4 <= a.n_rows) {
+      columns<K, 4>(a, r0, c0, c1);
+      r0 += 4;
     }
+    if (r0 + 2 <= a.n_rows) {
+      columns<K, 2>(a, r0, c0, c1);
+      r0 += 2;
+    }
+    if (r0 < a.n_rows) columns<K, 1>(a, r0, c0, c1);
   }
 }
 
