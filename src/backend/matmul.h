@@ -5,12 +5,21 @@
 // Promises:
 //  - Batch invariance: y[r][o] is bit-identical whatever n_rows is, whatever the other rows of x
 //    contain and whatever the pool's thread count. One output element is reduced in a fixed order
-//    that depends only on n_in and the weight type (never on tiling or threading).
+//    that depends only on n_in and the weight type (never on tiling or threading), and activation
+//    rows are quantized one by one.
 //  - The result does not depend on the instruction set picked at start: every kernel reduces in
 //    the same order, so the AVX2 and portable kernels agree bit for bit.
-//  - Accuracy: weights are decoded exactly (tensor/quant.h) and dotted in f32 with FMA, so
-//    |y - exact| <= (n_in / 32 + 6 + n_in % 32) * 2^-24 * sum_i |W[o][i] * x[r][i]|.
-//  - No allocation after the first call with a given n_in on a given thread.
+//  - Accuracy, float activations (matmul_activation_quant(type) == kNone): weights are decoded
+//    exactly (tensor/quant.h) and dotted in f32 with FMA, so
+//      |y - exact| <= (n_in / 32 + 6 + n_in % 32) * 2^-24 * sum_i |W[o][i] * x[r][i]|.
+//  - Accuracy, quantized activations (kQ8_0, kQ8_K): x[r] is first replaced by its Q8
+//    quantization xa[r] (llama.cpp's, see ActivationQuant); against that, blocks are dotted
+//    exactly in integers and only their scaling and accumulation round, so
+//      |y - sum_i W[o][i] * xa[r][i]| <= (n_in / B + 6) * 2^-24 * M
+//    with B the weight block size (32 or 256) and M = sum_i (|A[o][i]| + |N[o][i]|) * |xa[r][i]|
+//    where W = A + N splits each weight into its scale part A (d * sc * q) and its min part N
+//    (-dmin * m for q4_K / q5_K; zero for other types).
+//  - No allocation after the first call with a given shape on a given thread.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +34,17 @@ namespace vesper::backend {
 // place. n_in must be a multiple of the type's block size; y must not overlap x or w.
 void matmul(tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
             int64_t n_rows, float* y, ThreadPool& pool);
+
+// How matmul treats the activations for a weight type, a promise the f64 test oracles mirror:
+//  - kNone: activations stay f32 (f32, f16, bf16, q4_1, q5_1, q2_K, q3_K, q8_K weights).
+//  - kQ8_0: each activation row is quantized to Q8_0 as llama.cpp's x86 quantize_row_q8_0 does
+//    (per 32 elements: d = fp16(amax / 127), q = round-half-even(x * (127 / amax))), then
+//    dotted in integers (q4_0, q5_0, q8_0 weights).
+//  - kQ8_K: likewise to Q8_K as llama.cpp's quantize_row_q8_K (per 256 elements: iscale =
+//    -127 / (the element of largest magnitude, first on ties), q = min(127, round(iscale * x)),
+//    d = 1 / iscale in f32) (q4_K, q5_K, q6_K weights).
+enum class ActivationQuant { kNone, kQ8_0, kQ8_K };
+ActivationQuant matmul_activation_quant(tensor::GgmlType type);
 
 // Whether matmul accepts `type` as weight type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
 // q2_K, q3_K, q4_K, q5_K, q6_K, q8_K.

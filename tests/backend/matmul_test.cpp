@@ -1,6 +1,6 @@
 // Tests of backend/matmul.h: every weight type against an f64 reference built on the oracle
-// dequantizer (tests/reference), batch and thread-count invariance (bitwise), and agreement of
-// the instruction-set variants.
+// dequantizer and, for types dotted in integers, the oracle activation quantizer (tests/reference),
+// batch and thread-count invariance (bitwise), and agreement of the instruction-set variants.
 #include "backend/matmul.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 
 #include "backend/cpu/matmul_cpu.h"
 #include "core/thread_pool.h"
+#include "reference/reference_q8.h"
 #include "reference/reference_quant.h"
 #include "tensor/ggml_type.h"
 #include "tensor/quant.h"
@@ -75,26 +76,48 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, st
   return w;
 }
 
-// The exact product (f64, with the oracle's exact weight values) and, per output element,
-// sum |w x|, the scale of the allowed rounding error.
+// The exact product (f64, with the oracle's exact weight values, and the oracle's quantized
+// activations for types dotted in integers) and, per output element, the scale of the allowed
+// rounding error: sum |w x| (float activations), or sum (|A| + |N|) |xa| with W = A + N split
+// into scale part and min part (quantized activations; backend/matmul.h).
 struct Expected {
   std::vector<double> y;
   std::vector<double> abs_sum;
 };
 
+// The min part of each weight of a row (backend/matmul.h): for q4_K / q5_K W less what the row
+// gives with dmin = 0; zero for other types.
+std::vector<double> min_part(GgmlType type, const uint8_t* row, int64_t n_in,
+                             const std::vector<double>& w) {
+  if (type != GgmlType::kQ4_K && type != GgmlType::kQ5_K) return std::vector<double>(w.size());
+  const size_t bytes = tensor::row_size(type, n_in);
+  std::vector<uint8_t> no_min(row, row + bytes);
+  const size_t block_bytes = tensor::traits(type).type_size;
+  for (size_t b = 0; b < bytes; b += block_bytes) no_min[b + 2] = no_min[b + 3] = 0;  // dmin@2
+  const std::vector<double> scale_part = reference::dequantize_row(type, no_min.data(), n_in);
+  std::vector<double> n(w.size());
+  for (size_t i = 0; i < w.size(); ++i) n[i] = w[i] - scale_part[i];
+  return n;
+}
+
 Expected reference_matmul(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in, int64_t n_out,
                           const std::vector<float>& x, int64_t n_rows) {
   Expected e{std::vector<double>(static_cast<size_t>(n_rows * n_out)),
              std::vector<double>(static_cast<size_t>(n_rows * n_out))};
+  const ActivationQuant quant = matmul_activation_quant(type);
+  std::vector<std::vector<double>> xa(static_cast<size_t>(n_rows));
+  for (int64_t r = 0; r < n_rows; ++r)
+    xa[r] = reference::quantize_activations(quant, x.data() + r * n_in, n_in);
   const size_t row_bytes = tensor::row_size(type, n_in);
   for (int64_t o = 0; o < n_out; ++o) {
-    const std::vector<double> wo = reference::dequantize_row(type, w.data() + o * row_bytes, n_in);
+    const uint8_t* row = w.data() + o * row_bytes;
+    const std::vector<double> wo = reference::dequantize_row(type, row, n_in);
+    const std::vector<double> no = min_part(type, row, n_in, wo);
     for (int64_t r = 0; r < n_rows; ++r) {
       double sum = 0.0, abs_sum = 0.0;
       for (int64_t i = 0; i < n_in; ++i) {
-        const double p = wo[i] * x[r * n_in + i];
-        sum += p;
-        abs_sum += std::fabs(p);
+        sum += wo[i] * xa[r][i];
+        abs_sum += (std::fabs(wo[i] - no[i]) + std::fabs(no[i])) * std::fabs(xa[r][i]);
       }
       e.y[r * n_out + o] = sum;
       e.abs_sum[r * n_out + o] = abs_sum;
@@ -103,11 +126,14 @@ Expected reference_matmul(GgmlType type, const std::vector<uint8_t>& w, int64_t 
   return e;
 }
 
-// The documented bound (backend/matmul.h): weights are decoded exactly, so the only error is f32
-// accumulation: per lane n_in / 32 FMAs, 5 levels of the reduction tree, the tail FMAs. This holds
-// for every weight type alike.
-double allowed_error(int64_t n_in, double abs_sum) {
-  const double steps = static_cast<double>(n_in / 32 + 6 + n_in % 32);
+// The documented bounds (backend/matmul.h). Float activations: weights are decoded exactly, so
+// the only error is f32 accumulation: per lane n_in / 32 FMAs, 5 levels of the reduction tree,
+// the tail FMAs. Quantized activations: block dots are exact integers, so per lane one FMA per
+// block (n_in / block), the scale product, 3 levels of reduction, and the min accumulation.
+double allowed_error(GgmlType type, int64_t n_in, double abs_sum) {
+  const double steps = matmul_activation_quant(type) == ActivationQuant::kNone
+                           ? static_cast<double>(n_in / 32 + 6 + n_in % 32)
+                           : static_cast<double>(n_in / block_size(type) + 6);
   return steps * std::ldexp(1.0, -24) * abs_sum * (1 + 1e-6) + 1e-30;
 }
 
@@ -183,6 +209,32 @@ TEST(MatmulDeathTest, RejectsRowsThatAreNotWholeBlocks) {
                "unsupported");
 }
 
+// The oracle's rounding trace (used by tests/model to tell one tie rounded the other way from an
+// error) records near ties and flips exactly the element it is told to, by one quant step.
+TEST(ReferenceQ8, RoundingTraceFlipsOnlyTheNamedElement) {
+  std::mt19937 rng(test_seed());
+  const std::vector<float> x = gaussian(512, rng);
+  for (ActivationQuant q : {ActivationQuant::kQ8_0, ActivationQuant::kQ8_K}) {
+    reference::RoundingTrace all;
+    all.window = 0.6;  // every element is within half a step of a tie
+    const std::vector<double> plain = reference::quantize_activations(q, x.data(), 512, &all);
+    ASSERT_EQ(all.near_ties.size(), 512u);
+    reference::RoundingTrace flip;
+    flip.flip = 300;
+    const std::vector<double> flipped = reference::quantize_activations(q, x.data(), 512, &flip);
+    for (int i = 0; i < 512; ++i) {
+      if (i != 300) {
+        EXPECT_EQ(flipped[i], plain[i]) << i;
+        continue;
+      }
+      const double step = std::fabs(plain[i] - x[i]) * 2;  // |x - round(x)| <= step / 2
+      EXPECT_NE(flipped[i], plain[i]);
+      EXPECT_LE(std::fabs(flipped[i] - x[i]), std::fabs(flipped[i] - plain[i]) + 1e-12);
+      EXPECT_GE(std::fabs(flipped[i] - x[i]) + 1e-12, step / 2);
+    }
+  }
+}
+
 // ---- per weight type -----------------------------------------------------------------------
 
 class MatmulPerType : public ::testing::TestWithParam<GgmlType> {};
@@ -204,11 +256,40 @@ TEST_P(MatmulPerType, MatchesF64ReferenceWithinBound) {
           for (ThreadPool* pool : {&pool1, &pool3}) {
             const std::vector<float> y = run(isa, type, w, n_in, n_out, x.data(), n_rows, *pool);
             for (int64_t k = 0; k < n_rows * n_out; ++k) {
-              ASSERT_NEAR(y[k], expected.y[k], allowed_error(n_in, expected.abs_sum[k]))
+              ASSERT_NEAR(y[k], expected.y[k], allowed_error(type, n_in, expected.abs_sum[k]))
                   << tensor::type_name(type) << " isa " << cpu::isa_name(isa) << " threads "
                   << pool->num_threads() << " n_in " << n_in << " n_out " << n_out << " n_rows "
                   << n_rows << " row " << k / n_out << " feature " << k % n_out;
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Types dotted in integers, at the shapes their tiling cares about: every row count 1..9 and 15
+// (row tiles of 8, then 4, 2, 1) and 67 (many tiles), odd feature counts (column chunks of 16
+// and their remainder, threads' ranges), rows of many blocks, 1, 3 and 5 threads.
+TEST_P(MatmulPerType, IntegerDotMatchesQuantizedReferenceAtTileShapes) {
+  const GgmlType type = GetParam();
+  if (matmul_activation_quant(type) == ActivationQuant::kNone) GTEST_SKIP() << "float activations";
+  SCOPED_TRACE(seed_trace());
+  std::mt19937 rng(test_seed() + 4000 + static_cast<uint32_t>(type));
+  ThreadPool pool1(1), pool3(3), pool5(5);
+  const int64_t n_in = block_size(type) * (block_size(type) == 32 ? 67 : 9);
+  for (int64_t n_out : {5, 51}) {
+    const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
+    for (int64_t n_rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 67}) {
+      const std::vector<float> x = gaussian(n_in * n_rows, rng);
+      const Expected expected = reference_matmul(type, w, n_in, n_out, x, n_rows);
+      for (Isa isa : available_isas()) {
+        for (ThreadPool* pool : {&pool1, &pool3, &pool5}) {
+          const std::vector<float> y = run(isa, type, w, n_in, n_out, x.data(), n_rows, *pool);
+          for (int64_t k = 0; k < n_rows * n_out; ++k) {
+            ASSERT_NEAR(y[k], expected.y[k], allowed_error(type, n_in, expected.abs_sum[k]))
+                << cpu::isa_name(isa) << " threads " << pool->num_threads() << " n_out " << n_out
+                << " n_rows " << n_rows << " row " << k / n_out << " feature " << k % n_out;
           }
         }
       }
@@ -354,7 +435,7 @@ TEST_P(MatmulPerType, DecodesArbitraryBitPatternsLikeTheOracle) {
     for (int64_t n_rows : {1, 3}) {
       const std::vector<float> y = run(isa, type, w, n_in, n_out, x.data(), n_rows, pool);
       for (size_t k = 0; k < y.size(); ++k)
-        ASSERT_NEAR(y[k], expected.y[k], allowed_error(n_in, expected.abs_sum[k]))
+        ASSERT_NEAR(y[k], expected.y[k], allowed_error(type, n_in, expected.abs_sum[k]))
             << cpu::isa_name(isa) << " n_rows " << n_rows << " at " << k;
     }
   }

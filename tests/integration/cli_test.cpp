@@ -235,7 +235,23 @@ TEST(CliSynth, QuantizedFilesGiveLlamaCppsGreedyIds) {
     ASSERT_EQ(g.exit_code, 0) << g.err;
     auto line = json_lines(g.out).at(0);
     EXPECT_EQ(line["prompt_token_ids"], r["prompt_ids"]) << r["type"];
-    EXPECT_EQ(line["token_ids"], r["ids"]) << r["type"];
+    // Random weights leave near ties among the top logits. Both engines quantize activations
+    // alike (Q8_0 / Q8_K), but llama.cpp keeps K/V in f16 and Vesper in f32, which moves a
+    // top-2 gap by up to ~0.03 (measured, teacher-forced). So the ids must agree token for token
+    // up to the first step where llama.cpp's recorded top-2 margin is under that; a greedy run
+    // that takes the other side of such a tie then legitimately continues differently.
+    constexpr double kNearTie = 0.03;
+    const auto got = line["token_ids"].get<std::vector<int32_t>>();
+    const auto want = r["ids"].get<std::vector<int32_t>>();
+    const auto margins = r["top2_margins"].get<std::vector<double>>();
+    ASSERT_EQ(got.size(), want.size()) << r["type"];
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (got[i] == want[i]) continue;
+      EXPECT_LT(margins[i], kNearTie)
+          << r["type"] << ": ids differ at step " << i << " (" << got[i] << " vs llama.cpp "
+          << want[i] << ") where llama.cpp's top-2 margin is " << margins[i];
+      break;
+    }
     std::remove(path.c_str());
   }
 }

@@ -52,8 +52,10 @@ struct TypeCase {
 };
 
 // Tolerances: both sides dequantize the weights exactly (the fast path via tensor/quant.h, the
-// reference via tests/reference/reference_quant.h), so what remains is f32 versus f64
-// arithmetic in the activations. Measured: about 2e-7 for every type.
+// reference via tests/reference/reference_quant.h) and, for types whose matmul quantizes
+// activations to Q8_0 / Q8_K, both quantize them the same way (the reference via
+// tests/reference/reference_q8.h, from its f64 activations rounded to f32), so what remains is
+// f32 versus f64 arithmetic in the activations. Measured: about 2e-7 for every type.
 const TypeCase kTypeCases[] = {
     {GgmlType::kF32, 1e-5}, {GgmlType::kF16, 1e-5}, {GgmlType::kBF16, 1e-5},
     {GgmlType::kQ8_0, 1e-5}, {GgmlType::kQ4_0, 1e-5}, {GgmlType::kQ4_1, 1e-5},
@@ -61,6 +63,11 @@ const TypeCase kTypeCases[] = {
     {GgmlType::kQ3_K, 1e-5}, {GgmlType::kQ4_K, 1e-5}, {GgmlType::kQ5_K, 1e-5},
     {GgmlType::kQ6_K, 1e-5},
 };
+
+// Activation elements whose scaled value lies within this many quant steps of a rounding tie may
+// round differently in f32 (fast) and f64 (reference): f64 and f32 activations differ by about
+// 1e-7 relative, so by at most about 127 * 1e-6 steps; 1e-3 leaves a wide margin.
+constexpr double kTieWindow = 1e-3;
 
 class ForwardMatchesReference : public ::testing::TestWithParam<TypeCase> {};
 
@@ -85,11 +92,26 @@ TEST_P(ForwardMatchesReference, AllArchitectures) {
     ThreadPool pool(2);
     const auto tokens = random_tokens(13, m->config().n_vocab, 5);
     const auto fast = testing_util::sequence_logits(*m, tokens, 64, 16, 0, pool);
-    const auto ref = reference::forward_all_positions(*m, tokens);
-    const double err = relative_error(fast, ref);
+    reference::RoundingTrace trace;
+    trace.window = kTieWindow;
+    double err = relative_error(fast, reference::forward_all_positions(*m, tokens, &trace));
+    // Beyond the bound, the likely cause is one activation element at a rounding tie within
+    // f32-versus-f64 noise, which the fast path rounded the other way: try each such element
+    // rounded the other way, and keep the best. Any other error still fails.
+    int64_t flipped = -1;
+    for (size_t t = 0; err >= tc.tolerance && t < trace.near_ties.size(); ++t) {
+      reference::RoundingTrace flip;
+      flip.flip = trace.near_ties[t];
+      const double e = relative_error(fast, reference::forward_all_positions(*m, tokens, &flip));
+      if (e < err) {
+        err = e;
+        flipped = flip.flip;
+      }
+    }
     EXPECT_LT(err, tc.tolerance) << arch << " " << tensor::type_name(tc.type);
-    std::printf("  %-6s %-5s max relative logit error %.3g (bound %.g)\n", arch.c_str(),
-                std::string(tensor::type_name(tc.type)).c_str(), err, tc.tolerance);
+    std::printf("  %-6s %-5s max relative logit error %.3g (bound %.g; %zu near-tie roundings%s)\n",
+                arch.c_str(), std::string(tensor::type_name(tc.type)).c_str(), err, tc.tolerance,
+                trace.near_ties.size(), flipped >= 0 ? ", one rounded the other way" : "");
   }
 }
 

@@ -2,29 +2,61 @@
 
 #include <cmath>
 
+#include "backend/matmul.h"
+#include "reference/reference_q8.h"
 #include "reference/reference_quant.h"
 
 namespace vesper::reference {
 namespace {
 
-using Matrix = std::vector<double>;  // row-major [n_out][n_in]
+// A weight matrix, dequantized exactly, and how backend::matmul treats activations against it.
+struct Matrix {
+  std::vector<double> w;  // row-major [n_out][n_in]
+  backend::ActivationQuant quant = backend::ActivationQuant::kNone;
+};
 
 Matrix load(const model::Weight& w) {
-  Matrix m(static_cast<size_t>(w.n_in * w.n_out));
+  Matrix m{std::vector<double>(static_cast<size_t>(w.n_in * w.n_out)),
+           backend::matmul_activation_quant(w.type)};
   const size_t row_bytes = tensor::row_size(w.type, w.n_in);
   for (int64_t o = 0; o < w.n_out; ++o) {
-    std::vector<double> row = dequantize_row(
-        w.type, static_cast<const uint8_t*>(w.data) + o * row_bytes, w.n_in);
-    std::copy(row.begin(), row.end(), m.begin() + o * w.n_in);
+    std::vector<double> row =
+        dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + o * row_bytes, w.n_in);
+    std::copy(row.begin(), row.end(), m.w.begin() + o * w.n_in);
   }
   return m;
 }
 
-std::vector<double> matvec(const Matrix& m, int64_t n_in, const std::vector<double>& x) {
-  const int64_t n_out = static_cast<int64_t>(m.size()) / n_in;
+// One input vector as the matmuls reading it see it: for weight types whose matmul quantizes
+// activations, taken as the fast path holds it (f32) and quantized as llama.cpp does
+// (reference_q8.h). Each format is quantized once per input, as every matmul of that input
+// quantizes it identically; so a rounding decision has one number in the trace.
+class Input {
+ public:
+  Input(const std::vector<double>& x, RoundingTrace* trace) : x_(x), trace_(trace) {}
+  const std::vector<double>& as_seen_by(const Matrix& m) {
+    if (m.quant == backend::ActivationQuant::kNone) return x_;
+    std::vector<double>& q = quantized_[static_cast<int>(m.quant)];
+    if (q.empty()) {
+      const std::vector<float> x_f32(x_.begin(), x_.end());
+      q = quantize_activations(m.quant, x_f32.data(), static_cast<int64_t>(x_.size()), trace_);
+    }
+    return q;
+  }
+
+ private:
+  const std::vector<double>& x_;
+  RoundingTrace* trace_;
+  std::vector<double> quantized_[3];
+};
+
+// The exact product of m with x as m's matmul sees it.
+std::vector<double> matvec(const Matrix& m, int64_t n_in, Input& in) {
+  const std::vector<double>& x = in.as_seen_by(m);
+  const int64_t n_out = static_cast<int64_t>(m.w.size()) / n_in;
   std::vector<double> y(n_out, 0.0);
   for (int64_t o = 0; o < n_out; ++o)
-    for (int64_t i = 0; i < n_in; ++i) y[o] += m[o * n_in + i] * x[i];
+    for (int64_t i = 0; i < n_in; ++i) y[o] += m.w[o * n_in + i] * x[i];
   return y;
 }
 
@@ -57,7 +89,8 @@ void rope(std::vector<double>& x, int64_t heads, const model::ModelConfig& c, co
 }  // namespace
 
 std::vector<std::vector<double>> forward_all_positions(const model::Model& model,
-                                                       const std::vector<int32_t>& tokens) {
+                                                       const std::vector<int32_t>& tokens,
+                                                       RoundingTrace* trace) {
   const model::ModelConfig& c = model.config();
   const model::ModelWeights& w = model.weights();
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -78,9 +111,10 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
     for (int64_t p = 0; p < n; ++p) {
       std::vector<double> x = h[p];
       rms_norm(x, 0, d, l.attn_norm, c.rms_eps);
-      q[p] = matvec(wq, d, x);
-      k[p] = matvec(wk, d, x);
-      v[p] = matvec(wv, d, x);
+      Input in(x, trace);
+      q[p] = matvec(wq, d, in);
+      k[p] = matvec(wk, d, in);
+      v[p] = matvec(wv, d, in);
       for (int64_t i = 0; l.bq && i < c.q_dim(); ++i) q[p][i] += l.bq[i];
       for (int64_t i = 0; l.bk && i < c.kv_dim(); ++i) k[p][i] += l.bk[i];
       for (int64_t i = 0; l.bv && i < c.kv_dim(); ++i) v[p][i] += l.bv[i];
@@ -109,15 +143,18 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
         for (int64_t j = 0; j <= p; ++j)
           for (int64_t i = 0; i < hd; ++i) attn[hh * hd + i] += s[j] / sum * v[j][kvh * hd + i];
       }
-      const std::vector<double> o = matvec(wo, c.q_dim(), attn);
+      Input in(attn, trace);
+      const std::vector<double> o = matvec(wo, c.q_dim(), in);
       for (int64_t i = 0; i < d; ++i) h[p][i] += o[i];
     }
     for (int64_t p = 0; p < n; ++p) {
       std::vector<double> x = h[p];
       rms_norm(x, 0, d, l.ffn_norm, c.rms_eps);
-      std::vector<double> g = matvec(wg, d, x), u = matvec(wu, d, x);
+      Input in(x, trace);
+      std::vector<double> g = matvec(wg, d, in), u = matvec(wu, d, in);
       for (int64_t i = 0; i < c.n_ff; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const std::vector<double> down = matvec(wd, c.n_ff, g);
+      Input in_down(g, trace);
+      const std::vector<double> down = matvec(wd, c.n_ff, in_down);
       for (int64_t i = 0; i < d; ++i) h[p][i] += down[i];
     }
   }
@@ -126,7 +163,8 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
   for (int64_t p = 0; p < n; ++p) {
     std::vector<double> x = h[p];
     rms_norm(x, 0, d, w.output_norm, c.rms_eps);
-    logits[p] = matvec(out, d, x);
+    Input in(x, trace);
+    logits[p] = matvec(out, d, in);
   }
   return logits;
 }

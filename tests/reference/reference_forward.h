@@ -7,11 +7,15 @@
 #include <vector>
 
 #include "model/model.h"
+#include "reference/reference_q8.h"
 
 namespace vesper::reference {
 
-// Logits (f64) for every position of one sequence of `tokens`: result[p][v].
+// Logits (f64) for every position of one sequence of `tokens`: result[p][v]. Activations that
+// backend::matmul quantizes (matmul_activation_quant) are quantized the same way, from their f64
+// values rounded to f32; `trace`, if given, follows those rounding decisions (reference_q8.h).
 std::vector<std::vector<double>> forward_all_positions(const model::Model& model,
-                                                       const std::vector<int32_t>& tokens);
+                                                       const std::vector<int32_t>& tokens,
+                                                       RoundingTrace* trace = nullptr);
 
 }  // namespace vesper::reference

@@ -109,18 +109,6 @@ inline void store_affine(__m256i q, float d, float m, float* out) {
                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d), _mm256_set1_ps(m)));
 }
 
-// q4_K / q5_K packed 6-bit (scale, min) of sub-block j (see tensor/quant_blocks.h; restated here
-// to keep this ISA's code to itself).
-inline void scale_min_k4(int j, const uint8_t* packed, int* scale, int* min) {
-  if (j < 4) {
-    *scale = packed[j] & 63;
-    *min = packed[j + 4] & 63;
-  } else {
-    *scale = (packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4);
-    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-  }
-}
-
 // ---- the driver ------------------------------------------------------------------------------
 
 // Activation rows processed per decoded weight row (prefill): sized so the x tile stays in L2.

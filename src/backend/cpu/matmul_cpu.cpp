@@ -51,6 +51,13 @@ MatmulKernel kernel_for(Isa isa, GgmlType type) {
   return isa == Isa::kAvx2 ? avx2_kernel(type) : scalar_kernel(type);
 }
 
+// Activation rows quantized for the integer-dot kernels, owned by the thread that calls matmul
+// and read by every pool thread during the call. Grows to the largest shape seen, then is reused.
+Q8Buffer& caller_q8_buffer() {
+  thread_local Q8Buffer buffer;
+  return buffer;
+}
+
 // Per-thread decode buffer. It grows to the largest n_in seen and is then reused, so steady-state
 // calls do not allocate.
 float* thread_scratch(int64_t n_in) {
@@ -100,25 +107,44 @@ void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_
   VESPER_CHECK(n_out >= 0 && n_rows >= 0);
   if (n_out == 0 || n_rows == 0) return;
 
-  const MatmulArgs args{
+  MatmulArgs args{
       static_cast<const uint8_t*>(w), tensor::row_size(type, n_in), n_in, n_out, x, n_rows, y};
+  const ActivationQuant quant = matmul_activation_quant(type);
+  Q8Rows xq;
+  if (quant != ActivationQuant::kNone) {
+    xq = caller_q8_buffer().prepare(quant, n_in, n_rows);
+    args.xq = &xq;
+  }
+  // Small products run on the calling thread: waking the pool costs more than they do, and far
+  // more when other processes share the cores. Each output's value is the same either way.
+  constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
+  if (n_in * n_out * n_rows < kMinParallelMacs || pool.num_threads() == 1) {
+    if (args.xq != nullptr) quantize_rows(xq, x, 0, n_rows);
+    kernel(args, 0, n_out, thread_scratch(n_in));
+    return;
+  }
+  // Each row is quantized by itself, so splitting rows across threads changes nothing.
+  if (args.xq != nullptr) {
+    if (n_rows * n_in < (int64_t{1} << 14)) {
+      quantize_rows(xq, x, 0, n_rows);
+    } else {
+      pool.parallel_for(static_cast<size_t>(n_rows), [&xq, x](size_t begin, size_t end) {
+        quantize_rows(xq, x, static_cast<int64_t>(begin), static_cast<int64_t>(end));
+      });
+    }
+  }
   // Contiguous ranges of output features, one per thread: each output element is computed by
-  // exactly one thread, start to finish, so the thread count cannot change its value. The
-  // lambda captures one pointer-sized reference, small enough for std::function not to allocate.
+  // exactly one thread, start to finish, so the thread count cannot change its value. Ranges are
+  // whole multiples of 16 features (a 64-byte line of y) so threads never share a line of a row
+  // of y. The lambda captures two pointers, small enough for std::function not to allocate.
   struct Job {
     MatmulKernel kernel;
     const MatmulArgs* args;
   } job{kernel, &args};
-  // Small products run on the calling thread: waking the pool costs more than they do, and far
-  // more when other processes share the cores. Each output's value is the same either way.
-  constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
-  if (n_in * n_out * n_rows < kMinParallelMacs) {
-    kernel(args, 0, n_out, thread_scratch(n_in));
-    return;
-  }
   pool.run([&job](int thread, int n_threads) {
+    constexpr int64_t kAlign = 16;
     const int64_t n = job.args->n_out;
-    const int64_t per_thread = (n + n_threads - 1) / n_threads;
+    const int64_t per_thread = ((n + n_threads - 1) / n_threads + kAlign - 1) / kAlign * kAlign;
     const int64_t begin = per_thread * thread;
     const int64_t end = begin + per_thread < n ? begin + per_thread : n;
     if (begin >= end) return;
@@ -131,6 +157,21 @@ void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_
 void matmul(tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
             int64_t n_rows, float* y, ThreadPool& pool) {
   cpu::matmul_with_isa(cpu::selected_isa(), type, w, n_in, n_out, x, n_rows, y, pool);
+}
+
+ActivationQuant matmul_activation_quant(tensor::GgmlType type) {
+  switch (type) {
+    case tensor::GgmlType::kQ4_0:
+    case tensor::GgmlType::kQ5_0:
+    case tensor::GgmlType::kQ8_0:
+      return ActivationQuant::kQ8_0;
+    case tensor::GgmlType::kQ4_K:
+    case tensor::GgmlType::kQ5_K:
+    case tensor::GgmlType::kQ6_K:
+      return ActivationQuant::kQ8_K;
+    default:
+      return ActivationQuant::kNone;
+  }
 }
 
 bool matmul_supported(tensor::GgmlType type) {

@@ -1,6 +1,7 @@
 // The CPU implementation of backend::matmul (backend/matmul.h): picks the kernel set once, at the
-// first call, from runtime CPU detection (__builtin_cpu_supports), and splits output features
-// across the thread pool in contiguous ranges, one per thread.
+// first call, from runtime CPU detection (__builtin_cpu_supports); for integer-dot types quantizes
+// the activation rows once per call (shared by all threads); and splits output features across
+// the thread pool in contiguous ranges, one per thread.
 //
 // Exposed so tests and benchmarks can run a given instruction set; the model uses matmul.h.
 #pragma once

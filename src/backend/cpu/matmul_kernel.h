@@ -1,24 +1,47 @@
-// The per-type CPU matmul kernel interface, and the numeric contract every kernel follows.
+// The per-type CPU matmul kernel interface, and the numeric contracts every kernel follows.
 //
 // A kernel computes a range of output features for all activation rows. matmul_cpu.cpp picks
 // one kernel per (instruction set, weight type) at start and splits output features across the
 // thread pool; a kernel never sees threads.
 //
-// Numeric contract (what makes matmul batch-invariant and ISA-independent): the weight row is
-// decoded exactly to f32 (as tensor::dequantize_row does), then for each output element
+// Two contracts, by weight type (backend::matmul_activation_quant says which applies); they are
+// what makes matmul batch-invariant and ISA-independent.
+//
+// Float contract (f32, f16, bf16, q4_1, q5_1, q2_K, q3_K, q8_K): the weight row is decoded
+// exactly to f32 (as tensor::dequantize_row does), then for each output element
 //   acc[j][l] = fma(w[32c + 8j + l], x[32c + 8j + l], acc[j][l])  for chunks c in order,
 //                                                                  j < 4, l < 8, acc from +0
 //   s[l]      = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l])
 //   t[l]      = s[l] + s[l + 4]                                    for l < 4
 //   sum       = (t[0] + t[1]) + (t[2] + t[3])
 //   sum       = fma(w[i], x[i], sum)     for the n_in % 32 tail elements i in order (plain types)
-// This is ggml's AVX2 f32 dot layout (4 accumulators of 8 lanes, the same reduction tree); a
-// kernel may tile, fuse and reorder work freely across output elements but never within one.
+// This is ggml's AVX2 f32 dot layout (4 accumulators of 8 lanes, the same reduction tree).
+//
+// Integer-dot contract (q4_0, q5_0, q8_0 against Q8_0 activations; q4_K, q5_K, q6_K against
+// Q8_K): the activation row is quantized once per call (q8_activations.h), giving quants xq, one
+// f32 scale dx[b] per weight block b, and (Q8_K) sums of each 16 quants bsums. A weight block is
+// w[i] = d * wint[i] - dmin * m(i / 16) with integer wint (sub-block scale times quant, offsets
+// included) and, for q4_K / q5_K, integer mins m. For each output element, blocks b in order, acc
+// and accm from +0:
+//   isum[l]  = sum over the block's elements i with (i % 32) / 4 == l of wint[i] * xq[i]  (exact)
+//   acc[l]   = fma(float(isum[l]), d * dx[b], acc[l])                        for l < 8
+//   imin[k]  = sum of m(g) * bsums[g] over the 16-groups g of min lane k               (exact)
+//   accm[k]  = fma(float(imin[k]), dmin * dx[b], accm[k])                     for k < 4
+//   s[l]     = acc[l] + acc[l + 4]                                           for l < 4
+//   sum      = (s[0] + s[2]) + (s[1] + s[3])  -  ((accm[0] + accm[2]) + (accm[1] + accm[3]))
+// with min lane k = groups 4k .. 4k + 3 for q4_K, all groups in lane 0 for q5_K (no mins: accm
+// stays 0 and is not subtracted). Integer sums are exact in any order, so SIMD kernels may add them
+// as they like. The f32 steps are those of ggml's AVX2 vec_dot_<type>_q8_0 / _q8_K, so a dot of
+// the same quantized activations equals llama.cpp's bit for bit.
+//
+// Either way a kernel may tile, fuse and reorder work freely across output elements but never
+// within one.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/q8_activations.h"
 #include "tensor/ggml_type.h"
 
 namespace vesper::backend::cpu {
@@ -30,7 +53,8 @@ struct MatmulArgs {
   int64_t n_out;
   const float* x;  // n_rows rows of n_in
   int64_t n_rows;
-  float* y;  // n_rows rows of n_out
+  float* y;                    // n_rows rows of n_out
+  const Q8Rows* xq = nullptr;  // x quantized, for integer-dot kernels (else nullptr)
 };
 
 // Computes y[r * n_out + o] for every r < n_rows and o in [o_begin, o_end). `scratch` holds
@@ -46,8 +70,13 @@ inline size_t kernel_scratch_floats(int64_t n_in) {
 // The portable kernel for `type` (matmul_scalar.cpp); nullptr if the type is not supported.
 MatmulKernel scalar_kernel(tensor::GgmlType type);
 
-// AVX2 + FMA + F16C kernels, one per weight type, each in its own matmul_<type>_avx2.cpp.
-// Only callable on a CPU that has those extensions.
+// The portable integer-dot kernel for `type` (matmul_q8_scalar.cpp); nullptr for types on the
+// float contract.
+MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
+
+// AVX2 + FMA + F16C kernels, one per weight type, each in its own matmul_<type>_avx2.cpp
+// (integer-dot ones on gemm_q8_avx2.h, the others on gemm_avx2.h). Only callable on a CPU that
+// has those extensions.
 void matmul_f32_avx2(const MatmulArgs&, int64_t, int64_t, float*);
 void matmul_f16_avx2(const MatmulArgs&, int64_t, int64_t, float*);
 void matmul_bf16_avx2(const MatmulArgs&, int64_t, int64_t, float*);

@@ -1,30 +1,20 @@
-// AVX2 matmul kernel for q4_0 weights: blocks of 32 decoded as d * (nibble - 8).
-#include "backend/cpu/gemm_avx2.h"
+// AVX2 matmul kernel for q4_0 weights against Q8_0 activations: blocks of 32, w = d * (q - 8).
+#include "backend/cpu/gemm_q8_avx2.h"
 
 namespace vesper::backend::cpu {
 namespace {
 
-struct DecodeQ4_0 {  // d@0 (fp16), qs@2[16]: element j low nibble, j + 16 high nibble
-  static constexpr bool kIdentity = false;
-  static constexpr int64_t kBlock = 32;
+struct LoadQ4_0 {  // d@0 (fp16), qs@2[16]: element j low nibble, j + 16 high nibble
   static constexpr int64_t kBytes = 18;
-  static void decode(const uint8_t* src, float* out) {
-    const float d = load_fp16(src);
-    const __m256i eight = _mm256_set1_epi32(8);
-    const __m256i low4 = _mm256_set1_epi32(0xF);
-    for (int g = 0; g < 2; ++g) {
-      const __m256i v = widen_u8(src + 2 + 8 * g);
-      store_scaled(_mm256_sub_epi32(_mm256_and_si256(v, low4), eight), d, out + 8 * g);
-      store_scaled(_mm256_sub_epi32(_mm256_srli_epi32(v, 4), eight), d, out + 16 + 8 * g);
-    }
+  static __m256i load(const uint8_t* block) {
+    return _mm256_sub_epi8(nibbles_32(block + 2), _mm256_set1_epi8(8));
   }
-  static void decode_tail(const uint8_t*, int64_t, float*) {}
 };
 
 }  // namespace
 
 void matmul_q4_0_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scratch) {
-  run_matmul<DecodeQ4_0>(a, o_begin, o_end, scratch);
+  run_q8_matmul<SignedBlock32<LoadQ4_0>>(a, o_begin, o_end, scratch);
 }
 
 }  // namespace vesper::backend::cpu

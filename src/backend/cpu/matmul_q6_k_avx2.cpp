@@ -1,53 +1,65 @@
-// AVX2 matmul kernel for q6_K weights: super-blocks of 256, sub-blocks of 16 with int8 scales,
-// decoded as d * sc * (q - 32) with q = 4 low bits from ql and 2 high bits from qh.
-#include "backend/cpu/gemm_avx2.h"
+// AVX2 matmul kernel for q6_K weights against Q8_K activations: super-blocks of 256, sub-blocks
+// of 16 with int8 scales, w = d * sc * (q - 32), q = 4 low bits from ql and 2 high bits from qh.
+#include "backend/cpu/gemm_q8_avx2.h"
 
 namespace vesper::backend::cpu {
 namespace {
 
-struct DecodeQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
-  static constexpr bool kIdentity = false;
+struct KernelQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
   static constexpr int64_t kBlock = 256;
   static constexpr int64_t kBytes = 210;
-  static void decode(const uint8_t* src, float* out) {
-    const float d = load_fp16(src + 208);
-    const __m256i low4 = _mm256_set1_epi32(0xF);
-    const __m256i three = _mm256_set1_epi32(3);
-    const __m256i thirty_two = _mm256_set1_epi32(32);
+  static constexpr bool kHasMin = false;
+  struct Unpacked {
+    __m256i q[8];   // 32-element chunk k's quants, 0..63
+    __m256i sc[8];  // chunk k's two scales: sub-block 2k in int16 lanes 0-7, 2k + 1 in 8-15
+    float d;
+  };
+  static void unpack(const uint8_t* block, Unpacked& u) {
+    u.d = load_fp16(block + 208);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i three = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* ql = src + 64 * h;
-      const uint8_t* qh = src + 128 + 32 * h;
-      for (int l = 0; l < 32; l += 8) {
-        const __m256i v0 = widen_u8(ql + l);       // quarters 0 (low nibble) and 2 (high)
-        const __m256i v1 = widen_u8(ql + 32 + l);  // quarters 1 and 3
-        const __m256i vh = widen_u8(qh + l);       // quarter s in bits 2s, 2s + 1
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(v0, low4),
-                            _mm256_slli_epi32(_mm256_and_si256(vh, three), 4)),
-            _mm256_or_si256(
-                _mm256_and_si256(v1, low4),
-                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(vh, 2), three), 4)),
-            _mm256_or_si256(
-                _mm256_srli_epi32(v0, 4),
-                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(vh, 4), three), 4)),
-            _mm256_or_si256(_mm256_srli_epi32(v1, 4),
-                            _mm256_slli_epi32(_mm256_srli_epi32(vh, 6), 4)),
-        };
-        for (int s = 0; s < 4; ++s) {
-          const auto sc = static_cast<int8_t>(src[192 + 8 * h + 2 * s + l / 16]);
-          const float ds = d * static_cast<float>(sc);  // exact; the one rounding is below
-          store_scaled(_mm256_sub_epi32(q[s], thirty_two), ds, out + 128 * h + 32 * s + l);
-        }
-      }
+      const __m256i ql0 = load_256(block + 64 * h);       // chunks 4h (low) and 4h + 2 (high)
+      const __m256i ql1 = load_256(block + 64 * h + 32);  // chunks 4h + 1 and 4h + 3
+      const __m256i qh = load_256(block + 128 + 32 * h);  // chunk 4h + s in bits 2s, 2s + 1
+      // 16-bit shifts move bits across bytes; the masks keep only each byte's own bits.
+      const auto high = [&](int s) {
+        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * s), three), 4);
+      };
+      u.q[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, low4), high(0));
+      u.q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, low4), high(1));
+      u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(2));
+      u.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(3));
+    }
+    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
+    for (int k = 0; k < 8; ++k) {
+      // Bytes 2k (x8) then 2k + 1 (x8), widened: one shuffle and one extension per chunk.
+      const __m128i pick =
+          _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * k)),
+                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+      u.sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
     }
   }
-  static void decode_tail(const uint8_t*, int64_t, float*) {}
+  // (q - 32) * x = q * x - 32 * x, each term exact in int16 and so is their difference (ggml's
+  // q6_K dot does the same).
+  static __m256i dot(const Unpacked& u, const int8_t* xq) {
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256i sum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i x = load_256(xq + 32 * k);
+      const __m256i p =
+          _mm256_sub_epi16(_mm256_maddubs_epi16(u.q[k], x), _mm256_maddubs_epi16(m32, x));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[k]));
+    }
+    return sum;
+  }
+  static __m128i min_dot(const Unpacked&, const int16_t*) { return _mm_setzero_si128(); }
 };
 
 }  // namespace
 
 void matmul_q6_k_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scratch) {
-  run_matmul<DecodeQ6_K>(a, o_begin, o_end, scratch);
+  run_q8_matmul<KernelQ6_K>(a, o_begin, o_end, scratch);
 }
 
 }  // namespace vesper::backend::cpu

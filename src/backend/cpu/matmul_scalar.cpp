@@ -1,7 +1,7 @@
-// The portable matmul kernel: decodes each weight row with tensor::dequantize_row and dots it
-// with every activation row, following matmul_kernel.h's reduction order lane by lane, so it is
-// bit-identical to the SIMD kernels. It is the fallback on CPUs without AVX2 and the reference
-// the SIMD kernels are tested against; speed is not its job.
+// The portable float-contract matmul kernel (matmul_kernel.h): decodes each weight row with
+// tensor::dequantize_row and dots it with every activation row, following matmul_kernel.h's
+// reduction order lane by lane, so it is bit-identical to the SIMD kernels. It is the fallback on
+// CPUs without AVX2 and the reference the SIMD kernels are tested against; speed is not its job.
 #include <cmath>
 
 #include "backend/cpu/matmul_kernel.h"
@@ -42,6 +42,7 @@ void matmul_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* s
 }  // namespace
 
 MatmulKernel scalar_kernel(GgmlType type) {
+  if (MatmulKernel integer_dot = scalar_q8_kernel(type)) return integer_dot;
   switch (type) {
     case GgmlType::kF32:
       return matmul_scalar<GgmlType::kF32>;
@@ -49,26 +50,14 @@ MatmulKernel scalar_kernel(GgmlType type) {
       return matmul_scalar<GgmlType::kF16>;
     case GgmlType::kBF16:
       return matmul_scalar<GgmlType::kBF16>;
-    case GgmlType::kQ4_0:
-      return matmul_scalar<GgmlType::kQ4_0>;
     case GgmlType::kQ4_1:
       return matmul_scalar<GgmlType::kQ4_1>;
-    case GgmlType::kQ5_0:
-      return matmul_scalar<GgmlType::kQ5_0>;
     case GgmlType::kQ5_1:
       return matmul_scalar<GgmlType::kQ5_1>;
-    case GgmlType::kQ8_0:
-      return matmul_scalar<GgmlType::kQ8_0>;
     case GgmlType::kQ2_K:
       return matmul_scalar<GgmlType::kQ2_K>;
     case GgmlType::kQ3_K:
       return matmul_scalar<GgmlType::kQ3_K>;
-    case GgmlType::kQ4_K:
-      return matmul_scalar<GgmlType::kQ4_K>;
-    case GgmlType::kQ5_K:
-      return matmul_scalar<GgmlType::kQ5_K>;
-    case GgmlType::kQ6_K:
-      return matmul_scalar<GgmlType::kQ6_K>;
     case GgmlType::kQ8_K:
       return matmul_scalar<GgmlType::kQ8_K>;
     default:

@@ -1,0 +1,221 @@
+// The AVX2 driver for integer-dot matmul kernels: weights stay quantized, activations arrive
+// quantized to 8 bits (q8_activations.h), and each block's dot product is computed exactly in
+// integers (_mm256_maddubs_epi16 / _mm256_madd_epi16), then scaled and accumulated in f32 in the
+// order matmul_kernel.h fixes. Include it only from files compiled with -mavx2 -mfma -mf16c (see
+// the linkage note in gemm_avx2.h, which applies here too).
+//
+// A kernel file supplies a weight type K and instantiates run_q8_matmul<K>:
+//   static constexpr int64_t kBlock;   // elements per weight block: 32, or 256 for k-quants
+//   static constexpr int64_t kBytes;   // bytes per weight block
+//   static constexpr bool kHasMin;     // k-quants with a min: w = d * sc * q - dmin * m
+//   struct Unpacked;                   // one block made ready for the integer dots
+//   static void unpack(const uint8_t* block, Unpacked& u);  // also sets u.d (and u.dmin)
+//   static __m256i dot(const Unpacked& u, const int8_t* xq);
+//       // lane l (int32) = sum over the block's elements i with (i % 32) / 4 == l of
+//       // wint[i] * xq[i], exact, where w[i] = u.d * wint[i] (- min part)
+//   static __m128i min_dot(const Unpacked& u, const int16_t* bsums);  // kHasMin only:
+//       // the min lanes of matmul_kernel.h: sums of m(g) * bsums[g], exact
+//
+// The driver owns tiling: a block is unpacked once and dotted with up to 8 activation rows
+// (prefill reuses each weight block across rows and stays compute-bound); columns are walked in
+// chunks so a chunk's weights stay in L2 while all row tiles pass over it.
+#pragma once
+
+#include "backend/cpu/gemm_avx2.h"
+#include "backend/cpu/q8_activations.h"
+
+namespace vesper::backend::cpu {
+namespace {
+
+// (s0 + s2) + (s1 + s3) with s_l = acc_l + acc_{l+4}: ggml's hsum_float_8 and matmul_kernel.h's
+// integer-dot reduction.
+inline float hsum_lanes(__m256 acc) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// (m0 + m2) + (m1 + m3): ggml's reduction of q4_K's min lanes.
+inline float hsum_lanes_4(__m128 m) {
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_add_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline int hsum_epi32(__m128i v) {
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(v);
+}
+
+// Dots of one weight row with R activation rows starting at row r0: out[r] for r < R. Rows are
+// addressed as base + r * stride (not an array of pointers) so that the pointers stay in
+// registers.
+template <class K, int R>
+inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* out) {
+  const int64_t n_blocks = x.n_in / K::kBlock;
+  const int8_t* xq = x.qs + r0 * x.n_in;
+  const int64_t q_stride = x.n_in;
+  const float* xd = x.d + r0 * n_blocks;
+  const int64_t d_stride = n_blocks;
+  const int16_t* xs = K::kHasMin ? x.bsums + r0 * (x.n_in / 16) : nullptr;
+  const int64_t s_stride = x.n_in / 16;
+  __m256 acc[R];
+  __m128 accm[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    accm[r] = _mm_setzero_ps();
+  }
+  for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
+    typename K::Unpacked u;
+    K::unpack(wrow + b * K::kBytes, u);
+    // d * dx as a vector product of broadcasts (the same rounding as the scalar product): the
+    // activation scale is broadcast straight from memory.
+    const __m256 d = _mm256_set1_ps(u.d);
+    for (int r = 0; r < R; ++r) {
+      const __m256i isum = K::dot(u, xq + r * q_stride);
+      const float* dx = xd + r * d_stride;
+      const __m256 scale = _mm256_mul_ps(d, _mm256_broadcast_ss(dx));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r]);
+      if constexpr (K::kHasMin) {
+        const __m128i imin = K::min_dot(u, xs + r * s_stride);
+        accm[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), _mm_set1_ps(u.dmin * *dx), accm[r]);
+      }
+    }
+    if constexpr (K::kHasMin) xs += K::kBlock / 16;
+  }
+  for (int r = 0; r < R; ++r) {
+    out[r] = hsum_lanes(acc[r]);
+    if constexpr (K::kHasMin) out[r] -= hsum_lanes_4(accm[r]);
+  }
+}
+
+template <class K, int R>
+inline void columns(const MatmulArgs& a, int64_t r0, int64_t o_begin, int64_t o_end) {
+  float out[R];
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    dot_rows<K, R>(a.w + static_cast<size_t>(o) * a.w_row_bytes, *a.xq, r0, out);
+    for (int r = 0; r < R; ++r) a.y[(r0 + r) * a.n_out + o] = out[r];
+  }
+}
+
+template <class K>
+void run_q8_matmul(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+  // Weight rows per column chunk: 16 rows of a 4096-wide q8_0 matrix are ~70 KB, within L2.
+  constexpr int64_t kColumnChunk = 16;
+  for (int64_t c0 = o_begin; c0 < o_end; c0 += kColumnChunk) {
+    const int64_t c1 = c0 + kColumnChunk < o_end ? c0 + kColumnChunk : o_end;
+    // Row tiles of 8 (each unpacked block serves 8 rows), then 4, 2 and 1 for the rest.
+    int64_t r0 = 0;
+    for (; r0 + 8 <= a.n_rows; r0 += 8) columns<K, 8>(a, r0, c0, c1);
+    if (r0 + 4 <= a.n_rows) {
+      columns<K, 4>(a, r0, c0, c1);
+      r0 += 4;
+    }
+    if (r0 + 2 <= a.n_rows) {
+      columns<K, 2>(a, r0, c0, c1);
+      r0 += 2;
+    }
+    if (r0 < a.n_rows) columns<K, 1>(a, r0, c0, c1);
+  }
+}
+
+// ---- helpers for weight types --------------------------------------------------------------
+
+// Lanes of sum(w * x) over each 4 consecutive bytes, for signed w and x (|x| <= 127): ggml's sign
+// trick, since maddubs wants one unsigned operand.
+inline __m256i dot_signed(__m256i w, __m256i abs_w, __m256i x) {
+  const __m256i p = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(x, w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// 32 bytes: 0xFF where bit i of the 32-bit word is set (ggml's bytes_from_bits_32).
+inline __m256i bytes_from_bits_32(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i shuffle = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                             0x0202020202020202, 0x0303030303030303);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuffle);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7FBFDFEFF7FBFDFE));
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+// 16 packed bytes to 32 nibbles: element j < 16 from the low nibble of byte j, j + 16 from the
+// high nibble (the legacy block layout).
+inline __m256i nibbles_32(const uint8_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+inline __m256i load_256(const void* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// q4_K / q5_K's 12 packed bytes of 6-bit (scale, min) pairs: sc[j] = sub-block j's scale in every
+// int16 lane, mins = the 8 mins as int16. Unpacked in 32-bit words (ggml's kmask trick) rather
+// than pair by pair, since a block's scales are on the decode path.
+inline void unpack_scales_mins_k4(const uint8_t* packed, __m256i* sc, __m128i* mins) {
+  uint32_t w[4];
+  std::memcpy(w, packed, 12);
+  const uint32_t low6 = 0x3F3F3F3F, low4 = 0x0F0F0F0F, low2 = 0x03030303;
+  w[3] = ((w[2] >> 4) & low4) | (((w[1] >> 6) & low2) << 4);  // mins 4..7
+  const uint32_t mins_0_3 = w[1] & low6;
+  w[1] = (w[2] & low4) | (((w[0] >> 6) & low2) << 4);  // scales 4..7
+  w[2] = mins_0_3;
+  w[0] &= low6;  // scales 0..3
+  const __m256i both =
+      _mm256_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(w[0]), static_cast<int>(w[1]),
+                                          static_cast<int>(w[2]), static_cast<int>(w[3])));
+  *mins = _mm256_extracti128_si256(both, 1);
+  const __m128i scales = _mm256_castsi256_si128(both);
+  const __m256i scales2 = _mm256_set_m128i(scales, scales);
+  for (int j = 0; j < 8; ++j)  // int16 lane j (bytes 2j, 2j + 1) to every lane
+    sc[j] =
+        _mm256_shuffle_epi8(scales2, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * j)));
+}
+
+// Lanes of sum over 8 sub-blocks of 32 of sc[j] * q[j] . x[j], for unsigned quants q (< 128)
+// with 16-bit sub-block scales: the k-quant dot of q4_K and q5_K.
+inline __m256i dot_subblocks_32(const __m256i* q, const __m256i* sc, const int8_t* xq) {
+  __m256i sum = _mm256_setzero_si256();
+  for (int j = 0; j < 8; ++j) {
+    const __m256i p = _mm256_maddubs_epi16(q[j], load_256(xq + 32 * j));
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sc[j]));
+  }
+  return sum;
+}
+
+// Lane k of mins[2k] * (bsums[4k] + bsums[4k + 1]) + mins[2k + 1] * (bsums[4k + 2] + bsums[4k +
+// 3]): the 8 sub-block mins of q4_K / q5_K against the activation sums of their 32 elements.
+inline __m128i min_lanes_k4(__m128i mins, const int16_t* bsums) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8));
+  return _mm_madd_epi16(mins, _mm_hadd_epi16(lo, hi));
+}
+
+// The legacy types whose weights are d * (signed integer) in 32-element blocks (q4_0, q5_0,
+// q8_0): L::load(block) gives the 32 signed integers, the fp16 scale sits at offset 0.
+template <class L>
+struct SignedBlock32 {
+  static constexpr int64_t kBlock = 32;
+  static constexpr int64_t kBytes = L::kBytes;
+  static constexpr bool kHasMin = false;
+  struct Unpacked {
+    __m256i w, abs_w;
+    float d;
+  };
+  static void unpack(const uint8_t* block, Unpacked& u) {
+    u.w = L::load(block);
+    u.abs_w = _mm256_sign_epi8(u.w, u.w);
+    u.d = load_fp16(block);
+  }
+  static __m256i dot(const Unpacked& u, const int8_t* xq) {
+    return dot_signed(u.w, u.abs_w, load_256(xq));
+  }
+  static __m128i min_dot(const Unpacked&, const int16_t*) { return _mm_setzero_si128(); }
+};
+
+}  // namespace
+}  // namespace vesper::backend::cpu

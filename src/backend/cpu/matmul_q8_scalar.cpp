@@ -1,0 +1,171 @@
+// The portable integer-dot kernels: each weight block is decoded to integers (with its float
+// scales kept apart), dotted exactly with the Q8 activation quants, and accumulated in f32 lane by
+// lane in matmul_kernel.h's integer-dot order, so the result is bit-identical to the SIMD
+// kernels. It is the fallback on CPUs without AVX2 and the reference the SIMD kernels are tested
+// against; speed is not its job.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/matmul_kernel.h"
+#include "core/fp16.h"
+#include "tensor/quant_blocks.h"
+
+namespace vesper::backend::cpu {
+namespace {
+
+using tensor::GgmlType;
+
+// One weight block as integers: w[i] = d * wint[i] - dmin * min16[i / 16].
+struct IntBlock {
+  int32_t wint[256];
+  int32_t min16[16];  // k-quants with a min only
+  float d = 0.0f;
+  float dmin = 0.0f;
+};
+
+float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_f32(h);
+}
+
+// Element j < 16 in the low nibble of qs[j], j + 16 in its high nibble.
+int nibble_32(const uint8_t* qs, int j) {
+  return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
+}
+
+struct DecodeQ4_0 {  // d@0, qs@2[16]
+  static constexpr int kBlock = 32, kBytes = 18;
+  static constexpr bool kHasMin = false;
+  static constexpr int kMinLanes = 0;
+  static void decode(const uint8_t* b, IntBlock& out) {
+    out.d = half(b);
+    for (int j = 0; j < 32; ++j) out.wint[j] = nibble_32(b + 2, j) - 8;
+  }
+};
+
+struct DecodeQ5_0 {  // d@0, qh@2 (u32), qs@6[16]
+  static constexpr int kBlock = 32, kBytes = 22;
+  static constexpr bool kHasMin = false;
+  static constexpr int kMinLanes = 0;
+  static void decode(const uint8_t* b, IntBlock& out) {
+    out.d = half(b);
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    for (int j = 0; j < 32; ++j)
+      out.wint[j] = nibble_32(b + 6, j) + 16 * static_cast<int>((qh >> j) & 1) - 16;
+  }
+};
+
+struct DecodeQ8_0 {  // d@0, qs@2[32] int8
+  static constexpr int kBlock = 32, kBytes = 34;
+  static constexpr bool kHasMin = false;
+  static constexpr int kMinLanes = 0;
+  static void decode(const uint8_t* b, IntBlock& out) {
+    out.d = half(b);
+    for (int j = 0; j < 32; ++j) out.wint[j] = static_cast<int8_t>(b[2 + j]);
+  }
+};
+
+// q4_K and q5_K: 8 sub-blocks of 32, element 64c + l in the low nibble of qs[32c + l] and
+// 64c + 32 + l in its high nibble; q5_K adds bit (2c or 2c + 1) of qh[l] as the fifth bit.
+// Min lanes as ggml's dots keep them: q4_K four (lane k: sub-blocks 2k and 2k + 1), q5_K one.
+template <bool kFifthBit>
+struct DecodeK45 {
+  static constexpr int kBlock = 256, kBytes = kFifthBit ? 176 : 144;
+  static constexpr bool kHasMin = true;
+  static constexpr int kMinLanes = kFifthBit ? 1 : 4;
+  static void decode(const uint8_t* b, IntBlock& out) {
+    out.d = half(b);
+    out.dmin = half(b + 2);
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + (kFifthBit ? 48 : 16);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      tensor::unpack_scale_min_k4(j, b + 4, &sc, &m);
+      out.min16[2 * j] = out.min16[2 * j + 1] = m;
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = qs[32 * (j / 2) + l];
+        int q = j % 2 == 0 ? byte & 0xF : byte >> 4;
+        if (kFifthBit) q += 16 * ((qh[l] >> j) & 1);
+        out.wint[32 * j + l] = sc * q;
+      }
+    }
+  }
+};
+
+struct DecodeQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
+  static constexpr int kBlock = 256, kBytes = 210;
+  static constexpr bool kHasMin = false;
+  static constexpr int kMinLanes = 0;
+  static void decode(const uint8_t* b, IntBlock& out) {
+    out.d = half(b + 208);
+    for (int i = 0; i < 256; ++i) {
+      const int h = i / 128, s = (i % 128) / 32, l = i % 32;  // element 128h + 32s + l
+      const uint8_t low = b[64 * h + 32 * (s % 2) + l];
+      const int q = (s < 2 ? low & 0xF : low >> 4) | (((b[128 + 32 * h + l] >> (2 * s)) & 3) << 4);
+      out.wint[i] = static_cast<int8_t>(b[192 + i / 16]) * (q - 32);
+    }
+  }
+};
+
+template <class D>
+void matmul_q8_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+  const Q8Rows& x = *a.xq;
+  const int64_t n_blocks = a.n_in / D::kBlock;
+  IntBlock blk;
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    const uint8_t* wrow = a.w + static_cast<size_t>(o) * a.w_row_bytes;
+    for (int64_t r = 0; r < a.n_rows; ++r) {
+      const int8_t* xq = x.qs + r * a.n_in;
+      const float* xd = x.d + r * n_blocks;
+      float acc[8] = {};
+      float accm[4] = {};
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        D::decode(wrow + b * D::kBytes, blk);
+        const int8_t* xb = xq + b * D::kBlock;
+        int32_t isum[8] = {};
+        for (int i = 0; i < D::kBlock; ++i) isum[(i % 32) / 4] += blk.wint[i] * xb[i];
+        const float scale = blk.d * xd[b];
+        for (int l = 0; l < 8; ++l) acc[l] = std::fma(static_cast<float>(isum[l]), scale, acc[l]);
+        if constexpr (D::kHasMin) {
+          const int16_t* bsums = x.bsums + r * (a.n_in / 16) + b * (D::kBlock / 16);
+          int32_t imin[4] = {};
+          for (int g = 0; g < D::kBlock / 16; ++g)
+            imin[D::kMinLanes == 4 ? g / 4 : 0] += blk.min16[g] * bsums[g];
+          const float scale_min = blk.dmin * xd[b];
+          for (int k = 0; k < 4; ++k)
+            accm[k] = std::fma(static_cast<float>(imin[k]), scale_min, accm[k]);
+        }
+      }
+      float s[4];
+      for (int l = 0; l < 4; ++l) s[l] = acc[l] + acc[l + 4];
+      float sum = (s[0] + s[2]) + (s[1] + s[3]);
+      if constexpr (D::kHasMin) sum -= (accm[0] + accm[2]) + (accm[1] + accm[3]);
+      a.y[r * a.n_out + o] = sum;
+    }
+  }
+}
+
+}  // namespace
+
+MatmulKernel scalar_q8_kernel(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return matmul_q8_scalar<DecodeQ4_0>;
+    case GgmlType::kQ5_0:
+      return matmul_q8_scalar<DecodeQ5_0>;
+    case GgmlType::kQ8_0:
+      return matmul_q8_scalar<DecodeQ8_0>;
+    case GgmlType::kQ4_K:
+      return matmul_q8_scalar<DecodeK45<false>>;
+    case GgmlType::kQ5_K:
+      return matmul_q8_scalar<DecodeK45<true>>;
+    case GgmlType::kQ6_K:
+      return matmul_q8_scalar<DecodeQ6_K>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace vesper::backend::cpu

@@ -1,0 +1,99 @@
+#include "backend/cpu/q8_activations.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/fp16.h"
+
+namespace vesper::backend::cpu {
+namespace {
+
+// Round to nearest, ties to even, for |v| < 2^22: adding 1.5 * 2^23 leaves no fraction bits, so
+// the addition itself rounds (ggml's nearest_int; AVX2's _mm256_round_ps does the same).
+inline int round_nearest(float v) {
+  const float shifted = v + 12582912.0f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, 4);
+  return (bits & 0x007FFFFF) - 0x00400000;
+}
+
+// ggml's x86 quantize_row_q8_0: d = amax / 127 stored as fp16, quants round(x * 127 / amax).
+void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, qs += 32) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    d[b] = fp16_to_f32(f32_to_fp16(amax / 127.0f));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < 32; ++i) qs[i] = static_cast<int8_t>(round_nearest(x[i] * id));
+  }
+}
+
+// ggml's quantize_row_q8_K: the element of largest magnitude (the first, on ties) maps to -127;
+// d = 1 / iscale in f32.
+void quantize_row_q8_k(const float* x, int64_t n, int8_t* qs, float* d, int16_t* bsums) {
+  for (int64_t b = 0; b < n / 256; ++b, x += 256, qs += 256, bsums += 16) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 256; ++i) {
+      const float ax = std::fabs(x[i]);
+      if (ax > amax) {
+        amax = ax;
+        max = x[i];
+      }
+    }
+    if (amax == 0.0f) {
+      d[b] = 0.0f;
+      std::memset(qs, 0, 256);
+      std::memset(bsums, 0, 16 * sizeof(int16_t));
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int i = 0; i < 256; ++i)
+      qs[i] = static_cast<int8_t>(std::min(127, round_nearest(iscale * x[i])));
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += qs[16 * g + i];
+      bsums[g] = static_cast<int16_t>(sum);
+    }
+    d[b] = 1.0f / iscale;
+  }
+}
+
+}  // namespace
+
+Q8Rows Q8Buffer::prepare(ActivationQuant format, int64_t n_in, int64_t n_rows) {
+  VESPER_CHECK(format != ActivationQuant::kNone);
+  const int64_t block = format == ActivationQuant::kQ8_K ? 256 : 32;
+  VESPER_CHECK(n_in % block == 0);
+  const auto need = static_cast<size_t>(n_in * n_rows);
+  if (qs_.size() < need) qs_.resize(need);
+  if (d_.size() < need / block) d_.resize(need / block);
+  if (format == ActivationQuant::kQ8_K && bsums_.size() < need / 16) bsums_.resize(need / 16);
+  Q8Rows rows;
+  rows.format = format;
+  rows.n_in = n_in;
+  rows.block = block;
+  rows.qs = qs_.data();
+  rows.d = d_.data();
+  rows.bsums = format == ActivationQuant::kQ8_K ? bsums_.data() : nullptr;
+  return rows;
+}
+
+void quantize_rows(const Q8Rows& rows, const float* x, int64_t r_begin, int64_t r_end) {
+  const int64_t n = rows.n_in;
+  const int64_t n_blocks = n / rows.block;
+  // The view is const for the kernels; the buffer behind it is this call's to fill.
+  auto* qs = const_cast<int8_t*>(rows.qs);
+  auto* d = const_cast<float*>(rows.d);
+  auto* bsums = const_cast<int16_t*>(rows.bsums);
+  for (int64_t r = r_begin; r < r_end; ++r) {
+    if (rows.format == ActivationQuant::kQ8_K) {
+      quantize_row_q8_k(x + r * n, n, qs + r * n, d + r * n_blocks, bsums + r * (n / 16));
+    } else {
+      quantize_row_q8_0(x + r * n, n, qs + r * n, d + r * n_blocks);
+    }
+  }
+}
+
+}  // namespace vesper::backend::cpu
