@@ -9,12 +9,10 @@
 //
 // Usage: see usage() below.
 
+#include "cpu_backend.h"
 #include "llama.h"
 #include "ggml.h"
-#include "ggml-backend.h"
-#include "ggml-cpu.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -24,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -133,79 +132,11 @@ std::string json_ids(const std::vector<llama_token> & v) {
     return o + "]";
 }
 
-std::string dir_of(const std::string & path) {
-    auto pos = path.find_last_of('/');
-    return pos == std::string::npos ? std::string(".") : path.substr(0, pos);
-}
-
-// Directory that holds libllama / libggml*.so: found from the loaded libllama itself, so the
-// binary keeps working wherever the rpath points.
-std::string lib_dir() {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void *>(&llama_backend_init), &info) && info.dli_fname) {
-        return dir_of(info.dli_fname);
-    }
-    die("cannot find the directory of libllama (dladdr failed)");
-}
-
-// Pick the libggml-cpu-*.so variant the way ggml_backend_load_best() does (highest
-// ggml_backend_score(), 0 = not supported on this CPU), but remember which file won so that the
-// choice can be reported. Returns the variant name (e.g. "haswell").
-std::string load_cpu_backend(const std::string & dir, const std::string & forced) {
-    const std::string prefix = "libggml-cpu-", suffix = ".so";
-    std::string best_name;
-    int best_score = 0;
-    std::vector<std::string> names;
-    if (DIR * d = opendir(dir.c_str())) {
-        while (dirent * e = readdir(d)) {
-            std::string f = e->d_name;
-            if (f.size() > prefix.size() + suffix.size() && f.compare(0, prefix.size(), prefix) == 0 &&
-                f.compare(f.size() - suffix.size(), suffix.size(), suffix) == 0) {
-                names.push_back(f.substr(prefix.size(), f.size() - prefix.size() - suffix.size()));
-            }
-        }
-        closedir(d);
-    }
-    std::sort(names.begin(), names.end());
-    if (names.empty()) die("no libggml-cpu-*.so found in %s", dir.c_str());
-
-    if (!forced.empty()) {
-        if (std::find(names.begin(), names.end(), forced) == names.end()) {
-            std::string all;
-            for (auto & n : names) all += " " + n;
-            die("--cpu-variant %s: no libggml-cpu-%s.so in %s (have:%s)", forced.c_str(), forced.c_str(),
-                dir.c_str(), all.c_str());
-        }
-        best_name = forced;
-    } else {
-        for (auto & n : names) {
-            std::string path = dir + "/" + prefix + n + suffix;
-            void * h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-            if (!h) {
-                if (g_verbose) std::fprintf(stderr, "llama_greedy: cannot dlopen %s: %s\n", path.c_str(), dlerror());
-                continue;
-            }
-            auto score_fn = reinterpret_cast<int (*)()>(dlsym(h, "ggml_backend_score"));
-            int s = score_fn ? score_fn() : 0;
-            if (g_verbose) std::fprintf(stderr, "llama_greedy: cpu variant %-16s score %d\n", n.c_str(), s);
-            if (s > best_score) {
-                best_score = s;
-                best_name = n;
-            }
-            dlclose(h);
-        }
-        if (best_name.empty()) die("no libggml-cpu-*.so variant in %s supports this CPU", dir.c_str());
-    }
-    std::string path = dir + "/" + prefix + best_name + suffix;
-    if (!ggml_backend_load(path.c_str())) die("ggml_backend_load(%s) failed", path.c_str());
-    return best_name;
-}
-
 // Build number / commit baked into the prebuilt libllama-common.so (llama.cpp's common/build-info).
 void build_info(int & number, std::string & commit) {
     number = -1;
     commit = "unknown";
-    std::string path = lib_dir() + "/libllama-common.so";
+    std::string path = llamacpp_ref::lib_dir() + "/libllama-common.so";
     void * h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
     if (!h) return;
     if (auto * n = static_cast<int *>(dlsym(h, "LLAMA_BUILD_NUMBER"))) number = *n;
@@ -304,8 +235,9 @@ int main(int argc, char ** argv) {
     else die("cannot open model file %s", model_path.c_str());
 
     llama_log_set(log_cb, nullptr);
-    const std::string libdir = lib_dir();
-    const std::string variant = load_cpu_backend(libdir, cpu_variant);
+    const llamacpp_ref::CpuBackend cpu = llamacpp_ref::load_cpu_backend(cpu_variant, g_verbose);
+    if (cpu.variant.empty()) die("%s", cpu.error.c_str());
+    const std::string variant = cpu.variant;
     llama_backend_init();
 
     int build_number;
@@ -357,20 +289,12 @@ int main(int argc, char ** argv) {
     llama_context * ctx = llama_init_from_model(model, cparams);
     if (!ctx) die("failed to create the llama context (run with --verbose for llama.cpp's log)");
 
-    // Persistent threadpool, as llama-bench does. With GGML_BACKEND_DL (as in these prebuilt
-    // libraries) ggml_threadpool_new lives in the dynamically loaded CPU backend, so it is looked
-    // up through the backend registry.
+    // Persistent threadpool, as llama-bench does (cpu_backend.h).
+    std::unique_ptr<llamacpp_ref::Threadpool> pool;
     ggml_threadpool * threadpool = nullptr;
-    decltype(ggml_threadpool_free) * threadpool_free_fn = nullptr;
     if (n_threads > 1 && use_threadpool) {
-        ggml_backend_reg_t cpu_reg = ggml_backend_reg_by_name("CPU");
-        if (!cpu_reg) die("CPU backend not registered");
-        auto * new_fn = (decltype(ggml_threadpool_new) *)ggml_backend_reg_get_proc_address(cpu_reg, "ggml_threadpool_new");
-        threadpool_free_fn =
-            (decltype(ggml_threadpool_free) *)ggml_backend_reg_get_proc_address(cpu_reg, "ggml_threadpool_free");
-        if (!new_fn || !threadpool_free_fn) die("the CPU backend does not export ggml_threadpool_new/free");
-        ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
-        threadpool = new_fn(&tpp);
+        pool = std::make_unique<llamacpp_ref::Threadpool>(n_threads);
+        threadpool = pool->get();
         if (!threadpool) die("ggml_threadpool_new failed for %d threads", n_threads);
         llama_attach_threadpool(ctx, threadpool, nullptr);
     }
@@ -478,7 +402,7 @@ int main(int argc, char ** argv) {
     }
 
     llama_free(ctx);
-    if (threadpool) threadpool_free_fn(threadpool);
+    pool.reset();  // after the context that used it
     llama_model_free(model);
     llama_backend_free();
     return 0;

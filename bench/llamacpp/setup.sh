@@ -6,8 +6,8 @@
 #      --omit=optional (skips the CUDA/Vulkan/other-platform packages, several hundred MB).
 #   2. extracts llama.h / ggml*.h from llama.cpp's source bundle shipped in node-llama-cpp
 #      (node_modules/node-llama-cpp/llama/gitRelease.bundle) into ./build/include.
-#   3. compiles llama_greedy.cpp with the system g++ into ./build/llama_greedy, linked against the
-#      prebuilt CPU libraries in node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 (rpath).
+#   3. compiles llama_greedy.cpp and llama_bench_driver.cpp with the system g++ into ./build/, linked
+#      against the prebuilt CPU libraries in node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 (rpath).
 #
 # Needs: x86-64 Linux with glibc >= 2.34 and libstdc++ >= GCC 12's, node >= 20 + npm, g++ (C++17), git, tar.
 # Environment: CXX (default g++), FORCE_NPM=1 to reinstall the packages.
@@ -115,23 +115,25 @@ fi
 [ -f "$BUILD/include/llama.h" ] && [ -f "$BUILD/include/ggml-cpu.h" ] ||
     fail "llama.h / ggml-cpu.h missing in $BUILD/include after extraction"
 
-# ---- 3. compile the driver --------------------------------------------------------------------
-say "compiling build/llama_greedy with $CXX"
+# ---- 3. compile the drivers ---------------------------------------------------------------------
+# llama_greedy: the reference ids; llama_bench_driver: the llama.cpp side of bench/compare-llamacpp.
 # rpath relative to the binary, so the folder can move as a whole
 rpath="\$ORIGIN/../$LIBDIR_REL"
-"$CXX" -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter \
-    -I"$BUILD/include" \
-    "$HERE/llama_greedy.cpp" -o "$BUILD/llama_greedy.tmp" \
-    -L"$LIBDIR" "-l:$(basename "${libllama[0]}")" "-l:$(basename "${libggml[0]}")" -l:libggml-base.so \
-    -Wl,-rpath,"$rpath" -ldl ||
-    fail "compiling llama_greedy.cpp failed"
-mv -f "$BUILD/llama_greedy.tmp" "$BUILD/llama_greedy"
-
-# smoke check: the binary starts and its libraries resolve
-"$BUILD/llama_greedy" --help >/dev/null 2>&1 || {
-    ldd "$BUILD/llama_greedy" >&2 || true
-    fail "build/llama_greedy does not start (library resolution?)"
-}
-say "done: $BUILD/llama_greedy"
+for driver in llama_greedy llama_bench_driver; do
+    say "compiling build/$driver with $CXX"
+    "$CXX" -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter \
+        -I"$BUILD/include" -I"$HERE" \
+        "$HERE/$driver.cpp" -o "$BUILD/$driver.tmp" \
+        -L"$LIBDIR" "-l:$(basename "${libllama[0]}")" "-l:$(basename "${libggml[0]}")" -l:libggml-base.so \
+        -Wl,-rpath,"$rpath" -ldl ||
+        fail "compiling $driver.cpp failed"
+    mv -f "$BUILD/$driver.tmp" "$BUILD/$driver"
+    # smoke check: the binary starts and its libraries resolve
+    "$BUILD/$driver" --help >/dev/null 2>&1 || {
+        ldd "$BUILD/$driver" >&2 || true
+        fail "build/$driver does not start (library resolution?)"
+    }
+done
+say "done: $BUILD/llama_greedy, $BUILD/llama_bench_driver"
 say "libraries: $LIBDIR"
 sed 's/^/[llamacpp setup]   /' "$BUILD/llama_cpp_version.txt"

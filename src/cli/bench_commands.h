@@ -6,6 +6,7 @@
 namespace vesper::cli {
 
 CommandRunner add_bench_throughput_command(CLI::App& bench);
+CommandRunner add_bench_latency_command(CLI::App& bench);
 CommandRunner add_bench_serve_command(CLI::App& bench);
 
 }  // namespace vesper::cli

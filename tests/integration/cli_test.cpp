@@ -2,6 +2,7 @@
 // greedy against llama.cpp's ids, seeded sampling), inspect, quantize, and bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -215,6 +216,51 @@ TEST(CliBench, ThroughputPrefixCachingWorkloads) {
   auto bad = run_vesper({"bench", "throughput", kStoriesLong, "--num-turns", "0"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--num-turns"), std::string::npos) << bad.err;
+}
+
+TEST(CliBench, LatencyJsonReportsPromptGenerationAndBatchedDecodeRates) {
+  auto r = run_vesper({"bench", "latency", kStoriesLong, "--n-prompt", "32", "--n-gen", "8",
+                       "--decode-seqs", "2,4", "--repetitions", "2", "--threads", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  // Key names follow --n-prompt / --n-gen (llama-bench's pp512 / tg128 by default).
+  for (const char* test : {"pp32", "tg8", "tg8_seqs2", "tg8_seqs4"}) {
+    const std::string key = std::string(test) + "_tokens_per_s";
+    ASSERT_TRUE(j[key].is_number()) << key << " in " << r.out;
+    const double v = j[key].get<double>();
+    EXPECT_TRUE(std::isfinite(v) && v > 0) << key << " = " << v;
+    EXPECT_EQ(j["samples"][test].size(), 2u) << test;
+  }
+  EXPECT_EQ(j["threads"], 1);
+}
+
+TEST(CliBench, LatencyBadFlagsNameTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{"--n-prompt", "-1"}, 2, "--n-prompt"},
+      {{"--n-gen", "many"}, 2, "--n-gen"},
+      {{"--decode-seqs", "8,0"}, 2, "--decode-seqs"},
+      {{"--repetitions", "0"}, 2, "--repetitions"},
+      {{"--n-prompt", "0", "--n-gen", "0"}, 1, "nothing to measure"},
+      {{"--n-prompt", "64", "--max-num-batched-tokens", "32"}, 1, "--max-num-batched-tokens"},
+      {{"--n-prompt", "8", "--n-gen", "4", "--decode-seqs", "4", "--max-num-seqs", "2"},
+       1,
+       "--max-num-seqs"},
+      {{"--n-prompt", "4096"}, 1, "--n-prompt 4096"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"bench", "latency", kStoriesLong};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = run_vesper(args);
+    std::string all;
+    for (const auto& a : args) all += a + " ";
+    EXPECT_EQ(r.exit_code, c.code) << all << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << all << "\nstderr: " << r.err;
+  }
 }
 
 // Files that `vesper synth` writes in each quantized type decode in real llama.cpp to the ids

@@ -1,0 +1,75 @@
+// backend::matmul per weight type at the shapes of a 1B-class model's projections (2048 x 2048):
+// GEMV (1 activation row: single-stream decode, bound by streaming the weights) and GEMM
+// (64 rows: prefill and batched decode, bound by arithmetic). Counters: bytes_per_second = weight
+// bytes streamed, FLOPS = 2 * n_in * n_out * rows per call, items_per_second = activation rows.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "backend/matmul.h"
+#include "core/thread_pool.h"
+#include "tensor/ggml_type.h"
+#include "tensor/quant.h"
+
+namespace {
+
+using vesper::tensor::GgmlType;
+
+constexpr GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
+                               GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+// Weights quantized from Gaussian values, so every block has realistic scales (random bytes
+// would give NaN/inf scales and subnormal arithmetic, which time differently).
+std::vector<uint8_t> random_weights(GgmlType type, int64_t n_in, int64_t n_out) {
+  std::mt19937 rng(42);
+  std::normal_distribution<float> dist(0.0f, 0.02f);
+  const size_t row_bytes = vesper::tensor::row_size(type, n_in);
+  std::vector<uint8_t> w(row_bytes * n_out);
+  std::vector<float> row(n_in);
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (auto& v : row) v = dist(rng);
+    vesper::tensor::quantize_row(type, row.data(), w.data() + o * row_bytes, n_in);
+  }
+  return w;
+}
+
+// Args: type index, n (n_in = n_out), activation rows, threads.
+void BM_Matmul(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const int64_t n = state.range(1), rows = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  state.SetLabel(std::string(vesper::tensor::type_name(type)));
+  const std::vector<uint8_t> w = random_weights(type, n, n);
+  std::vector<float> x(rows * n), y(rows * n);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& v : x) v = dist(rng);
+  vesper::ThreadPool pool(threads);
+  for (auto _ : state) {
+    vesper::backend::matmul(type, w.data(), n, n, x.data(), rows, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(w.size()));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
+  state.counters["FLOPS"] = benchmark::Counter(
+      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(rows),
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "n", "rows", "threads"});
+  const int hw = vesper::ThreadPool::hardware_threads();
+  for (int64_t t = 0; t < static_cast<int64_t>(std::size(kTypes)); ++t)
+    for (int64_t rows : {1, 64})
+      for (int64_t threads : {1, hw}) {
+        b->Args({t, 2048, rows, threads});
+        if (hw == 1) break;
+      }
+}
+
+BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace

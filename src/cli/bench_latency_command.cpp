@@ -1,0 +1,259 @@
+// `vesper bench latency MODEL [--n-prompt 512] [--n-gen 128] [--decode-seqs 8,32] [--repetitions
+// R]`: the kernel-level speeds that llama-bench reports, measured through the Engine so that they
+// are what a user gets: prompt processing (ppN: one N-token prompt prefilled in one step) and
+// single-stream generation (tgN: N decode steps of one sequence, EOS ignored), plus batched
+// decoding (N sequences advanced together, total generated tokens/s) for the comparison with
+// llama.cpp in bench/compare-llamacpp. Each figure is the median of the repetitions, after one
+// untimed warm-up run of each test (page faults on the mmap'd weights, first-call allocations;
+// the decode tests' warm-up is 8 steps).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/bench_commands.h"
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "engine/engine.h"
+
+namespace vesper::cli {
+namespace {
+
+struct LatencyOptions {
+  EngineFlags engine;
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  std::vector<int64_t> decode_seqs;
+  int64_t repetitions = 5;
+  uint64_t seed = 0;
+  bool json = false;
+  bool budget_set = false;  // --max-num-batched-tokens given on the command line
+  bool seqs_set = false;    // --max-num-seqs given on the command line
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Random prompt tokens, as llama-bench uses: uniform over the vocabulary minus control tokens
+// (so that no token ends or restructures the text), starting with BOS when the model adds one.
+class TokenSource {
+ public:
+  TokenSource(const tokenizer::Tokenizer& tok, uint64_t seed) : rng_(seed) {
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+      if ((tok.token_attr(id) & tokenizer::kAttrControl) == 0) usable_.push_back(id);
+    if (auto bos = tok.bos_id(); bos && tok.add_bos()) bos_ = *bos;
+  }
+  std::vector<int32_t> prompt(int64_t n) {
+    std::vector<int32_t> p;
+    if (bos_ >= 0) p.push_back(bos_);
+    while (static_cast<int64_t>(p.size()) < n) p.push_back(usable_[rng_() % usable_.size()]);
+    return p;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::vector<int32_t> usable_;
+  int32_t bos_ = -1;
+};
+
+sample::SamplingParams greedy_params(int64_t max_tokens) {
+  sample::SamplingParams p;
+  p.temperature = 0.0f;  // argmax: the cheapest sampler, so the figures are the forward pass
+  p.ignore_eos = true;   // exact lengths, as llama-bench's tg test
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+// Prefills one n_prompt-token prompt in one engine step and returns prompt tokens/s. The
+// request asks for one token, so it ends with that step.
+Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_prompt, int64_t run) {
+  const std::string id = "pp" + std::to_string(run);
+  if (auto st = e.add_request(id, tokens.prompt(n_prompt), greedy_params(1)); !st)
+    return make_error("--n-prompt " + std::to_string(n_prompt) + ": " + st.error().message);
+  const int64_t preemptions = e.stats().num_preemptions;
+  const auto start = Clock::now();
+  e.step();
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  if (e.has_unfinished()) {
+    e.abort(id);
+    return make_error(
+        "the " + std::to_string(n_prompt) +
+        "-token prompt was not prefilled in one step; raise --max-num-batched-tokens or "
+        "--kv-cache-memory");
+  }
+  if (e.stats().num_preemptions != preemptions)
+    return make_error("the prompt was preempted (KV cache too small); raise --kv-cache-memory");
+  return static_cast<double>(n_prompt) / secs;
+}
+
+// Starts n_seqs one-token sequences (prefilled together in an untimed first step), then times the
+// n_gen decode steps that follow, each advancing every sequence by one token. Returns generated
+// tokens/s over all sequences.
+Result<double> run_decode(engine::Engine& e, TokenSource& tokens, int64_t n_seqs, int64_t n_gen,
+                          int64_t run) {
+  const std::string prefix = "tg" + std::to_string(run) + "-";
+  for (int64_t s = 0; s < n_seqs; ++s)
+    if (auto st =
+            e.add_request(prefix + std::to_string(s), tokens.prompt(1), greedy_params(n_gen + 1));
+        !st)
+      return make_error("--n-gen " + std::to_string(n_gen) + ": " + st.error().message);
+  const int64_t preemptions = e.stats().num_preemptions;
+  int64_t first = 0;
+  for (const auto& out : e.step())
+    for (const auto& c : out.outputs) first += static_cast<int64_t>(c.delta_token_ids.size());
+  if (first != n_seqs) {
+    for (int64_t s = 0; s < n_seqs; ++s) e.abort(prefix + std::to_string(s));
+    return make_error(std::to_string(n_seqs) +
+                      " sequences did not start in one step; raise --max-num-seqs or "
+                      "--max-num-batched-tokens");
+  }
+  int64_t generated = 0, steps = 0;
+  const auto start = Clock::now();
+  while (e.has_unfinished()) {
+    for (const auto& out : e.step())
+      for (const auto& c : out.outputs) generated += static_cast<int64_t>(c.delta_token_ids.size());
+    ++steps;
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  if (e.stats().num_preemptions != preemptions || steps != n_gen || generated != n_seqs * n_gen)
+    return make_error("decoding " + std::to_string(n_seqs) + " sequences took " +
+                      std::to_string(steps) + " steps instead of " + std::to_string(n_gen) +
+                      " (preempted: KV cache too small); raise --kv-cache-memory");
+  return static_cast<double>(generated) / secs;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Test {
+  std::string name;  // llama-bench's: pp512, tg128; batched decoding: tg128_seqs8
+  int64_t n_prompt = 0;
+  int64_t n_seqs = 0;  // decode tests
+  std::vector<double> samples;
+};
+
+int run_latency(LatencyOptions& o) {
+  if (o.n_prompt == 0 && o.n_gen == 0)
+    return fail("--n-prompt and --n-gen are both 0: nothing to measure");
+  if (!o.decode_seqs.empty() && o.n_gen == 0) return fail("--decode-seqs needs --n-gen > 0");
+  int64_t max_seqs = 1;
+  for (int64_t n : o.decode_seqs) max_seqs = std::max(max_seqs, n);
+  // The prompt must be one batch (as llama-bench's pp test with n_batch = n_ubatch >= n_prompt),
+  // so the default token budget grows with --n-prompt; an explicit smaller one is an error.
+  if (o.budget_set && o.engine.max_num_batched_tokens < std::max(o.n_prompt, max_seqs))
+    return fail("--max-num-batched-tokens " + std::to_string(o.engine.max_num_batched_tokens) +
+                " is below --n-prompt / --decode-seqs (" +
+                std::to_string(std::max(o.n_prompt, max_seqs)) +
+                "): the prompt must be prefilled in one step");
+  o.engine.max_num_batched_tokens =
+      std::max({o.engine.max_num_batched_tokens, o.n_prompt, max_seqs});
+  if (o.seqs_set && o.engine.max_num_seqs < max_seqs)
+    return fail("--max-num-seqs " + std::to_string(o.engine.max_num_seqs) +
+                " is below --decode-seqs " + std::to_string(max_seqs));
+  o.engine.max_num_seqs = std::max(o.engine.max_num_seqs, max_seqs);
+  auto config = to_engine_config(o.engine);
+  if (!config) return fail(config.error().message);
+  auto created = engine::Engine::create(*config);
+  if (!created) return fail(created.error().message);
+  engine::Engine& e = **created;
+  TokenSource tokens(e.tokenizer(), o.seed);
+
+  std::vector<Test> tests;
+  if (o.n_prompt > 0) tests.push_back({"pp" + std::to_string(o.n_prompt), o.n_prompt, 0, {}});
+  if (o.n_gen > 0) {
+    tests.push_back({"tg" + std::to_string(o.n_gen), 0, 1, {}});
+    for (int64_t n : o.decode_seqs)
+      tests.push_back({"tg" + std::to_string(o.n_gen) + "_seqs" + std::to_string(n), 0, n, {}});
+  }
+  int64_t run = 0;
+  for (Test& t : tests) {
+    // Run 0 is the warm-up; runs 1..R are timed. A decode test's warm-up is a few steps: they
+    // touch every weight as N steps would, at a fraction of the time.
+    for (int64_t r = 0; r <= o.repetitions; ++r) {
+      const int64_t n_gen = r == 0 ? std::min<int64_t>(o.n_gen, 8) : o.n_gen;
+      auto rate = t.n_prompt > 0 ? run_prefill(e, tokens, t.n_prompt, run++)
+                                 : run_decode(e, tokens, t.n_seqs, n_gen, run++);
+      if (!rate) return fail(t.name + ": " + rate.error().message);
+      if (!std::isfinite(*rate) || *rate <= 0) return fail(t.name + ": the timer measured no time");
+      if (r > 0) t.samples.push_back(*rate);
+    }
+    if (!o.json) std::fprintf(stderr, "bench latency: %s done\n", t.name.c_str());
+  }
+
+  const int threads = o.engine.threads > 0 ? o.engine.threads : ThreadPool::hardware_threads();
+  if (o.json) {
+    nlohmann::json j = {
+        {"model", o.engine.model_path}, {"threads", threads}, {"repetitions", o.repetitions}};
+    for (const Test& t : tests) {
+      j[t.name + "_tokens_per_s"] = median(t.samples);
+      j["samples"][t.name] = t.samples;
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("model: %s, threads: %d, median of %lld repetitions\n", o.engine.model_path.c_str(),
+              threads, static_cast<long long>(o.repetitions));
+  std::printf("| %-16s | %5s | %14s | %21s |\n", "test", "seqs", "tokens/s", "min .. max");
+  std::printf("| %-16s | %5s | %14s | %21s |\n", "---", "---", "---", "---");
+  for (const Test& t : tests) {
+    const auto [lo, hi] = std::minmax_element(t.samples.begin(), t.samples.end());
+    std::printf("| %-16s | %5lld | %14.2f | %9.2f .. %9.2f |\n", t.name.c_str(),
+                static_cast<long long>(std::max<int64_t>(t.n_seqs, 1)), median(t.samples), *lo,
+                *hi);
+  }
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner add_bench_latency_command(CLI::App& bench) {
+  auto o = std::make_shared<LatencyOptions>();
+  CLI::App* cmd = bench.add_subcommand(
+      "latency",
+      "Prompt processing and generation speed (llama-bench's pp/tg tests) through the engine");
+  cmd->footer(
+      "Tests (each: an untimed warm-up run, 8 steps for tg tests, then the median of --repetitions "
+      "runs):\n"
+      "  ppN            one N-token random prompt (--n-prompt) prefilled in one engine step: "
+      "prompt tokens/s\n"
+      "  tgN            one sequence, N decode steps (--n-gen) after a 1-token prompt, EOS "
+      "ignored:\n"
+      "                 generated tokens/s over the decode steps only\n"
+      "  tgN_seqsS      S sequences (--decode-seqs) decoding together, one token each per step:\n"
+      "                 total generated tokens/s\n"
+      "--json prints {\"pp512_tokens_per_s\": ..., \"tg128_tokens_per_s\": ..., "
+      "\"tg128_seqs8_tokens_per_s\": ...,\n"
+      "\"samples\": {test: [tokens/s per repetition]}, ...}. --n-prompt 0 or --n-gen 0 skips those "
+      "tests.");
+  add_engine_flags(cmd, o->engine);
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens of the pp test (0: skip it)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--n-gen", o->n_gen, "Decode steps of the tg tests (0: skip them)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--decode-seqs", o->decode_seqs,
+                  "Also measure batched decoding with this many sequences at once (comma-separated "
+                  "list, e.g. 8,32)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--repetitions", o->repetitions,
+                  "Timed runs of each test (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", o->seed, "Seed for the random prompt tokens")->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
+  CLI::Option* budget = cmd->get_option("--max-num-batched-tokens");
+  CLI::Option* seqs = cmd->get_option("--max-num-seqs");
+  return [o, budget, seqs] {
+    o->budget_set = budget->count() > 0;
+    o->seqs_set = seqs->count() > 0;
+    return run_latency(*o);
+  };
+}
+
+}  // namespace vesper::cli
