@@ -55,7 +55,20 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-MappedFile::~MappedFile() { reset(); }
+MappedFile::~MappedFile() {
+  reset();
+}
+
+void MappedFile::release_pages(const void* p, size_t n) const {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (begin + page - 1) / page * page;  // inward: never a neighbour's page
+  const uintptr_t last = (begin + n) / page * page;
+  const auto base = reinterpret_cast<uintptr_t>(data_);
+  if (first >= last || first < base || last > base + size_) return;
+  // Advisory only: a failure leaves the pages resident, which costs memory, not correctness.
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
 
 void MappedFile::reset() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
