@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -55,7 +56,28 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-MappedFile::~MappedFile() { reset(); }
+MappedFile::~MappedFile() {
+  reset();
+}
+
+void MappedFile::release_pages(const void* p, size_t n) const {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (begin + page - 1) / page * page;  // inward: never a neighbour's page
+  const uintptr_t last = (begin + n) / page * page;
+  const auto base = reinterpret_cast<uintptr_t>(data_);
+  if (first >= last || first < base || last > base + size_) return;
+  // The kernel may map file pages as 2 MiB huge pages (large folios); a later fault on a
+  // neighbour in the same 2 MiB (a norm vector, the next tensor) would map them all back. So the
+  // 2 MiB-aligned span around the range (within the mapping) is first marked for small pages.
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t span_begin = std::max(base / page * page, first / kHuge * kHuge);
+  const uintptr_t span_end =
+      std::min((base + size_ + page - 1) / page * page, (last + kHuge - 1) / kHuge * kHuge);
+  // Advisory only: a failure leaves the pages resident, which costs memory, not correctness.
+  ::madvise(reinterpret_cast<void*>(span_begin), span_end - span_begin, MADV_NOHUGEPAGE);
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
 
 void MappedFile::reset() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);

@@ -28,6 +28,11 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
 
+  // Tells the OS that the pages wholly inside [p, p + n) (a range of this mapping) are not needed
+  // now, so they stop counting as resident (madvise MADV_DONTNEED). The data is unchanged: a later
+  // read faults the pages back in from the file. Used after weights were repacked into memory.
+  void release_pages(const void* p, size_t n) const;
+
  private:
   void reset();
 

@@ -96,7 +96,7 @@ struct TensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // ggml order: shape[0] (ne0) varies fastest
   tensor::GgmlType type = tensor::GgmlType::kF32;
-  uint64_t offset = 0;          // relative to the start of the data section
+  uint64_t offset = 0;  // relative to the start of the data section
   size_t size_bytes = 0;
   const uint8_t* data = nullptr;  // into the mapping
 
@@ -114,6 +114,7 @@ class GgufFile {
   size_t alignment() const { return alignment_; }
   size_t data_offset() const { return data_offset_; }
   size_t file_size() const { return file_.size(); }
+  const MappedFile& mapping() const { return file_; }
 
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
   const Value* find(std::string_view key) const;

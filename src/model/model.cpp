@@ -30,12 +30,23 @@ class Binder {
 
   Result<Weight> matrix_from(const gguf::TensorInfo* t, int64_t n_in, int64_t n_out) const {
     if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out)
-      return make_error(file_.path() + ": tensor " + t->name + " has shape " + shape_string(t->shape) +
-                        ", expected [" + std::to_string(n_in) + ", " + std::to_string(n_out) + "]");
+      return make_error(file_.path() + ": tensor " + t->name + " has shape " +
+                        shape_string(t->shape) + ", expected [" + std::to_string(n_in) + ", " +
+                        std::to_string(n_out) + "]");
     if (!backend::matmul_supported(t->type))
       return make_error(file_.path() + ": tensor " + t->name + " has type " +
-                        std::string(tensor::type_name(t->type)) + ", which Vesper cannot compute with yet");
-    return Weight{t->type, t->data, n_in, n_out};
+                        std::string(tensor::type_name(t->type)) +
+                        ", which Vesper cannot compute with yet");
+    Weight w{t->type, t->data, n_in, n_out, nullptr};
+    if (backend::packable(t->type, n_in, n_out)) {
+      w.packed = std::make_shared<const backend::PackedWeights>(
+          backend::prepare_weights(t->type, t->data, n_in, n_out));
+      // The packed copy replaces the mapped bytes, so their pages need not stay resident (peak
+      // memory stays about the file size). token_embd's stay: get_rows reads its rows.
+      if (t->name != "token_embd.weight")
+        file_.mapping().release_pages(t->data, tensor::row_size(t->type, n_in) * n_out);
+    }
+    return w;
   }
 
   // A 1-D f32 vector (norm weights, biases).
@@ -74,7 +85,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
   if (!tensor::traits(embd->type).supported)
     return make_error(path + ": tensor token_embd.weight has unsupported type " +
                       std::string(tensor::type_name(embd->type)));
-  w.token_embd = Weight{embd->type, embd->data, c.n_embd, c.n_vocab};
+  w.token_embd = Weight{embd->type, embd->data, c.n_embd, c.n_vocab, nullptr};
   VESPER_ASSIGN_OR_RETURN(w.output_norm, bind.vector("output_norm.weight", c.n_embd));
   if (const gguf::TensorInfo* out = bind.find("output.weight")) {
     VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix_from(out, c.n_embd, c.n_vocab));
@@ -96,8 +107,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
     VESPER_ASSIGN_OR_RETURN(l.bq, bind.vector(p + "attn_q.bias", c.q_dim(), bias));
     VESPER_ASSIGN_OR_RETURN(l.bk, bind.vector(p + "attn_k.bias", c.kv_dim(), bias));
     VESPER_ASSIGN_OR_RETURN(l.bv, bind.vector(p + "attn_v.bias", c.kv_dim(), bias));
-    VESPER_ASSIGN_OR_RETURN(l.q_norm, bind.vector(p + "attn_q_norm.weight", c.head_dim, c.arch.qk_norm));
-    VESPER_ASSIGN_OR_RETURN(l.k_norm, bind.vector(p + "attn_k_norm.weight", c.head_dim, c.arch.qk_norm));
+    VESPER_ASSIGN_OR_RETURN(l.q_norm,
+                            bind.vector(p + "attn_q_norm.weight", c.head_dim, c.arch.qk_norm));
+    VESPER_ASSIGN_OR_RETURN(l.k_norm,
+                            bind.vector(p + "attn_k_norm.weight", c.head_dim, c.arch.qk_norm));
     VESPER_ASSIGN_OR_RETURN(l.ffn_norm, bind.vector(p + "ffn_norm.weight", c.n_embd));
     VESPER_ASSIGN_OR_RETURN(l.w_gate, bind.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff));
     VESPER_ASSIGN_OR_RETURN(l.w_up, bind.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff));
@@ -107,7 +120,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
 }
 
 backend::KvCacheShape Model::kv_shape(int64_t n_blocks, int64_t block_size) const {
-  return backend::KvCacheShape{config_.n_layer, n_blocks, block_size, config_.n_head_kv, config_.head_dim};
+  return backend::KvCacheShape{config_.n_layer, n_blocks, block_size, config_.n_head_kv,
+                               config_.head_dim};
 }
 
 void Model::reserve(int64_t n) {
@@ -128,18 +142,24 @@ void Model::reserve(int64_t n) {
 
 namespace {
 void matmul(const Weight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
-  backend::matmul(w.type, w.data, w.n_in, w.n_out, x, rows, y, pool);
+  if (w.packed != nullptr) {
+    backend::matmul(*w.packed, x, rows, y, pool);
+  } else {
+    backend::matmul(w.type, w.data, w.n_in, w.n_out, x, rows, y, pool);
+  }
 }
 }  // namespace
 
-void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logits, ThreadPool& pool) {
+void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logits,
+                    ThreadPool& pool) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens();
   if (n == 0) return;
   reserve(n);
   const int64_t d = c.n_embd;
 
-  backend::get_rows(weights_.token_embd.type, weights_.token_embd.data, d, batch.token_ids.data(), n, x_.data());
+  backend::get_rows(weights_.token_embd.type, weights_.token_embd.data, d, batch.token_ids.data(),
+                    n, x_.data());
 
   backend::AttentionBatch ab;
   ab.num_tokens = n;
@@ -166,10 +186,13 @@ void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logi
     if (l.bq != nullptr) backend::add_bias(q_.data(), l.bq, c.q_dim(), n);
     if (l.bk != nullptr) backend::add_bias(k_.data(), l.bk, c.kv_dim(), n);
     if (l.bv != nullptr) backend::add_bias(v_.data(), l.bv, c.kv_dim(), n);
-    if (l.q_norm != nullptr) backend::rms_norm_heads(q_.data(), l.q_norm, c.head_dim, n, c.n_head, c.rms_eps);
-    if (l.k_norm != nullptr) backend::rms_norm_heads(k_.data(), l.k_norm, c.head_dim, n, c.n_head_kv, c.rms_eps);
+    if (l.q_norm != nullptr)
+      backend::rms_norm_heads(q_.data(), l.q_norm, c.head_dim, n, c.n_head, c.rms_eps);
+    if (l.k_norm != nullptr)
+      backend::rms_norm_heads(k_.data(), l.k_norm, c.head_dim, n, c.n_head_kv, c.rms_eps);
     // One pass for Q and K: each row's rotation angles are computed once for both.
-    backend::rope_qk(q_.data(), c.n_head, k_.data(), c.n_head_kv, n, c.head_dim, batch.positions.data(), rope);
+    backend::rope_qk(q_.data(), c.n_head, k_.data(), c.n_head_kv, n, c.head_dim,
+                     batch.positions.data(), rope);
     backend::write_kv(kv, il, ab, k_.data(), v_.data());
     backend::paged_attention(kv, il, ab, q_.data(), c.n_head, kq_scale, attn_.data(), pool);
     matmul(l.wo, attn_.data(), n, tmp_.data(), pool);
@@ -186,7 +209,8 @@ void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logi
   // Only the rows whose logits are wanted go through the final norm and the output matmul.
   const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
   for (int64_t i = 0; i < m; ++i)
-    std::memcpy(last_.data() + i * d, x_.data() + int64_t{batch.logits_rows[i]} * d, d * sizeof(float));
+    std::memcpy(last_.data() + i * d, x_.data() + int64_t{batch.logits_rows[i]} * d,
+                d * sizeof(float));
   backend::rms_norm(last_.data(), weights_.output_norm, d, m, c.rms_eps, last_.data());
   matmul(weights_.output, last_.data(), m, logits, pool);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/kv_cache.h"
+#include "backend/packed_weights.h"
 #include "core/result.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
@@ -18,12 +19,17 @@
 
 namespace vesper::model {
 
-// A weight matrix of n_out rows x n_in columns (GGUF shape [n_in, n_out]) in the mapping.
+// A weight matrix of n_out rows x n_in columns (GGUF shape [n_in, n_out]) in the mapping, and,
+// for q4_0 / q8_0 matrices with n_out a multiple of 8, the same weights repacked at load into
+// 8-row interleaved chunks (backend/packed_weights.h) that matmul reads instead; the mapped pages
+// of a packed matrix are then released and not touched again (except token_embd's rows when the
+// output matrix is tied to it).
 struct Weight {
   tensor::GgmlType type = tensor::GgmlType::kF32;
   const void* data = nullptr;
   int64_t n_in = 0;
   int64_t n_out = 0;
+  std::shared_ptr<const backend::PackedWeights> packed;  // null: matmul reads `data`
 };
 
 struct LayerWeights {

@@ -67,6 +67,65 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
     acc[r] = _mm256_setzero_ps();
     accm[r] = _mm_setzero_ps();
   }
+  if constexpr (K::kBlock == 32 && (R == 8 || R == 4)) {
+    // 32-element blocks, block-sum order (matmul_kernel.h), 8 or 4 rows at once: the rows' lane
+    // sums reduce together (hadd tree) into one vector of block totals, lane r for row r, and one
+    // FMA scales and accumulates all rows; row r's scales are gathered at stride n_blocks.
+    const int stride = static_cast<int>(d_stride);
+    __m256 acc8 = _mm256_setzero_ps();
+    __m128 acc4 = _mm_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
+      typename K::Unpacked u;
+      K::unpack(wrow + b * K::kBytes, u);
+      __m256i v[R];
+      for (int r = 0; r < R; ++r) v[r] = K::dot(u, xq + r * q_stride);
+      // Rows 0-3: low half from lanes 0-3 of each row, high half from lanes 4-7.
+      const __m256i u0 =
+          _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+      if constexpr (R == 8) {
+        const __m256i u1 =
+            _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+        const __m256i total = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                                               _mm256_permute2x128_si256(u0, u1, 0x31));
+        const __m256i idx = _mm256_setr_epi32(0, stride, 2 * stride, 3 * stride, 4 * stride,
+                                              5 * stride, 6 * stride, 7 * stride);
+        const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(u.d), _mm256_i32gather_ps(xd, idx, 4));
+        acc8 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), scale, acc8);
+      } else {
+        const __m128i total =
+            _mm_add_epi32(_mm256_castsi256_si128(u0), _mm256_extracti128_si256(u0, 1));
+        const __m128i idx = _mm_setr_epi32(0, stride, 2 * stride, 3 * stride);
+        const __m128 scale = _mm_mul_ps(_mm_set1_ps(u.d), _mm_i32gather_ps(xd, idx, 4));
+        acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(total), scale, acc4);
+      }
+    }
+    if constexpr (R == 8) {
+      _mm256_storeu_ps(out, acc8);
+    } else {
+      _mm_storeu_ps(out, acc4);
+    }
+    return;
+  } else if constexpr (K::kBlock == 32) {
+    // 32-element blocks follow the block-sum order (matmul_kernel.h): the block's exact integer
+    // sum, then one scalar FMA per block, as the 8-row packed kernels compute it too.
+    // Scalar f32 in lane 0 of an __m128 (_mm_fmadd_ss: no std::fma in AVX2 files, see
+    // gemm_avx2.h).
+    __m128 accs[R];
+    for (int r = 0; r < R; ++r) accs[r] = _mm_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
+      typename K::Unpacked u;
+      K::unpack(wrow + b * K::kBytes, u);
+      for (int r = 0; r < R; ++r) {
+        const __m256i isum = K::dot(u, xq + r * q_stride);
+        const int total = hsum_epi32(
+            _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1)));
+        const __m128 scale = _mm_set_ss(u.d * xd[r * d_stride]);
+        accs[r] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), total), scale, accs[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(accs[r]);
+    return;
+  }
   for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
     typename K::Unpacked u;
     K::unpack(wrow + b * K::kBytes, u);

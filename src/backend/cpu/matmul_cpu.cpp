@@ -4,6 +4,7 @@
 
 #include "backend/cpu/matmul_kernel.h"
 #include "backend/matmul.h"
+#include "backend/packed_weights.h"
 #include "core/check.h"
 
 namespace vesper::backend {
@@ -93,23 +94,13 @@ Isa selected_isa() {
   return isa;
 }
 
-void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_t n_out,
-                     const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
-  VESPER_CHECK(isa_available(isa), "matmul: instruction set %s not available",
-               isa_name(isa).data());
-  const MatmulKernel kernel = kernel_for(isa, type);
-  VESPER_CHECK(kernel != nullptr, "matmul: unsupported weight type %s",
-               tensor::type_name(type).data());
-  const int64_t block = tensor::traits(type).block_size;
-  VESPER_CHECK(
-      n_in > 0 && n_in % block == 0, "matmul: n_in %lld is not a positive multiple of %lld (%s)",
-      static_cast<long long>(n_in), static_cast<long long>(block), tensor::type_name(type).data());
-  VESPER_CHECK(n_out >= 0 && n_rows >= 0);
-  if (n_out == 0 || n_rows == 0) return;
+namespace {
 
-  MatmulArgs args{
-      static_cast<const uint8_t*>(w), tensor::row_size(type, n_in), n_in, n_out, x, n_rows, y};
-  const ActivationQuant quant = matmul_activation_quant(type);
+// Quantizes the activations (integer-dot kernels) and runs `kernel` over output features split
+// across the pool: the part of matmul shared by unpacked and packed weights.
+void run_kernel(MatmulKernel kernel, MatmulArgs& args, ActivationQuant quant, ThreadPool& pool) {
+  const float* x = args.x;
+  const int64_t n_in = args.n_in, n_out = args.n_out, n_rows = args.n_rows;
   Q8Rows xq;
   if (quant != ActivationQuant::kNone) {
     xq = caller_q8_buffer().prepare(quant, n_in, n_rows);
@@ -152,7 +143,47 @@ void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_
   });
 }
 
+}  // namespace
+
+void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_t n_out,
+                     const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
+  VESPER_CHECK(isa_available(isa), "matmul: instruction set %s not available",
+               isa_name(isa).data());
+  const MatmulKernel kernel = kernel_for(isa, type);
+  VESPER_CHECK(kernel != nullptr, "matmul: unsupported weight type %s",
+               tensor::type_name(type).data());
+  const int64_t block = tensor::traits(type).block_size;
+  VESPER_CHECK(
+      n_in > 0 && n_in % block == 0, "matmul: n_in %lld is not a positive multiple of %lld (%s)",
+      static_cast<long long>(n_in), static_cast<long long>(block), tensor::type_name(type).data());
+  VESPER_CHECK(n_out >= 0 && n_rows >= 0);
+  if (n_out == 0 || n_rows == 0) return;
+
+  MatmulArgs args{
+      static_cast<const uint8_t*>(w), tensor::row_size(type, n_in), n_in, n_out, x, n_rows, y};
+  run_kernel(kernel, args, matmul_activation_quant(type), pool);
+}
+
+void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows,
+                            float* y, ThreadPool& pool) {
+  VESPER_CHECK(isa_available(isa), "matmul: instruction set %s not available",
+               isa_name(isa).data());
+  VESPER_CHECK(!w.empty(), "matmul: empty packed weights");
+  const MatmulKernel kernel =
+      isa == Isa::kAvx2 ? avx2_packed_kernel(w.type()) : scalar_packed_kernel(w.type());
+  VESPER_CHECK(kernel != nullptr);
+  VESPER_CHECK(n_rows >= 0);
+  if (n_rows == 0) return;
+  MatmulArgs args{w.quants(), 0, w.n_in(), w.n_out(), x, n_rows, y};
+  args.w_scales = w.scales();
+  run_kernel(kernel, args, matmul_activation_quant(w.type()), pool);
+}
+
 }  // namespace cpu
+
+void matmul(const PackedWeights& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
+  cpu::matmul_packed_with_isa(cpu::selected_isa(), w, x, n_rows, y, pool);
+}
 
 void matmul(tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out, const float* x,
             int64_t n_rows, float* y, ThreadPool& pool) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "backend/packed_weights.h"
 #include "core/thread_pool.h"
 #include "tensor/ggml_type.h"
 
@@ -30,5 +31,9 @@ Isa selected_isa();
 // backend::matmul on the kernels of `isa`, which must be available.
 void matmul_with_isa(Isa isa, tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out,
                      const float* x, int64_t n_rows, float* y, ThreadPool& pool);
+
+// backend::matmul over packed weights (backend/packed_weights.h) on the kernels of `isa`.
+void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows,
+                            float* y, ThreadPool& pool);
 
 }  // namespace vesper::backend::cpu

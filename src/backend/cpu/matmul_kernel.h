@@ -17,12 +17,22 @@
 //   sum       = fma(w[i], x[i], sum)     for the n_in % 32 tail elements i in order (plain types)
 // This is ggml's AVX2 f32 dot layout (4 accumulators of 8 lanes, the same reduction tree).
 //
-// Integer-dot contract (q4_0, q5_0, q8_0 against Q8_0 activations; q4_K, q5_K, q6_K against
-// Q8_K): the activation row is quantized once per call (q8_activations.h), giving quants xq, one
-// f32 scale dx[b] per weight block b, and (Q8_K) sums of each 16 quants bsums. A weight block is
-// w[i] = d * wint[i] - dmin * m(i / 16) with integer wint (sub-block scale times quant, offsets
-// included) and, for q4_K / q5_K, integer mins m. For each output element, blocks b in order, acc
-// and accm from +0:
+// Block-sum contract (q4_0, q5_0, q8_0 against Q8_0 activations, 32-element blocks): the
+// activation row is quantized once per call (q8_activations.h), giving quants xq and one f32
+// scale dx[b] per block; weight block b of output o is d[b] * wint[i] with integer wint. For each
+// output element, blocks b in order, acc from +0:
+//   isum = sum over the block's 32 elements of wint[i] * xq[i]                      (exact)
+//   acc  = fma(float(isum), d[b] * dx[b], acc)
+//   sum  = acc
+// isum is exact in f32 (|isum| <= 32 * 128 * 127 < 2^24). This is the order of llama.cpp's
+// repacked (q4_0 8x8) AVX2 kernels; it lets one vector hold 8 outputs of 8 interleaved weight rows
+// (packed_weights.h) with the unpacked kernels giving the same bits.
+//
+// Integer-dot contract (q4_K, q5_K, q6_K against Q8_K): the activation row is quantized once per
+// call (q8_activations.h), giving quants xq, one f32 scale dx[b] per weight block b, and sums of
+// each 16 quants bsums. A weight block is w[i] = d * wint[i] - dmin * m(i / 16) with integer wint
+// (sub-block scale times quant, offsets included) and, for q4_K / q5_K, integer mins m. For each
+// output element, blocks b in order, acc and accm from +0:
 //   isum[l]  = sum over the block's elements i with (i % 32) / 4 == l of wint[i] * xq[i]  (exact)
 //   acc[l]   = fma(float(isum[l]), d * dx[b], acc[l])                        for l < 8
 //   imin[k]  = sum of m(g) * bsums[g] over the 16-groups g of min lane k               (exact)
@@ -31,8 +41,8 @@
 //   sum      = (s[0] + s[2]) + (s[1] + s[3])  -  ((accm[0] + accm[2]) + (accm[1] + accm[3]))
 // with min lane k = groups 4k .. 4k + 3 for q4_K, all groups in lane 0 for q5_K (no mins: accm
 // stays 0 and is not subtracted). Integer sums are exact in any order, so SIMD kernels may add them
-// as they like. The f32 steps are those of ggml's AVX2 vec_dot_<type>_q8_0 / _q8_K, so a dot of
-// the same quantized activations equals llama.cpp's bit for bit.
+// as they like. The f32 steps are those of ggml's AVX2 vec_dot_<type>_q8_K, so a dot of the same
+// quantized activations equals llama.cpp's bit for bit.
 //
 // Either way a kernel may tile, fuse and reorder work freely across output elements but never
 // within one.
@@ -55,6 +65,9 @@ struct MatmulArgs {
   int64_t n_rows;
   float* y;                    // n_rows rows of n_out
   const Q8Rows* xq = nullptr;  // x quantized, for integer-dot kernels (else nullptr)
+  // Packed weights (packed_weights.h) only: w holds the interleaved quants and w_scales the fp16
+  // scales, 8 per group of 8 rows and block; w_row_bytes is unused.
+  const uint16_t* w_scales = nullptr;
 };
 
 // Computes y[r * n_out + o] for every r < n_rows and o in [o_begin, o_end). `scratch` holds
@@ -73,6 +86,12 @@ MatmulKernel scalar_kernel(tensor::GgmlType type);
 // The portable integer-dot kernel for `type` (matmul_q8_scalar.cpp); nullptr for types on the
 // float contract.
 MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
+
+// Kernels over 8-row packed weights (packed_weights.h) for q4_0 and q8_0, portable
+// (matmul_packed_scalar.cpp) and AVX2 (matmul_packed_avx2.cpp); o_begin and o_end are multiples
+// of 8. nullptr for other types. Bit-identical to the unpacked kernels (block-sum contract).
+MatmulKernel scalar_packed_kernel(tensor::GgmlType type);
+MatmulKernel avx2_packed_kernel(tensor::GgmlType type);
 
 // AVX2 + FMA + F16C kernels, one per weight type, each in its own matmul_<type>_avx2.cpp
 // (integer-dot ones on gemm_q8_avx2.h, the others on gemm_avx2.h). Only callable on a CPU that

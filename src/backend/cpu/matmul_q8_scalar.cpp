@@ -127,6 +127,14 @@ void matmul_q8_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float
         int32_t isum[8] = {};
         for (int i = 0; i < D::kBlock; ++i) isum[(i % 32) / 4] += blk.wint[i] * xb[i];
         const float scale = blk.d * xd[b];
+        if constexpr (D::kBlock == 32) {
+          // 32-element blocks: the whole block's sum, one FMA per block into lane 0 (the block-sum
+          // order of matmul_kernel.h, which the 8-row packed kernels can keep too).
+          int32_t total = 0;
+          for (int l = 0; l < 8; ++l) total += isum[l];
+          acc[0] = std::fma(static_cast<float>(total), scale, acc[0]);
+          continue;
+        }
         for (int l = 0; l < 8; ++l) acc[l] = std::fma(static_cast<float>(isum[l]), scale, acc[l]);
         if constexpr (D::kHasMin) {
           const int16_t* bsums = x.bsums + r * (a.n_in / 16) + b * (D::kBlock / 16);
@@ -137,6 +145,10 @@ void matmul_q8_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float
           for (int k = 0; k < 4; ++k)
             accm[k] = std::fma(static_cast<float>(imin[k]), scale_min, accm[k]);
         }
+      }
+      if constexpr (D::kBlock == 32) {
+        a.y[r * a.n_out + o] = acc[0];
+        continue;
       }
       float s[4];
       for (int l = 0; l < 4; ++l) s[l] = acc[l] + acc[l + 4];

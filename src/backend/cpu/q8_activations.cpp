@@ -20,13 +20,18 @@ inline int round_nearest(float v) {
 }
 
 // ggml's x86 quantize_row_q8_0: d = amax / 127 stored as fp16, quants round(x * 127 / amax).
-void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d) {
+void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d, int16_t* bsums) {
   for (int64_t b = 0; b < n / 32; ++b, x += 32, qs += 32) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
     d[b] = fp16_to_f32(f32_to_fp16(amax / 127.0f));
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    for (int i = 0; i < 32; ++i) qs[i] = static_cast<int8_t>(round_nearest(x[i] * id));
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      qs[i] = static_cast<int8_t>(round_nearest(x[i] * id));
+      sum += qs[i];
+    }
+    bsums[b] = static_cast<int16_t>(sum);
   }
 }
 
@@ -69,14 +74,15 @@ Q8Rows Q8Buffer::prepare(ActivationQuant format, int64_t n_in, int64_t n_rows) {
   const auto need = static_cast<size_t>(n_in * n_rows);
   if (qs_.size() < need) qs_.resize(need);
   if (d_.size() < need / block) d_.resize(need / block);
-  if (format == ActivationQuant::kQ8_K && bsums_.size() < need / 16) bsums_.resize(need / 16);
+  const int64_t sum_group = format == ActivationQuant::kQ8_K ? 16 : 32;
+  if (bsums_.size() < need / sum_group) bsums_.resize(need / sum_group);
   Q8Rows rows;
   rows.format = format;
   rows.n_in = n_in;
   rows.block = block;
   rows.qs = qs_.data();
   rows.d = d_.data();
-  rows.bsums = format == ActivationQuant::kQ8_K ? bsums_.data() : nullptr;
+  rows.bsums = bsums_.data();
   return rows;
 }
 
@@ -91,7 +97,7 @@ void quantize_rows(const Q8Rows& rows, const float* x, int64_t r_begin, int64_t 
     if (rows.format == ActivationQuant::kQ8_K) {
       quantize_row_q8_k(x + r * n, n, qs + r * n, d + r * n_blocks, bsums + r * (n / 16));
     } else {
-      quantize_row_q8_0(x + r * n, n, qs + r * n, d + r * n_blocks);
+      quantize_row_q8_0(x + r * n, n, qs + r * n, d + r * n_blocks, bsums + r * n_blocks);
     }
   }
 }

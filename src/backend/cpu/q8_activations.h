@@ -21,10 +21,12 @@ namespace vesper::backend::cpu {
 struct Q8Rows {
   ActivationQuant format = ActivationQuant::kNone;
   int64_t n_in = 0;
-  int64_t block = 0;               // 32 (Q8_0) or 256 (Q8_K)
-  const int8_t* qs = nullptr;      // quants, |q| <= 127
-  const float* d = nullptr;        // one scale per block; Q8_0 scales are fp16 values
-  const int16_t* bsums = nullptr;  // Q8_K only: sum of each 16 consecutive quants
+  int64_t block = 0;           // 32 (Q8_0) or 256 (Q8_K)
+  const int8_t* qs = nullptr;  // quants, |q| <= 127
+  const float* d = nullptr;    // one scale per block; Q8_0 scales are fp16 values
+  // Sums of quants: Q8_K of each 16 consecutive ones; Q8_0 of each block of 32 (the packed q4_0
+  // kernels take unsigned nibbles and subtract 8 * sum).
+  const int16_t* bsums = nullptr;
 };
 
 // Owns the storage behind a Q8Rows; grows to the largest shape seen, then stops allocating.

@@ -1,0 +1,202 @@
+// Tests of backend/packed_weights.h: matmul over 8-row packed q4_0 / q8_0 weights gives the same
+// bits as matmul over the unpacked data (portable kernel) on every instruction set, batch size and
+// thread count, and stays within the documented bound of the f64 reference.
+#include "backend/packed_weights.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/matmul_cpu.h"
+#include "backend/matmul.h"
+#include "core/thread_pool.h"
+#include "reference/reference_q8.h"
+#include "reference/reference_quant.h"
+#include "tensor/quant.h"
+
+namespace vesper::backend {
+namespace {
+
+using cpu::Isa;
+using tensor::GgmlType;
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas = {Isa::kScalar};
+  if (cpu::isa_available(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  return isas;
+}
+
+std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+// Quantized from Gaussian values; every 5th row from random bytes instead (any scale, any
+// quants: q8_0's -128 included), since kernels must be exact for every bit pattern.
+std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng) {
+  const size_t row_bytes = tensor::row_size(type, n_in);
+  std::vector<uint8_t> w(row_bytes * static_cast<size_t>(n_out));
+  for (int64_t o = 0; o < n_out; ++o) {
+    uint8_t* row = w.data() + o * row_bytes;
+    if (o % 5 == 4) {
+      for (size_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(rng());
+      // A finite, moderate fp16 scale per block (random bits could give inf or NaN).
+      for (size_t b = 0; b < row_bytes; b += tensor::traits(type).type_size) {
+        row[b] = static_cast<uint8_t>(rng());
+        row[b + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
+      }
+      continue;
+    }
+    const std::vector<float> values = gaussian(n_in, rng);
+    tensor::quantize_row(type, values.data(), row, n_in);
+  }
+  return w;
+}
+
+bool same_bits(float a, float b) {
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+
+std::vector<float> run_unpacked(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in,
+                                int64_t n_out, const std::vector<float>& x, int64_t n_rows,
+                                ThreadPool& pool) {
+  std::vector<float> y(static_cast<size_t>(n_rows * n_out), std::nanf(""));
+  cpu::matmul_with_isa(Isa::kScalar, type, w.data(), n_in, n_out, x.data(), n_rows, y.data(), pool);
+  return y;
+}
+
+std::vector<float> run_packed(Isa isa, const PackedWeights& p, const float* x, int64_t n_rows,
+                              ThreadPool& pool) {
+  std::vector<float> y(static_cast<size_t>(n_rows * p.n_out()), std::nanf(""));
+  cpu::matmul_packed_with_isa(isa, p, x, n_rows, y.data(), pool);
+  return y;
+}
+
+// Checks y against the f64 product of the exact weights and the oracle's quantized activations,
+// within backend/matmul.h's bound (n_in / 32 + 6) * 2^-24 * sum |w xa|.
+void expect_near_reference(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in,
+                           int64_t n_out, const std::vector<float>& x, int64_t n_rows,
+                           const std::vector<float>& y, const std::string& trace) {
+  const size_t row_bytes = tensor::row_size(type, n_in);
+  std::vector<std::vector<double>> xa;
+  for (int64_t r = 0; r < n_rows; ++r)
+    xa.push_back(
+        reference::quantize_activations(ActivationQuant::kQ8_0, x.data() + r * n_in, n_in));
+  for (int64_t o = 0; o < n_out; ++o) {
+    const std::vector<double> wo = reference::dequantize_row(type, w.data() + o * row_bytes, n_in);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        sum += wo[i] * xa[r][i];
+        abs_sum += std::fabs(wo[i] * xa[r][i]);
+      }
+      const double bound = (n_in / 32 + 6) * std::ldexp(1.0, -24) * abs_sum * (1 + 1e-6) + 1e-30;
+      ASSERT_LE(std::fabs(y[r * n_out + o] - sum), bound)
+          << trace << " row " << r << " feature " << o;
+    }
+  }
+}
+
+TEST(PackedWeights, PacksOnlyQ4_0AndQ8_0WithWholeGroupsOfEightRows) {
+  EXPECT_TRUE(packable(GgmlType::kQ4_0, 64, 8));
+  EXPECT_TRUE(packable(GgmlType::kQ8_0, 32, 200));
+  EXPECT_FALSE(packable(GgmlType::kQ4_0, 64, 12));
+  EXPECT_FALSE(packable(GgmlType::kQ8_0, 64, 7));
+  EXPECT_FALSE(packable(GgmlType::kQ4_0, 48, 8));
+  EXPECT_FALSE(packable(GgmlType::kQ5_0, 64, 8));
+  EXPECT_FALSE(packable(GgmlType::kQ4_K, 256, 8));
+  EXPECT_FALSE(packable(GgmlType::kF32, 64, 8));
+  std::mt19937 rng(1);
+  const std::vector<uint8_t> w = make_weights(GgmlType::kQ4_0, 64, 12, rng);
+  EXPECT_TRUE(prepare_weights(GgmlType::kQ4_0, w.data(), 64, 12).empty());
+  const PackedWeights p = prepare_weights(GgmlType::kQ4_0, w.data(), 64, 8);
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.quants()) % 64, 0u);
+  EXPECT_EQ(p.n_in(), 64);
+  EXPECT_EQ(p.n_out(), 8);
+  EXPECT_EQ(p.bytes(), 2u * (128 + 16));
+}
+
+class PackedMatmul : public ::testing::TestWithParam<GgmlType> {};
+
+// Every (n_in, n_out, n_rows) shape: packed on every ISA at 1, 2 and 3 threads equals the
+// portable unpacked kernel bit for bit, which is within the f64 reference's bound.
+TEST_P(PackedMatmul, EqualsUnpackedBitForBitAndNearReference) {
+  const GgmlType type = GetParam();
+  std::mt19937 rng(4242);
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  for (int t : {1, 2, 3}) pools.push_back(std::make_unique<ThreadPool>(t));
+  struct Shape {
+    int64_t blocks, n_out;
+    std::vector<int64_t> rows;
+  };
+  const std::vector<int64_t> all_rows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 67};
+  const std::vector<Shape> shapes = {
+      {1, 8, all_rows},   {2, 16, all_rows},  {3, 24, all_rows},        {5, 8, all_rows},
+      {17, 16, all_rows}, {70, 24, all_rows}, {70, 200, {1, 4, 9, 67}}, {33, 200, {2, 3, 15}},
+  };
+  for (const Shape& s : shapes) {
+    const int64_t n_in = 32 * s.blocks;
+    const std::vector<uint8_t> w = make_weights(type, n_in, s.n_out, rng);
+    const PackedWeights p = prepare_weights(type, w.data(), n_in, s.n_out);
+    ASSERT_FALSE(p.empty());
+    for (int64_t n_rows : s.rows) {
+      const std::vector<float> x = gaussian(n_in * n_rows, rng);
+      const std::vector<float> want = run_unpacked(type, w, n_in, s.n_out, x, n_rows, *pools[0]);
+      const std::string shape = std::string(tensor::type_name(type)) + " n_in " +
+                                std::to_string(n_in) + " n_out " + std::to_string(s.n_out) +
+                                " n_rows " + std::to_string(n_rows);
+      expect_near_reference(type, w, n_in, s.n_out, x, n_rows, want, shape);
+      for (Isa isa : available_isas()) {
+        for (const auto& pool : pools) {
+          const std::vector<float> y = run_packed(isa, p, x.data(), n_rows, *pool);
+          for (int64_t k = 0; k < n_rows * s.n_out; ++k)
+            ASSERT_TRUE(same_bits(y[k], want[k]))
+                << shape << " isa " << cpu::isa_name(isa) << " threads " << pool->num_threads()
+                << " row " << k / s.n_out << " feature " << k % s.n_out << ": " << y[k] << " vs "
+                << want[k];
+        }
+      }
+    }
+  }
+}
+
+// Each row alone gives the bits it gets inside a batch of 67 (batch invariance), and the AVX2
+// unpacked kernel, also on the block-sum contract, gives them too.
+TEST_P(PackedMatmul, RowAloneEqualsRowInBatch) {
+  const GgmlType type = GetParam();
+  std::mt19937 rng(99);
+  ThreadPool pool(3);
+  const int64_t n_in = 32 * 9, n_out = 40, n_rows = 67;
+  const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
+  const PackedWeights p = prepare_weights(type, w.data(), n_in, n_out);
+  const std::vector<float> x = gaussian(n_in * n_rows, rng);
+  for (Isa isa : available_isas()) {
+    const std::vector<float> batch = run_packed(isa, p, x.data(), n_rows, pool);
+    std::vector<float> unpacked(static_cast<size_t>(n_rows * n_out));
+    cpu::matmul_with_isa(isa, type, w.data(), n_in, n_out, x.data(), n_rows, unpacked.data(), pool);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const std::vector<float> alone = run_packed(isa, p, x.data() + r * n_in, 1, pool);
+      for (int64_t o = 0; o < n_out; ++o) {
+        ASSERT_TRUE(same_bits(alone[o], batch[r * n_out + o])) << "row " << r << " out " << o;
+        ASSERT_TRUE(same_bits(unpacked[r * n_out + o], batch[r * n_out + o]))
+            << "row " << r << " out " << o;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul, ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) {
+                           return std::string(tensor::type_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace vesper::backend
