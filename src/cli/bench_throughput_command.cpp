@@ -43,22 +43,31 @@ struct BenchRequest {
   int64_t output_len;
 };
 
-// Random token prompts (vLLM's "random" dataset): ids drawn uniformly from the vocabulary,
-// avoiding control tokens so that every prompt is ordinary text.
-// With --prefix-len, each prompt starts with one of --num-prefixes shared prefixes.
+// Token ids drawn uniformly from the vocabulary, avoiding control tokens so that every prompt
+// is ordinary text (vLLM's "random" dataset).
+class RandomTokens {
+ public:
+  RandomTokens(const tokenizer::Tokenizer& tok, uint64_t seed) : rng_(seed) {
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+      if ((tok.token_attr(id) & tokenizer::kAttrControl) == 0) usable_.push_back(id);
+  }
+  void append(std::vector<int32_t>& out, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) out.push_back(usable_[rng_() % usable_.size()]);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::vector<int32_t> usable_;
+};
+
+// Random prompts; with --prefix-len, each starts with one of --num-prefixes shared prefixes.
 std::vector<BenchRequest> random_requests(const engine::Engine& e, const ThroughputOptions& o) {
-  std::mt19937_64 rng(o.seed);
   const auto& tok = e.tokenizer();
-  std::vector<int32_t> usable;
-  for (int32_t id = 0; id < tok.n_vocab(); ++id)
-    if ((tok.token_attr(id) & tokenizer::kAttrControl) == 0) usable.push_back(id);
-  auto random_tokens = [&](std::vector<int32_t>& out, int64_t n) {
-    for (int64_t k = 0; k < n; ++k) out.push_back(usable[rng() % usable.size()]);
-  };
+  RandomTokens random(tok, o.seed);
   std::vector<std::vector<int32_t>> prefixes(o.prefix_len > 0 ? o.num_prefixes : 1);
   for (auto& p : prefixes) {
     if (auto bos = tok.bos_id(); bos && tok.add_bos()) p.push_back(*bos);
-    random_tokens(p, o.prefix_len);
+    random.append(p, o.prefix_len);
   }
   std::vector<BenchRequest> reqs;
   for (int64_t i = 0; i < o.num_prompts; ++i) {
@@ -66,7 +75,7 @@ std::vector<BenchRequest> random_requests(const engine::Engine& e, const Through
     r.prompt = prefixes[i % static_cast<int64_t>(prefixes.size())];
     // --input-len counts the BOS token of a plain prompt, as before; a prefix comes on top.
     const int64_t target = o.prefix_len > 0 ? static_cast<int64_t>(r.prompt.size()) + o.input_len : o.input_len;
-    random_tokens(r.prompt, std::max<int64_t>(0, target - static_cast<int64_t>(r.prompt.size())));
+    random.append(r.prompt, std::max<int64_t>(0, target - static_cast<int64_t>(r.prompt.size())));
     r.output_len = o.output_len;
     reqs.push_back(std::move(r));
   }
@@ -126,7 +135,7 @@ int run_throughput(const ThroughputOptions& o) {
   int64_t prompt_tokens = 0, output_tokens = 0;
   const int64_t total_requests = static_cast<int64_t>(reqs.size()) * o.num_turns;
   std::vector<int64_t> turn(reqs.size(), 0);  // per conversation: turns queued so far
-  std::mt19937_64 turn_rng(o.seed ^ 0x5eedull);
+  RandomTokens turn_tokens(e.tokenizer(), o.seed ^ 0x5eedull);  // new user messages of later turns
   auto submit = [&](size_t conv) -> Status {
     sample::SamplingParams p;
     p.temperature = 1.0f;
@@ -144,7 +153,6 @@ int run_throughput(const ThroughputOptions& o) {
   ProgressBar progress("bench throughput", total_requests);
   int64_t finished = 0;
   std::vector<double> ttfts;
-  const auto& tok = e.tokenizer();
   while (e.has_unfinished()) {
     for (const auto& out : e.step()) {
       for (const auto& c : out.outputs) output_tokens += static_cast<int64_t>(c.delta_token_ids.size());
@@ -157,12 +165,7 @@ int run_throughput(const ThroughputOptions& o) {
       auto& prompt = reqs[conv].prompt;
       const auto& answer = out.outputs[0].token_ids;
       prompt.insert(prompt.end(), answer.begin(), answer.end());
-      for (int64_t k = 0; k < o.input_len; ++k) {
-        int32_t t;
-        do t = static_cast<int32_t>(turn_rng() % static_cast<uint64_t>(tok.n_vocab()));
-        while ((tok.token_attr(t) & tokenizer::kAttrControl) != 0);
-        prompt.push_back(t);
-      }
+      turn_tokens.append(prompt, o.input_len);
       if (auto st = submit(conv); !st) return fail(st.error().message);
     }
     progress.update(finished, output_tokens);

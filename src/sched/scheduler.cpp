@@ -41,7 +41,6 @@ Status Scheduler::add(Sequence seq) {
   VESPER_CHECK(sequences_.count(seq.id) == 0, "duplicate sequence id %lld", static_cast<long long>(seq.id));
   seq.status = SeqStatus::kWaiting;
   seq.num_computed_tokens = 0;
-  seq.num_cached_tokens = -1;
   if (kv_.prefix_caching_enabled()) seq.prefix_root = kv::root_block_hash(seq.cache_salt);
   sequences_.emplace(seq.id, std::move(seq));
   return {};
@@ -195,7 +194,6 @@ SchedulerOutput Scheduler::schedule() {
       if (!config_.enable_chunked_prefill && num_new < uncomputed) break;
       if (!kv_.allocate_slots(id, start, start + num_new, out.block_copies, &match)) break;
       seq.num_computed_tokens = start;
-      if (seq.num_cached_tokens < 0) seq.num_cached_tokens = start;
       if (kv_.prefix_caching_enabled()) {
         totals_.prefix_cache_queries += seq.num_tokens();
         totals_.prefix_cache_hits += start;

@@ -31,7 +31,6 @@ struct Sequence {
   std::string cache_salt;
   bool skip_prefix_cache_read = false;  // compute every token; the blocks are still cached
   kv::BlockHash prefix_root;            // root of the block hash chain (set by Scheduler::add)
-  int64_t num_cached_tokens = -1;       // tokens served from the cache at first admission
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
