@@ -11,7 +11,7 @@
 # Takes a while on 2 cores (about half an hour). Environment: JOBS (default 2), CC/CXX as for cmake.
 #
 # Run it (bind to loopback only):
-#   bench/llamacpp/build/llama-server -m /work/shared/models/stories260K-f32.gguf \
+#   bench/llamacpp/build/llama-server -m ../shared/models/stories260K-f32.gguf \
 #       --host 127.0.0.1 --port 8090 -t 2 -np 16 -cb
 set -euo pipefail
 

@@ -5,7 +5,7 @@
 #   bench/llamacpp/make_expected.sh [MODELS_DIR]
 #
 # MODELS_DIR defaults to $MODELS_DIR, else the shared/ folder beside the repository
-# (../shared/models from the repo root), else /work/shared/models.
+# (../shared/models from the repo root).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,7 +15,8 @@ fail() { printf '[make_expected] ERROR: %s\n' "$*" >&2; exit 1; }
 
 models="${1:-${MODELS_DIR:-}}"
 if [ -z "$models" ]; then
-    if [ -d "$REPO/../shared/models" ]; then models="$(cd "$REPO/../shared/models" && pwd)"; else models=/work/shared/models; fi
+    [ -d "$REPO/../shared/models" ] || fail "no ../shared/models beside the repository: pass MODELS_DIR"
+    models="$REPO/../shared/models"
 fi
 [ -x "$BIN" ] || fail "$BIN not built: run bench/llamacpp/setup.sh first"
 command -v node >/dev/null || fail "node not found"
@@ -42,9 +43,10 @@ run_set() {
     for p in "$@"; do
         local args=("$model" --prompt "$p" --n-predict "$n" --threads 1 --json)
         [ "$topk" -gt 0 ] && args+=(--top "$topk")
-        # the command as it would be typed from the repository root
+        # the command as it would be typed from the repository root (model path relative to it)
+        local shown=("$(realpath --relative-to="$REPO" "$model")" "${args[@]:1}")
         printf 'bench/llamacpp/build/llama_greedy' > "$tmp/cmd.$i"
-        for a in "${args[@]}"; do printf ' %s' "$(shell_quote "$a")"; done >> "$tmp/cmd.$i"
+        for a in "${shown[@]}"; do printf ' %s' "$(shell_quote "$a")"; done >> "$tmp/cmd.$i"
         "$BIN" "${args[@]}" > "$tmp/out.$i" 2> "$tmp/err.$i" || { cat "$tmp/err.$i" >&2; fail "llama_greedy failed for prompt '$p'"; }
         i=$((i + 1))
     done

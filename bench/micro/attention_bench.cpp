@@ -33,10 +33,11 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (int64_t slot = 0; slot < shape.num_slots(); ++slot)
-    for (int64_t i = 0; i < shape.slot_floats(); ++i) {
-      cache.key(0, slot)[i] = dist(rng);
-      cache.value(0, slot)[i] = dist(rng);
-    }
+    for (int64_t h = 0; h < shape.n_kv_heads; ++h)
+      for (int64_t i = 0; i < shape.head_dim; ++i) {
+        cache.key(0, slot, h)[i] = dist(rng);
+        cache.value(0, slot, h)[i] = dist(rng);
+      }
   // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
   // last of `context` positions, so it reads all of them.
   std::vector<int32_t> positions(seqs, static_cast<int32_t>(context - 1)), token_seq(seqs);

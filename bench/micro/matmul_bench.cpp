@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/matmul.h"
+#include "backend/packed_weights.h"
 #include "core/thread_pool.h"
 #include "tensor/ggml_type.h"
 #include "tensor/quant.h"
@@ -71,5 +72,47 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The same products over weights repacked at load (backend/packed_weights.h), as the model runs
+// q4_0 and q8_0: 1 row (decode), 32 (batched decode) and 512 (prefill, llama-bench's pp512).
+// Args: type (0 q4_0, 1 q8_0), n_in, n_out, activation rows, threads.
+void BM_PackedMatmul(benchmark::State& state) {
+  const GgmlType type = state.range(0) == 0 ? GgmlType::kQ4_0 : GgmlType::kQ8_0;
+  const int64_t n_in = state.range(1), n_out = state.range(2), rows = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  state.SetLabel(std::string(vesper::tensor::type_name(type)) + " packed");
+  const std::vector<uint8_t> w = random_weights(type, n_in, n_out);
+  const vesper::backend::PackedWeights packed =
+      vesper::backend::prepare_weights(type, w.data(), n_in, n_out);
+  std::vector<float> x(rows * n_in), y(rows * n_out);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& v : x) v = dist(rng);
+  vesper::ThreadPool pool(threads);
+  for (auto _ : state) {
+    vesper::backend::matmul(packed, x.data(), rows, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(packed.bytes()));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
+  state.counters["FLOPS"] = benchmark::Counter(
+      2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(rows),
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void packed_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "n_in", "n_out", "rows", "threads"});
+  const int hw = vesper::ThreadPool::hardware_threads();
+  for (int64_t t : {0, 1})
+    for (int64_t rows : {1, 32, 512})
+      for (int64_t threads : {1, hw}) {
+        b->Args({t, 2048, 2048, rows, threads});
+        if (hw == 1) break;
+      }
+}
+
+BENCHMARK(BM_PackedMatmul)->Apply(packed_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -1,8 +1,15 @@
 // KvCache: the key/value storage of the paged KV cache on the host, allocated once at start.
 //
-// Per layer, K and V each hold n_blocks * block_size slots; a slot holds n_kv_heads x head_dim
-// floats. Slot s belongs to physical block s / block_size. Which block belongs to which
-// sequence is bookkeeping kept elsewhere (block tables); this class only stores values.
+// Per layer, K and V each hold n_blocks * block_size slots of n_kv_heads x head_dim floats. Slot
+// s belongs to physical block s / block_size. Which block belongs to which sequence is
+// bookkeeping kept elsewhere (block tables); this class only stores values.
+//
+// Layout, per layer and for K and V alike: block-major, then KV head, then the slot's offset in
+// its block, then head_dim ([block][head][offset][dim], vLLM's CPU layout). One head's keys of a
+// block are one contiguous run of block_size * head_dim floats, which attention (reading one
+// head at a time) streams with the hardware prefetcher and few TLB entries; a slot-major layout
+// would put consecutive keys of a head n_kv_heads * head_dim floats apart. A whole block is still
+// one contiguous range (copy_block).
 #pragma once
 
 #include <cstdint>
@@ -29,10 +36,35 @@ class KvCache {
   explicit KvCache(const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }
-  float* key(int64_t layer, int64_t slot) { return k_[layer].get() + slot * shape_.slot_floats(); }
-  float* value(int64_t layer, int64_t slot) { return v_[layer].get() + slot * shape_.slot_floats(); }
-  const float* key(int64_t layer, int64_t slot) const { return k_[layer].get() + slot * shape_.slot_floats(); }
-  const float* value(int64_t layer, int64_t slot) const { return v_[layer].get() + slot * shape_.slot_floats(); }
+
+  // Head `head`'s keys (values) of physical block `block`: block_size rows of head_dim floats,
+  // the row of offset o at + o * head_dim.
+  float* key_block(int64_t layer, int64_t block, int64_t head) {
+    return k_[layer].get() + run(block, head);
+  }
+  float* value_block(int64_t layer, int64_t block, int64_t head) {
+    return v_[layer].get() + run(block, head);
+  }
+  const float* key_block(int64_t layer, int64_t block, int64_t head) const {
+    return k_[layer].get() + run(block, head);
+  }
+  const float* value_block(int64_t layer, int64_t block, int64_t head) const {
+    return v_[layer].get() + run(block, head);
+  }
+
+  // Head `head`'s key (value) in slot `slot`: head_dim floats.
+  float* key(int64_t layer, int64_t slot, int64_t head) {
+    return k_[layer].get() + row(slot, head);
+  }
+  float* value(int64_t layer, int64_t slot, int64_t head) {
+    return v_[layer].get() + row(slot, head);
+  }
+  const float* key(int64_t layer, int64_t slot, int64_t head) const {
+    return k_[layer].get() + row(slot, head);
+  }
+  const float* value(int64_t layer, int64_t slot, int64_t head) const {
+    return v_[layer].get() + row(slot, head);
+  }
 
   // Copies every layer's K and V of physical block `src` into block `dst` (copy-on-write).
   void copy_block(int64_t src, int64_t dst) { copy_block_from(*this, src, dst); }
@@ -44,6 +76,14 @@ class KvCache {
   int64_t bytes() const { return shape_.num_slots() * shape_.bytes_per_token(); }
 
  private:
+  // Float offset of (block, head)'s run of block_size rows, and of one slot's row of a head.
+  int64_t run(int64_t block, int64_t head) const {
+    return (block * shape_.n_kv_heads + head) * shape_.block_size * shape_.head_dim;
+  }
+  int64_t row(int64_t slot, int64_t head) const {
+    return run(slot / shape_.block_size, head) + slot % shape_.block_size * shape_.head_dim;
+  }
+
   KvCacheShape shape_;
   // Storage is left uninitialised (and so, for large caches, untouched by the OS until used):
   // a slot is always written before any token reads it.

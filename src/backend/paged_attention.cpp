@@ -12,13 +12,16 @@ namespace vesper::backend {
 
 void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
               const float* v) {
-  const int64_t n = cache.shape().slot_floats();
+  const int64_t n = cache.shape().slot_floats(), head_dim = cache.shape().head_dim;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     VESPER_CHECK(slot >= 0 && slot < cache.shape().num_slots(), "slot %lld out of range",
                  static_cast<long long>(slot));
-    std::memcpy(cache.key(layer, slot), k + t * n, n * sizeof(float));
-    std::memcpy(cache.value(layer, slot), v + t * n, n * sizeof(float));
+    // k and v hold a token's heads side by side; the cache keeps each head's rows apart.
+    for (int64_t h = 0; h < cache.shape().n_kv_heads; ++h) {
+      std::memcpy(cache.key(layer, slot, h), k + t * n + h * head_dim, head_dim * sizeof(float));
+      std::memcpy(cache.value(layer, slot, h), v + t * n + h * head_dim, head_dim * sizeof(float));
+    }
   }
 }
 

@@ -59,10 +59,11 @@ class Fixture {
     // Fill every slot of both layers (unused ones too) so nothing reads uninitialised memory.
     for (int64_t layer = 0; layer < 2; ++layer)
       for (int64_t s = 0; s < cache_->shape().num_slots(); ++s)
-        for (int64_t i = 0; i < cache_->shape().slot_floats(); ++i) {
-          cache_->key(layer, s)[i] = u(rng_);
-          cache_->value(layer, s)[i] = u(rng_);
-        }
+        for (int64_t h = 0; h < cache_->shape().n_kv_heads; ++h)
+          for (int64_t i = 0; i < head_dim; ++i) {
+            cache_->key(layer, s, h)[i] = u(rng_);
+            cache_->value(layer, s, h)[i] = u(rng_);
+          }
     // One query vector per (sequence, position), so a query is the same in every batch.
     std::uniform_real_distribution<float> uq(-q_range, q_range);
     for (int64_t len : seq_lens) {
@@ -113,13 +114,25 @@ class Fixture {
   }
 
   std::vector<double> reference(int64_t seq, int64_t pos, double scale) const {
+    // The reference takes each position's heads side by side, as the model produces them.
+    const int64_t n_kv = cache_->shape().n_kv_heads;
+    std::vector<std::vector<float>> k_slots, v_slots;
     std::vector<const float*> k, v;
     for (int64_t j = 0; j <= pos; ++j) {
-      k.push_back(cache_->key(1, slot(seq, j)));
-      v.push_back(cache_->value(1, slot(seq, j)));
+      k_slots.emplace_back(n_kv * head_dim_);
+      v_slots.emplace_back(n_kv * head_dim_);
+      for (int64_t h = 0; h < n_kv; ++h) {
+        std::copy_n(cache_->key(1, slot(seq, j), h), head_dim_,
+                    k_slots.back().begin() + h * head_dim_);
+        std::copy_n(cache_->value(1, slot(seq, j), h), head_dim_,
+                    v_slots.back().begin() + h * head_dim_);
+      }
     }
-    return reference::attention(query(seq, pos), n_heads_, cache_->shape().n_kv_heads, head_dim_, k,
-                                v, scale);
+    for (int64_t j = 0; j <= pos; ++j) {
+      k.push_back(k_slots[j].data());
+      v.push_back(v_slots[j].data());
+    }
+    return reference::attention(query(seq, pos), n_heads_, n_kv, head_dim_, k, v, scale);
   }
 
  private:
@@ -243,10 +256,11 @@ TEST(PagedAttention, OutputInvariantToBlockSizeAndTableLayout) {
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       KvCache& cache = f.mutable_cache();
       for (int64_t p = 0; p < len; ++p)
-        for (int64_t i = 0; i < n_kv * hd; ++i) {
-          cache.key(1, f.slot(0, p))[i] = u(rng);
-          cache.value(1, f.slot(0, p))[i] = u(rng);
-        }
+        for (int64_t h = 0; h < n_kv; ++h)
+          for (int64_t i = 0; i < hd; ++i) {
+            cache.key(1, f.slot(0, p), h)[i] = u(rng);
+            cache.value(1, f.slot(0, p), h)[i] = u(rng);
+          }
       for (int64_t p = 0; p < len; ++p)
         for (int64_t i = 0; i < n_heads * hd; ++i) f.mutable_query(0, p)[i] = 3 * u(rng);
       const auto out = f.run({{0, 0, static_cast<int32_t>(len)}}, isa, pool, 0.2f);

@@ -139,8 +139,17 @@ TEST_P(PackedMatmul, EqualsUnpackedBitForBitAndNearReference) {
   };
   const std::vector<int64_t> all_rows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 67};
   const std::vector<Shape> shapes = {
-      {1, 8, all_rows},   {2, 16, all_rows},  {3, 24, all_rows},        {5, 8, all_rows},
-      {17, 16, all_rows}, {70, 24, all_rows}, {70, 200, {1, 4, 9, 67}}, {33, 200, {2, 3, 15}},
+      {1, 8, all_rows},
+      {2, 16, all_rows},
+      {3, 24, all_rows},
+      {5, 8, all_rows},
+      {17, 16, all_rows},
+      {70, 24, all_rows},
+      {70, 200, {1, 4, 9, 67}},
+      {33, 200, {2, 3, 15}},
+      // More rows than one cache panel of the AVX2 kernel holds (128 rows of 2048), with a
+      // partial last row tile.
+      {64, 16, {131}},
   };
   for (const Shape& s : shapes) {
     const int64_t n_in = 32 * s.blocks;

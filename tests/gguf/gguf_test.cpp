@@ -13,7 +13,9 @@ namespace {
 
 const char* kStories = "../shared/models/stories260K.gguf";
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "vesper_gguf_" + name; }
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "vesper_gguf_" + name;
+}
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -27,7 +29,8 @@ std::string open_error(const std::vector<uint8_t>& bytes, const std::string& nam
   auto r = GgufFile::open(path);
   EXPECT_FALSE(r.ok()) << name << " opened but should not";
   if (r.ok()) return "";
-  EXPECT_NE(r.error().message.find(path), std::string::npos) << "error does not name the file: " << r.error().message;
+  EXPECT_NE(r.error().message.find(path), std::string::npos)
+      << "error does not name the file: " << r.error().message;
   return r.error().message;
 }
 
@@ -47,7 +50,7 @@ size_t tensor_info_offset(const std::vector<uint8_t>& bytes, const std::string& 
   std::vector<uint8_t> needle(8 + name.size());
   uint64_t len = name.size();
   std::memcpy(needle.data(), &len, 8);
-  std::memcpy(needle.data() + 8, name.data(), name.size());
+  std::copy(name.begin(), name.end(), needle.begin() + 8);
   auto it = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
   EXPECT_NE(it, bytes.end());
   return static_cast<size_t>(it - bytes.begin());
@@ -99,14 +102,17 @@ TEST(Gguf, WriterRoundTripsEveryValueTypeAndNestedArrays) {
   w.set("bool", Value::boolean(true));
   w.set("str", Value::string("h\xC3\xA9llo"));
   w.set("empty_array", Value::array(ValueType::kInt32, {}));
-  w.set("nested", Value::array(ValueType::kArray, {Value::i32_array({1, 2}), Value::i32_array({3})}));
+  w.set("nested",
+        Value::array(ValueType::kArray, {Value::i32_array({1, 2}), Value::i32_array({3})}));
   w.set("general.alignment", Value::u32(64));
   std::vector<float> data(96);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
   ASSERT_TRUE(w.add_tensor("a", {32, 3}, tensor::GgmlType::kF32,
-                           {reinterpret_cast<const uint8_t*>(data.data()), data.size() * 4}).ok());
+                           {reinterpret_cast<const uint8_t*>(data.data()), data.size() * 4})
+                  .ok());
   ASSERT_TRUE(w.add_tensor("b", {8}, tensor::GgmlType::kF32,
-                           {reinterpret_cast<const uint8_t*>(data.data()), 32}).ok());
+                           {reinterpret_cast<const uint8_t*>(data.data()), 32})
+                  .ok());
   const std::string path = temp_path("roundtrip.gguf");
   ASSERT_TRUE(w.write(path).ok());
 
@@ -144,7 +150,8 @@ TEST(Gguf, WriterRoundTripsEveryValueTypeAndNestedArrays) {
   EXPECT_NE(wrong.error().message.find("\"u8\""), std::string::npos);
   auto missing = f->require_int("nope");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.error().message.find("missing required metadata key \"nope\""), std::string::npos);
+  EXPECT_NE(missing.error().message.find("missing required metadata key \"nope\""),
+            std::string::npos);
 }
 
 TEST(Gguf, CopyOfRealFileReadsBackIdentically) {
@@ -191,7 +198,8 @@ TEST(GgufErrors, VersionTwoIsAccepted) {
 
 TEST(GgufErrors, TruncatedHeaderAtEveryRegion) {
   auto bytes = copy_of_stories().serialize();
-  for (size_t cut : {size_t{0}, size_t{3}, size_t{10}, size_t{30}, size_t{500}, size_t{9000}, size_t{14000}}) {
+  for (size_t cut :
+       {size_t{0}, size_t{3}, size_t{10}, size_t{30}, size_t{500}, size_t{9000}, size_t{14000}}) {
     std::vector<uint8_t> t(bytes.begin(), bytes.begin() + cut);
     std::string e = open_error(t, "trunc" + std::to_string(cut) + ".gguf");
     EXPECT_NE(e.find("truncated"), std::string::npos) << cut << ": " << e;

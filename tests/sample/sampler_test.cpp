@@ -3,13 +3,16 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "sample/sampler.h"
 
 namespace vesper::sample {
 namespace {
 
-std::vector<float> logits_of(std::initializer_list<float> v) { return std::vector<float>(v); }
+std::vector<float> logits_of(std::initializer_list<float> v) {
+  return std::vector<float>(v);
+}
 
 int32_t draw(Sampler& s, std::vector<float> logits, std::vector<int32_t> prompt = {},
              std::vector<int32_t> output = {}) {
@@ -23,6 +26,31 @@ TEST(Sampler, GreedyTakesFirstMaximum) {
   EXPECT_EQ(draw(s, logits_of({1, 5, 5, 2})), 1);
   EXPECT_EQ(draw(s, logits_of({-3, -1, -2})), 1);
   EXPECT_EQ(argmax(logits_of({7})), 0);
+}
+
+// argmax against the plain first-maximum scan (`>` keeps the earlier index) on vocabulary-sized
+// and odd-sized inputs, with ties across vector lanes, signed zeros, infinities and NaNs.
+TEST(Sampler, ArgmaxIsTheFirstMaximumOfAPlainScan) {
+  const auto scan = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    for (size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[best]) best = static_cast<int32_t>(i);
+    return best;
+  };
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-3, 3);
+  for (size_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 32000, 32003}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> v(n);
+      for (float& x : v) x = static_cast<float>(small(rng));  // many ties
+      if (trial % 4 == 1) v[rng() % n] = NAN;
+      if (trial % 4 == 2) v[0] = NAN;
+      if (trial % 5 == 3) v[rng() % n] = INFINITY;
+      if (trial % 7 == 4) std::fill(v.begin(), v.end(), trial % 2 ? -0.0f : 0.0f), v[n - 1] = 0.0f;
+      if (trial % 6 == 5) v[n - 1] = 100.0f;  // the maximum in the tail past the last 8 lanes
+      EXPECT_EQ(argmax(v), scan(v)) << "n " << n << " trial " << trial;
+    }
+  }
 }
 
 TEST(Sampler, SameSeedSameSequence) {

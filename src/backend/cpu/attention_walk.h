@@ -66,11 +66,17 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
         // Walk the block table without a division per key (an integer division costs more than
         // a key's whole dot product at small head sizes).
         int64_t block = j0 / bs, offset = j0 % bs;
+        const float* k_run = args.cache->key_block(args.layer, table[block], g);
+        const float* v_run = args.cache->value_block(args.layer, table[block], g);
         for (int64_t i = 0; i < tile_keys; ++i) {
-          const int64_t slot = int64_t{table[block]} * bs + offset;
-          k_rows[i] = args.cache->key(args.layer, slot) + g * head_dim;
-          v_rows[i] = args.cache->value(args.layer, slot) + g * head_dim;
-          if (++offset == bs) offset = 0, ++block;
+          k_rows[i] = k_run + offset * head_dim;
+          v_rows[i] = v_run + offset * head_dim;
+          if (++offset == bs && i + 1 < tile_keys) {
+            offset = 0;
+            ++block;
+            k_run = args.cache->key_block(args.layer, table[block], g);
+            v_run = args.cache->value_block(args.layer, table[block], g);
+          }
         }
         for (int64_t t = run_begin; t < run_end; ++t) {
           const int64_t n_ctx = int64_t{batch.positions[t]} + 1;

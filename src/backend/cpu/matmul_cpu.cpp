@@ -97,30 +97,33 @@ Isa selected_isa() {
 namespace {
 
 // Quantizes the activations (integer-dot kernels) and runs `kernel` over output features split
-// across the pool: the part of matmul shared by unpacked and packed weights.
-void run_kernel(MatmulKernel kernel, MatmulArgs& args, ActivationQuant quant, ThreadPool& pool) {
+// across the pool: the part of matmul shared by unpacked and packed weights. `interleave` is the
+// activation rows' tile (Q8Rows::interleave) the kernel reads.
+void run_kernel(Isa isa, MatmulKernel kernel, MatmulArgs& args, ActivationQuant quant,
+                int64_t interleave, ThreadPool& pool) {
+  const bool avx2 = isa == Isa::kAvx2;
   const float* x = args.x;
   const int64_t n_in = args.n_in, n_out = args.n_out, n_rows = args.n_rows;
   Q8Rows xq;
   if (quant != ActivationQuant::kNone) {
-    xq = caller_q8_buffer().prepare(quant, n_in, n_rows);
+    xq = caller_q8_buffer().prepare(quant, n_in, n_rows, interleave);
     args.xq = &xq;
   }
   // Small products run on the calling thread: waking the pool costs more than they do, and far
   // more when other processes share the cores. Each output's value is the same either way.
   constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
   if (n_in * n_out * n_rows < kMinParallelMacs || pool.num_threads() == 1) {
-    if (args.xq != nullptr) quantize_rows(xq, x, 0, n_rows);
+    if (args.xq != nullptr) quantize_rows(xq, x, 0, n_rows, avx2);
     kernel(args, 0, n_out, thread_scratch(n_in));
     return;
   }
   // Each row is quantized by itself, so splitting rows across threads changes nothing.
   if (args.xq != nullptr) {
-    if (n_rows * n_in < (int64_t{1} << 14)) {
-      quantize_rows(xq, x, 0, n_rows);
+    if (n_rows * n_in < (int64_t{1} << 16)) {
+      quantize_rows(xq, x, 0, n_rows, avx2);
     } else {
-      pool.parallel_for(static_cast<size_t>(n_rows), [&xq, x](size_t begin, size_t end) {
-        quantize_rows(xq, x, static_cast<int64_t>(begin), static_cast<int64_t>(end));
+      pool.parallel_for(static_cast<size_t>(n_rows), [&xq, x, avx2](size_t begin, size_t end) {
+        quantize_rows(xq, x, static_cast<int64_t>(begin), static_cast<int64_t>(end), avx2);
       });
     }
   }
@@ -161,7 +164,7 @@ void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_
 
   MatmulArgs args{
       static_cast<const uint8_t*>(w), tensor::row_size(type, n_in), n_in, n_out, x, n_rows, y};
-  run_kernel(kernel, args, matmul_activation_quant(type), pool);
+  run_kernel(isa, kernel, args, matmul_activation_quant(type), 1, pool);
 }
 
 void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows,
@@ -176,7 +179,7 @@ void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int
   if (n_rows == 0) return;
   MatmulArgs args{w.quants(), 0, w.n_in(), w.n_out(), x, n_rows, y};
   args.w_scales = w.scales();
-  run_kernel(kernel, args, matmul_activation_quant(w.type()), pool);
+  run_kernel(isa, kernel, args, matmul_activation_quant(w.type()), kPackedRowTile, pool);
 }
 
 }  // namespace cpu

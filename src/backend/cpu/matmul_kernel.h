@@ -90,6 +90,8 @@ MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
 // Kernels over 8-row packed weights (packed_weights.h) for q4_0 and q8_0, portable
 // (matmul_packed_scalar.cpp) and AVX2 (matmul_packed_avx2.cpp); o_begin and o_end are multiples
 // of 8. nullptr for other types. Bit-identical to the unpacked kernels (block-sum contract).
+// They read activations quantized in tiles of kPackedRowTile rows (Q8Rows::interleave).
+inline constexpr int64_t kPackedRowTile = 4;
 MatmulKernel scalar_packed_kernel(tensor::GgmlType type);
 MatmulKernel avx2_packed_kernel(tensor::GgmlType type);
 

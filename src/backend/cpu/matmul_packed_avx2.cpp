@@ -5,13 +5,31 @@
 // convert as one vector and one FMA accumulates 8 outputs, in the block-sum order of
 // matmul_kernel.h, so results equal the unpacked and portable kernels bit for bit.
 //
-// Tiles: R activation rows x 8 outputs (R = 4 in prefill, fewer at the edge; 1 in decode). Each
-// slice is loaded and unpacked once per tile and used by all R rows; each activation broadcast by
-// all 8 outputs. A group's weights (n_in / 32 chunks) stay in L1/L2 while every row tile passes.
+// Register tile: R activation rows x 8 outputs (R = 4, fewer in the last row tile; 1 in decode).
+// Each slice is loaded and unpacked once per tile and used by all R rows; each activation
+// broadcast serves all 8 outputs. The activations arrive quantized in tiles of 4 rows whose blocks
+// alternate (Q8Rows::interleave = kPackedRowTile), so one pointer walks a tile's rows and the
+// register allocator is left enough registers for the accumulators.
+//
+// Cache blocking: rows are taken in panels whose quantized activations fit in half of L2; within
+// a panel each group of 8 outputs (n_in / 32 chunks: 3-8 KiB) stays in L1 while every row tile
+// of the panel passes over it, and the weights are streamed once per panel.
+#include <algorithm>
+
 #include "backend/cpu/gemm_q8_avx2.h"
 
 namespace vesper::backend::cpu {
 namespace {
+
+constexpr int64_t kTile = kPackedRowTile;
+static_assert(kTile == 4, "run_packed dispatches tiles of 1 to 4 rows");
+
+// Makes v opaque to the optimizer at this point, at no cost in instructions. GCC's reassociation
+// otherwise turns a register tile's running sums into one wide tree of all its products, which
+// keeps every product live at once and spills the tile to the stack (twice as slow).
+inline void keep_in_register(__m256i& v) {
+  asm("" : "+x"(v));
+}
 
 // 4 activation bytes broadcast to every 32-bit lane.
 inline __m256i broadcast_4(const int8_t* p) {
@@ -26,28 +44,31 @@ inline __m256i broadcast_4(const int8_t* p) {
 // int16 and widened once.
 struct PackedQ4_0 {
   static constexpr int64_t kChunkBytes = 128;
-  // isum[r] lane j = row j's exact dot with row r's block at xq + r * q_stride.
+  // isum[r] lane j = output j's exact block dot with tile row r, whose block is at xq + 32 r and
+  // whose quant sum is xs[r].
   template <int R>
-  static void dot(const uint8_t* chunk, const int8_t* xq, int64_t q_stride, const int16_t* xs,
-                  int64_t s_stride, __m256i* isum) {
+  static inline void dot(const uint8_t* chunk, const int8_t* xq, const int16_t* xs,
+                         __m256i (&isum)[R]) {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256i s16[R];
-    for (int r = 0; r < R; ++r) s16[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m256i v = load_256(chunk + 32 * k);
       const __m256i lo = _mm256_and_si256(v, low4);                        // elements 8k + t
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);  // elements 8k + 4 + t
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const int8_t* x = xq + r * q_stride + 8 * k;
+        const int8_t* x = xq + 32 * r + 8 * k;
         const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast_4(x)),
                                            _mm256_maddubs_epi16(hi, broadcast_4(x + 4)));
-        s16[r] = _mm256_add_epi16(s16[r], p);
+        s16[r] = k == 0 ? p : _mm256_add_epi16(s16[r], p);
+        keep_in_register(s16[r]);
       }
     }
     const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
-      isum[r] = _mm256_sub_epi32(_mm256_madd_epi16(s16[r], ones),
-                                 _mm256_set1_epi32(8 * xs[r * s_stride]));
+      isum[r] = _mm256_sub_epi32(_mm256_madd_epi16(s16[r], ones), _mm256_set1_epi32(8 * xs[r]));
   }
 };
 
@@ -56,64 +77,86 @@ struct PackedQ4_0 {
 struct PackedQ8_0 {
   static constexpr int64_t kChunkBytes = 256;
   template <int R>
-  static void dot(const uint8_t* chunk, const int8_t* xq, int64_t q_stride, const int16_t*, int64_t,
-                  __m256i* isum) {
+  static inline void dot(const uint8_t* chunk, const int8_t* xq, const int16_t*,
+                         __m256i (&isum)[R]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       const __m256i w = load_256(chunk + 32 * k);  // elements 4k + t
       const __m256i abs_w = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m256i x = _mm256_sign_epi8(broadcast_4(xq + r * q_stride + 4 * k), w);
-        isum[r] =
-            _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, x), ones));
+        const __m256i x = _mm256_sign_epi8(broadcast_4(xq + 32 * r + 4 * k), w);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, x), ones);
+        isum[r] = k == 0 ? p : _mm256_add_epi32(isum[r], p);
+        keep_in_register(isum[r]);
       }
     }
   }
 };
 
-// Outputs 8g .. 8g + 7 of activation rows r0 .. r0 + R - 1.
+// Outputs 8g .. 8g + 7 (chunks from `chunk`, scales from `sc`) of the R rows of one activation
+// tile (quants xq, scales xd, sums xs, all kTile-interleaved), written to y, y + y_stride, ...
 template <class K, int R>
-inline void tile(const MatmulArgs& a, int64_t g, int64_t r0) {
-  const Q8Rows& x = *a.xq;
-  const int64_t n_blocks = a.n_in / 32;
-  const int8_t* xq = x.qs + r0 * a.n_in;
-  const float* xd = x.d + r0 * n_blocks;
-  const int16_t* xs = x.bsums + r0 * n_blocks;
-  const uint8_t* chunk = a.w + g * n_blocks * K::kChunkBytes;
-  const uint16_t* sc = a.w_scales + g * n_blocks * 8;
+__attribute__((noinline)) void tile(const uint8_t* chunk, const uint16_t* sc, int64_t n_blocks,
+                                    const int8_t* xq, const float* xd, const int16_t* xs, float* y,
+                                    int64_t y_stride) {
   __m256 acc[R];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < n_blocks; ++b, chunk += K::kChunkBytes, sc += 8) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
     __m256i isum[R];
-    K::template dot<R>(chunk, xq + 32 * b, a.n_in, xs + b, n_blocks, isum);
+    K::template dot<R>(chunk, xq, xs, isum);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       // d[j] * dx rounds as the scalar product does; one FMA per output and block.
-      const __m256 scale = _mm256_mul_ps(d, _mm256_broadcast_ss(xd + r * n_blocks + b));
+      const __m256 scale = _mm256_mul_ps(d, _mm256_broadcast_ss(xd + r));
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), scale, acc[r]);
     }
+    chunk += K::kChunkBytes;
+    sc += 8;
+    xq += 32 * kTile;
+    xd += kTile;
+    xs += kTile;
   }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(a.y + (r0 + r) * a.n_out + 8 * g, acc[r]);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * y_stride, acc[r]);
 }
 
 template <class K>
 void run_packed(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
-  for (int64_t g = o_begin / 8; g < o_end / 8; ++g) {
-    int64_t r0 = 0;
-    for (; r0 + 4 <= a.n_rows; r0 += 4) tile<K, 4>(a, g, r0);
-    switch (a.n_rows - r0) {
-      case 3:
-        tile<K, 3>(a, g, r0);
-        break;
-      case 2:
-        tile<K, 2>(a, g, r0);
-        break;
-      case 1:
-        tile<K, 1>(a, g, r0);
-        break;
-      default:
-        break;
+  const Q8Rows& x = *a.xq;
+  const int64_t n_blocks = a.n_in / 32;
+  const int64_t n_tiles = (a.n_rows + kTile - 1) / kTile;
+  constexpr int64_t kPanelBytes = int64_t{256} << 10;
+  const int64_t panel_tiles = std::max<int64_t>(1, kPanelBytes / (kTile * a.n_in));
+  for (int64_t p0 = 0; p0 < n_tiles; p0 += panel_tiles) {
+    const int64_t p1 = std::min(n_tiles, p0 + panel_tiles);
+    for (int64_t g = o_begin / 8; g < o_end / 8; ++g) {
+      const uint8_t* chunk = a.w + g * n_blocks * K::kChunkBytes;
+      const uint16_t* sc = a.w_scales + g * n_blocks * 8;
+      for (int64_t t = p0; t < p1; ++t) {
+        const int64_t first = t * kTile * n_blocks;  // the tile's first block index (Q8Rows)
+        const int8_t* xq = x.qs + first * 32;
+        const float* xd = x.d + first;
+        const int16_t* xs = x.bsums + first;
+        float* y = a.y + t * kTile * a.n_out + 8 * g;
+        switch (std::min(kTile, a.n_rows - t * kTile)) {
+          case 4:
+            tile<K, 4>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            break;
+          case 3:
+            tile<K, 3>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            break;
+          case 2:
+            tile<K, 2>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            break;
+          default:
+            tile<K, 1>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            break;
+        }
+      }
     }
   }
 }

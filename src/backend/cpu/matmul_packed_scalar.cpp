@@ -41,16 +41,16 @@ void matmul_packed_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, f
   int32_t w[32];
   for (int64_t g = o_begin / 8; g < o_end / 8; ++g) {
     for (int64_t r = 0; r < a.n_rows; ++r) {
-      const int8_t* xq = x.qs + r * a.n_in;
-      const float* xd = x.d + r * n_blocks;
       float acc[8] = {};
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t c = g * n_blocks + b;
+        const int64_t k = x.block_index(r, b);
+        const int8_t* xq = x.qs + k * 32;
         for (int j = 0; j < 8; ++j) {
           U::unpack(a.w + c * U::kChunkBytes, j, w);
           int32_t isum = 0;
-          for (int i = 0; i < 32; ++i) isum += w[i] * xq[32 * b + i];
-          const float scale = fp16_to_f32(a.w_scales[8 * c + j]) * xd[b];
+          for (int i = 0; i < 32; ++i) isum += w[i] * xq[i];
+          const float scale = fp16_to_f32(a.w_scales[8 * c + j]) * x.d[k];
           acc[j] = std::fma(static_cast<float>(isum), scale, acc[j]);
         }
       }
