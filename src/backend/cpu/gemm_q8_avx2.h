@@ -13,6 +13,7 @@
 //   static __m256i dot(const Unpacked& u, const int8_t* xq);
 //       // lane l (int32) = sum over the block's elements i with (i % 32) / 4 == l of
 //       // wint[i] * xq[i], exact, where w[i] = u.d * wint[i] (- min part)
+//   optionally unpack_one_row / dot_one_row: the same integers, cheaper for one activation row
 //   static __m128i min_dot(const Unpacked& u, const int16_t* bsums);  // kHasMin only:
 //       // the min lanes of matmul_kernel.h: sums of m(g) * bsums[g], exact
 //
@@ -48,6 +49,15 @@ inline int hsum_epi32(__m128i v) {
   v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm_cvtsi128_si32(v);
 }
+
+// Whether K has a cheaper pair for a single activation row, where a block's unpacking is not
+// shared across rows: unpack_one_row(block, u) and dot_one_row(u, xq), giving dot()'s integers.
+template <class K>
+inline constexpr bool has_one_row_path = requires(const uint8_t* b, typename K::Unpacked& u,
+                                                  const int8_t* x) {
+  K::unpack_one_row(b, u);
+  K::dot_one_row(u, x);
+};
 
 // Dots of one weight row with R activation rows starting at row r0: out[r] for r < R. Rows are
 // addressed as base + r * stride (not an array of pointers) so that the pointers stay in
@@ -128,12 +138,23 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
   }
   for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
     typename K::Unpacked u;
-    K::unpack(wrow + b * K::kBytes, u);
+    // One row (decode) takes the kernel's single-row pair where it has one (kOneRow).
+    constexpr bool kOneRow = R == 1 && has_one_row_path<K>;
+    if constexpr (kOneRow) {
+      K::unpack_one_row(wrow + b * K::kBytes, u);
+    } else {
+      K::unpack(wrow + b * K::kBytes, u);
+    }
     // d * dx as a vector product of broadcasts (the same rounding as the scalar product): the
     // activation scale is broadcast straight from memory.
     const __m256 d = _mm256_set1_ps(u.d);
     for (int r = 0; r < R; ++r) {
-      const __m256i isum = K::dot(u, xq + r * q_stride);
+      __m256i isum;
+      if constexpr (kOneRow) {
+        isum = K::dot_one_row(u, xq);
+      } else {
+        isum = K::dot(u, xq + r * q_stride);
+      }
       const float* dx = xd + r * d_stride;
       const __m256 scale = _mm256_mul_ps(d, _mm256_broadcast_ss(dx));
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r]);

@@ -10,12 +10,13 @@ struct KernelQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
   static constexpr int64_t kBytes = 210;
   static constexpr bool kHasMin = false;
   struct Unpacked {
-    __m256i q[8];      // 32-element chunk k's weights q - 32, -32..31
-    __m256i abs_q[8];  // |q - 32|
+    __m256i q[8];  // 32-element chunk k's quants: q (0..63) from unpack_one_row, q - 32 from unpack
+    __m256i abs_q[8];  // |q - 32| (unpack only)
     __m256i sc[8];     // chunk k's two scales: sub-block 2k in int16 lanes 0-7, 2k + 1 in 8-15
     float d;
   };
-  static void unpack(const uint8_t* block, Unpacked& u) {
+  // For one activation row (decode), where a block's unpacking is not shared: quants as stored.
+  static void unpack_one_row(const uint8_t* block, Unpacked& u) {
     u.d = load_fp16(block + 208);
     const __m256i low4 = _mm256_set1_epi8(0x0F);
     const __m256i three = _mm256_set1_epi8(3);
@@ -32,12 +33,6 @@ struct KernelQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
       u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(2));
       u.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(3));
     }
-    // The offset is taken out once per block here rather than per activation row in dot().
-    const __m256i m32 = _mm256_set1_epi8(32);
-    for (int k = 0; k < 8; ++k) {
-      u.q[k] = _mm256_sub_epi8(u.q[k], m32);
-      u.abs_q[k] = _mm256_abs_epi8(u.q[k]);
-    }
     const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
     for (int k = 0; k < 8; ++k) {
       // Bytes 2k (x8) then 2k + 1 (x8), widened: one shuffle and one extension per chunk.
@@ -47,10 +42,33 @@ struct KernelQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
       u.sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
     }
   }
-  // (q - 32) * x by the sign trick (maddubs wants one unsigned operand): |q - 32| times x with
-  // q - 32's sign. The int16 pair sums are the exact (q0 - 32) x0 + (q1 - 32) x1 (at most
-  // 2 * 32 * 127 in magnitude), the same integers as ggml's q * x - 32 * x, so every lane matches
-  // ggml's q6_K dot; one operation fewer per chunk and row.
+  // For several activation rows: the offset is taken out once per block here rather than per row
+  // in dot().
+  static void unpack(const uint8_t* block, Unpacked& u) {
+    unpack_one_row(block, u);
+    const __m256i m32 = _mm256_set1_epi8(32);
+    for (int k = 0; k < 8; ++k) {
+      u.q[k] = _mm256_sub_epi8(u.q[k], m32);
+      u.abs_q[k] = _mm256_abs_epi8(u.q[k]);
+    }
+  }
+  // Over unpack_one_row's quants: q * x - 32 * x, each exact in int16 (ggml's q6_K dot); the same
+  // integers in every lane as dot().
+  static __m256i dot_one_row(const Unpacked& u, const int8_t* xq) {
+    const __m256i m32 = _mm256_set1_epi8(32);
+    __m256i sum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i x = load_256(xq + 32 * k);
+      const __m256i p =
+          _mm256_sub_epi16(_mm256_maddubs_epi16(u.q[k], x), _mm256_maddubs_epi16(m32, x));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[k]));
+    }
+    return sum;
+  }
+  // Over unpack's quants: (q - 32) * x by the sign trick (maddubs wants one unsigned operand): |q -
+  // 32| times x with q - 32's sign. The int16 pair sums are the exact (q0 - 32) x0 + (q1 - 32) x1
+  // (at most 2 * 32 * 127 in magnitude), the same integers as ggml's q * x - 32 * x, so every lane
+  // matches ggml's q6_K dot; one operation fewer per chunk and row.
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
     __m256i sum = _mm256_setzero_si256();
     for (int k = 0; k < 8; ++k) {
