@@ -35,6 +35,26 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t n_in, int64_t n_out) 
   return w;
 }
 
+// Uniform activations in [-1, 1).
+std::vector<float> random_activations(int64_t n) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+// The counters every matmul benchmark reports (file comment).
+void set_matmul_counters(benchmark::State& state, size_t weight_bytes, int64_t n_in, int64_t n_out,
+                         int64_t rows) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(weight_bytes));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
+  state.counters["FLOPS"] = benchmark::Counter(
+      2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(rows),
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+
 // Args: type index, n (n_in = n_out), activation rows, threads.
 void BM_Matmul(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
@@ -42,22 +62,15 @@ void BM_Matmul(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(3));
   state.SetLabel(std::string(vesper::tensor::type_name(type)));
   const std::vector<uint8_t> w = random_weights(type, n, n);
-  std::vector<float> x(rows * n), y(rows * n);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (auto& v : x) v = dist(rng);
+  const std::vector<float> x = random_activations(rows * n);
+  std::vector<float> y(rows * n);
   vesper::ThreadPool pool(threads);
   for (auto _ : state) {
     vesper::backend::matmul(type, w.data(), n, n, x.data(), rows, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(w.size()));
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
-  state.counters["FLOPS"] = benchmark::Counter(
-      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(rows),
-      benchmark::Counter::kIsIterationInvariantRate);
+  set_matmul_counters(state, w.size(), n, n, rows);
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
@@ -84,22 +97,15 @@ void BM_PackedMatmul(benchmark::State& state) {
   const std::vector<uint8_t> w = random_weights(type, n_in, n_out);
   const vesper::backend::PackedWeights packed =
       vesper::backend::prepare_weights(type, w.data(), n_in, n_out);
-  std::vector<float> x(rows * n_in), y(rows * n_out);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (auto& v : x) v = dist(rng);
+  const std::vector<float> x = random_activations(rows * n_in);
+  std::vector<float> y(rows * n_out);
   vesper::ThreadPool pool(threads);
   for (auto _ : state) {
     vesper::backend::matmul(packed, x.data(), rows, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          static_cast<int64_t>(packed.bytes()));
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
-  state.counters["FLOPS"] = benchmark::Counter(
-      2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(rows),
-      benchmark::Counter::kIsIterationInvariantRate);
+  set_matmul_counters(state, packed.bytes(), n_in, n_out, rows);
 }
 
 void packed_args(benchmark::internal::Benchmark* b) {

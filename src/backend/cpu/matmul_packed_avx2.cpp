@@ -97,6 +97,7 @@ struct PackedQ8_0 {
 
 // Outputs 8g .. 8g + 7 (chunks from `chunk`, scales from `sc`) of the R rows of one activation
 // tile (quants xq, scales xd, sums xs, all kTile-interleaved), written to y, y + y_stride, ...
+// Not inlined into run_packed: on its own, each tile's loop gets all 16 vector registers.
 template <class K, int R>
 __attribute__((noinline)) void tile(const uint8_t* chunk, const uint16_t* sc, int64_t n_blocks,
                                     const int8_t* xq, const float* xd, const int16_t* xs, float* y,
