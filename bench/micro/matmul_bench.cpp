@@ -87,10 +87,12 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The same products over weights repacked at load (backend/packed_weights.h), as the model runs
-// q4_0 and q8_0: 1 row (decode), 32 (batched decode) and 512 (prefill, llama-bench's pp512).
-// Args: type (0 q4_0, 1 q8_0), n_in, n_out, activation rows, threads.
+// q4_0, q8_0, q4_K and q6_K: 1 row (decode), 32 (batched decode) and 512 (prefill, llama-bench's
+// pp512). Args: type (0 q4_0, 1 q8_0, 2 q4_K, 3 q6_K), n_in, n_out, activation rows, threads.
 void BM_PackedMatmul(benchmark::State& state) {
-  const GgmlType type = state.range(0) == 0 ? GgmlType::kQ4_0 : GgmlType::kQ8_0;
+  constexpr GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                                       GgmlType::kQ6_K};
+  const GgmlType type = kPackedTypes[state.range(0)];
   const int64_t n_in = state.range(1), n_out = state.range(2), rows = state.range(3);
   const int threads = static_cast<int>(state.range(4));
   state.SetLabel(std::string(vesper::tensor::type_name(type)) + " packed");
@@ -111,7 +113,7 @@ void BM_PackedMatmul(benchmark::State& state) {
 void packed_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "n_in", "n_out", "rows", "threads"});
   const int hw = vesper::ThreadPool::hardware_threads();
-  for (int64_t t : {0, 1})
+  for (int64_t t : {0, 1, 2, 3})
     for (int64_t rows : {1, 32, 512})
       for (int64_t threads : {1, hw}) {
         b->Args({t, 2048, 2048, rows, threads});
@@ -120,5 +122,42 @@ void packed_args(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_PackedMatmul)->Apply(packed_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// Single-sequence decode of a 110M-class layer's attention projections (q, k, v: three packed
+// q4_0 768 x 768 matrices, 1 activation row) as three matmul calls (grouped = 0) or one
+// matmul_group (grouped = 1): what the model saves by not waking the pool once per matrix.
+// Args: grouped, threads.
+void BM_MatmulGroupQkv(benchmark::State& state) {
+  const bool grouped = state.range(0) != 0;
+  const int threads = static_cast<int>(state.range(1));
+  constexpr int64_t kN = 768;
+  state.SetLabel(grouped ? "q4_0 packed, one matmul_group" : "q4_0 packed, three matmuls");
+  const std::vector<uint8_t> w = random_weights(GgmlType::kQ4_0, kN, kN);
+  const vesper::backend::PackedWeights packed =
+      vesper::backend::prepare_weights(GgmlType::kQ4_0, w.data(), kN, kN);
+  const std::vector<float> x = random_activations(kN);
+  std::vector<float> y(3 * kN);
+  vesper::ThreadPool pool(threads);
+  vesper::backend::MatmulTarget targets[3];
+  for (int i = 0; i < 3; ++i)
+    targets[i] = {&packed, GgmlType::kQ4_0, nullptr, kN, y.data() + i * kN};
+  for (auto _ : state) {
+    if (grouped) {
+      vesper::backend::matmul_group(targets, 3, kN, x.data(), 1, pool);
+    } else {
+      for (int i = 0; i < 3; ++i)
+        vesper::backend::matmul(packed, x.data(), 1, y.data() + i * kN, pool);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  set_matmul_counters(state, 3 * packed.bytes(), kN, 3 * kN, 1);
+}
+
+BENCHMARK(BM_MatmulGroupQkv)
+    ->ArgNames({"grouped", "threads"})
+    ->ArgsProduct({{0, 1}, {vesper::ThreadPool::hardware_threads()}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Matrix multiplication of activations by a weight matrix stored in any ggml type: the op behind
-// every linear layer. Weights are used in place (mmap'd GGUF data) or, for q4_0 / q8_0, repacked
-// once (backend/packed_weights.h, same results); activations and outputs are f32, row-major.
+// every linear layer. Weights are used in place (mmap'd GGUF data) or, for q4_0 / q8_0 / q4_K /
+// q6_K, repacked once (backend/packed_weights.h, same results); activations and outputs are f32,
+// row-major.
 //
 // Promises:
 //  - Batch invariance: y[r][o] is bit-identical whatever n_rows is, whatever the other rows of x
@@ -45,6 +46,28 @@ void matmul(tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out, c
 //    d = 1 / iscale in f32) (q4_K, q5_K, q6_K weights).
 enum class ActivationQuant { kNone, kQ8_0, kQ8_K };
 ActivationQuant matmul_activation_quant(tensor::GgmlType type);
+
+class PackedWeights;  // backend/packed_weights.h
+
+// One product of a group that shares its activations (matmul_group): weights repacked (`packed`
+// not null) or used in place (`type`, `w`, `n_out` rows of the group's n_in), and the output y
+// (n_rows rows of n_out).
+struct MatmulTarget {
+  const PackedWeights* packed = nullptr;
+  tensor::GgmlType type = tensor::GgmlType::kF32;
+  const void* w = nullptr;
+  int64_t n_out = 0;
+  float* y = nullptr;
+};
+inline constexpr int kMaxMatmulGroup = 4;
+
+// The products of up to kMaxMatmulGroup weight matrices with the same activations x (n_rows rows
+// of n_in): the bits that one matmul per target gives, computed in one job on the pool (each
+// thread takes its share of every target) with x quantized once per activation format. For the
+// projections that read one input (attention q, k, v; feed-forward gate, up), where per-call
+// synchronisation is a visible share of single-sequence decode.
+void matmul_group(const MatmulTarget* targets, int n_targets, int64_t n_in, const float* x,
+                  int64_t n_rows, ThreadPool& pool);
 
 // Whether matmul accepts `type` as weight type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0,
 // q2_K, q3_K, q4_K, q5_K, q6_K, q8_K.

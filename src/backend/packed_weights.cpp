@@ -1,5 +1,6 @@
-// Repacking q4_0 / q8_0 weights into 8-row interleaved chunks (layout in packed_weights.h). Runs
-// once per matrix at load, portable: speed matters little next to reading the file.
+// Repacking q4_0 / q8_0 / q4_K / q6_K weights into 8-row interleaved chunks (layout in
+// packed_weights.h). Runs once per matrix at load, portable: speed matters little next to reading
+// the file.
 #include "backend/packed_weights.h"
 
 #include <cstdlib>
@@ -7,6 +8,7 @@
 
 #include "core/check.h"
 #include "tensor/quant.h"
+#include "tensor/quant_blocks.h"
 
 namespace vesper::backend {
 namespace {
@@ -36,6 +38,70 @@ void pack_chunk_q8_0(const uint8_t* const* rows, uint8_t* quants, uint16_t* scal
   }
 }
 
+// q4_K: the 8 rows' super-block b. Each row's 32-element sub-block s is laid out as a q4_0 chunk's
+// block (without the -8), and the scales and mins are unpacked from their 6-bit packing.
+void pack_chunk_q4_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta) {
+  auto* sc = reinterpret_cast<uint8_t*>(meta + 16);
+  uint8_t* mins = sc + 64;
+  for (int j = 0; j < kRows; ++j) {
+    std::memcpy(&meta[j], rows[j], 2);          // d
+    std::memcpy(&meta[8 + j], rows[j] + 2, 2);  // dmin
+    const uint8_t* qs = rows[j] + 16;
+    // Element 64c + l in the low nibble of qs[32c + l], 64c + 32 + l in its high nibble.
+    auto nibble = [qs](int e) {
+      const uint8_t byte = qs[32 * (e / 64) + e % 32];
+      return (e / 32) % 2 == 0 ? byte & 0xF : byte >> 4;
+    };
+    for (int s = 0; s < 8; ++s) {
+      uint8_t scale, min;
+      tensor::unpack_scale_min_k4(s, rows[j] + 4, &scale, &min);
+      sc[8 * s + j] = scale;
+      mins[16 * (s / 2) + 2 * j + s % 2] = min;
+      for (int k = 0; k < 4; ++k)
+        for (int t = 0; t < 4; ++t)
+          quants[128 * s + 32 * k + 4 * j + t] = static_cast<uint8_t>(
+              nibble(32 * s + 8 * k + t) | (nibble(32 * s + 8 * k + 4 + t) << 4));
+    }
+  }
+}
+
+// q6_K: the 8 rows' super-block b, in 8 groups of 32 elements. A group's low nibbles are laid out
+// as a q4_0 chunk's block; its high 2-bit pairs follow in 2 vectors, vector m holding, in byte
+// 4j + t, row j's elements 16m + t (bits 0-1), 16m + 4 + t (2-3), 16m + 8 + t (4-5) and
+// 16m + 12 + t (6-7) of the group. Scales and d go to `meta`.
+void pack_chunk_q6_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta) {
+  auto* sc = reinterpret_cast<uint8_t*>(meta + 8);
+  for (int j = 0; j < kRows; ++j) {
+    const uint8_t* b = rows[j];
+    std::memcpy(&meta[j], b + 208, 2);  // d
+    for (int u = 0; u < 16; ++u) sc[16 * (u / 2) + 2 * j + u % 2] = b[192 + u];
+    // Element 128h + 32s + l: low 4 bits in nibble s / 2 of ql[64h + 32(s % 2) + l], high 2 bits
+    // at bit 2s of qh[32h + l].
+    auto low = [b](int e) {
+      const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+      const uint8_t byte = b[64 * h + 32 * (s % 2) + l];
+      return s < 2 ? byte & 0xF : byte >> 4;
+    };
+    auto high = [b](int e) {
+      const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+      return (b[128 + 32 * h + l] >> (2 * s)) & 3;
+    };
+    for (int g = 0; g < 8; ++g) {
+      uint8_t* group = quants + 192 * g;
+      const int e0 = 32 * g;
+      for (int k = 0; k < 4; ++k)
+        for (int t = 0; t < 4; ++t)
+          group[32 * k + 4 * j + t] =
+              static_cast<uint8_t>(low(e0 + 8 * k + t) | (low(e0 + 8 * k + 4 + t) << 4));
+      for (int m = 0; m < 2; ++m)
+        for (int t = 0; t < 4; ++t)
+          group[128 + 32 * m + 4 * j + t] = static_cast<uint8_t>(
+              high(e0 + 16 * m + t) | (high(e0 + 16 * m + 4 + t) << 2) |
+              (high(e0 + 16 * m + 8 + t) << 4) | (high(e0 + 16 * m + 12 + t) << 6));
+    }
+  }
+}
+
 }  // namespace
 
 void PackedWeights::Free::operator()(uint8_t* p) const {
@@ -43,26 +109,54 @@ void PackedWeights::Free::operator()(uint8_t* p) const {
 }
 
 const uint16_t* PackedWeights::scales() const {
-  const int64_t chunks = n_out_ / kRows * (n_in_ / 32);
+  const int64_t chunks = n_out_ / kRows * (n_in_ / chunk_block(type_));
   return reinterpret_cast<const uint16_t*>(data_.get() + chunks * chunk_quant_bytes(type_));
 }
 
+int64_t PackedWeights::chunk_block(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ? 256 : 32;
+}
+
 int64_t PackedWeights::chunk_quant_bytes(GgmlType type) {
-  return type == GgmlType::kQ4_0 ? 128 : 256;
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return 128;
+    case GgmlType::kQ4_K:
+      return 1024;
+    case GgmlType::kQ6_K:
+      return 1536;
+    default:
+      return 256;
+  }
+}
+
+int64_t PackedWeights::chunk_scale_count(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_K:
+      return 80;
+    case GgmlType::kQ6_K:
+      return 72;
+    default:
+      return 8;
+  }
 }
 
 bool packable(GgmlType type, int64_t n_in, int64_t n_out) {
-  return (type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0) && n_in > 0 && n_in % 32 == 0 &&
-         n_out > 0 && n_out % kRows == 0;
+  if (type != GgmlType::kQ4_0 && type != GgmlType::kQ8_0 && type != GgmlType::kQ4_K &&
+      type != GgmlType::kQ6_K)
+    return false;
+  return n_in > 0 && n_in % PackedWeights::chunk_block(type) == 0 && n_out > 0 &&
+         n_out % kRows == 0;
 }
 
 PackedWeights prepare_weights(GgmlType type, const void* w, int64_t n_in, int64_t n_out) {
   PackedWeights p;
   if (!packable(type, n_in, n_out)) return p;
-  const int64_t n_blocks = n_in / 32;
+  const int64_t n_blocks = n_in / PackedWeights::chunk_block(type);
   const int64_t chunks = n_out / kRows * n_blocks;
   const int64_t qbytes = PackedWeights::chunk_quant_bytes(type);
-  const size_t total = static_cast<size_t>(chunks * (qbytes + 2 * kRows));
+  const int64_t n_scales = PackedWeights::chunk_scale_count(type);
+  const size_t total = static_cast<size_t>(chunks * (qbytes + 2 * n_scales));
   auto* data =
       static_cast<uint8_t*>(std::aligned_alloc(kAlign, (total + kAlign - 1) / kAlign * kAlign));
   VESPER_CHECK(data != nullptr, "prepare_weights: cannot allocate %zu bytes", total);
@@ -82,9 +176,13 @@ PackedWeights prepare_weights(GgmlType type, const void* w, int64_t n_in, int64_
         rows[j] = src + static_cast<size_t>(g * kRows + j) * row_bytes + b * block_bytes;
       const int64_t c = g * n_blocks + b;
       if (type == GgmlType::kQ4_0) {
-        pack_chunk_q4_0(rows, data + c * qbytes, scales + c * kRows);
+        pack_chunk_q4_0(rows, data + c * qbytes, scales + c * n_scales);
+      } else if (type == GgmlType::kQ4_K) {
+        pack_chunk_q4_k(rows, data + c * qbytes, scales + c * n_scales);
+      } else if (type == GgmlType::kQ6_K) {
+        pack_chunk_q6_k(rows, data + c * qbytes, scales + c * n_scales);
       } else {
-        pack_chunk_q8_0(rows, data + c * qbytes, scales + c * kRows);
+        pack_chunk_q8_0(rows, data + c * qbytes, scales + c * n_scales);
       }
     }
   }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 #include "backend/matmul.h"
 #include "backend/ops.h"
@@ -148,6 +150,20 @@ void matmul(const Weight& w, const float* x, int64_t rows, float* y, ThreadPool&
     backend::matmul(w.type, w.data, w.n_in, w.n_out, x, rows, y, pool);
   }
 }
+
+// The products of several weights that read the same input, as one job on the pool
+// (backend::matmul_group: the same bits as one matmul each).
+void matmul_shared_input(std::initializer_list<std::pair<const Weight*, float*>> products,
+                         const float* x, int64_t rows, ThreadPool& pool) {
+  backend::MatmulTarget targets[backend::kMaxMatmulGroup];
+  int n = 0;
+  int64_t n_in = 0;
+  for (const auto& [w, y] : products) {
+    targets[n++] = backend::MatmulTarget{w->packed.get(), w->type, w->data, w->n_out, y};
+    n_in = w->n_in;
+  }
+  backend::matmul_group(targets, n, n_in, x, rows, pool);
+}
 }  // namespace
 
 void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logits,
@@ -180,9 +196,8 @@ void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logi
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = weights_.layers[il];
     backend::rms_norm(x_.data(), l.attn_norm, d, n, c.rms_eps, xn_.data());
-    matmul(l.wq, xn_.data(), n, q_.data(), pool);
-    matmul(l.wk, xn_.data(), n, k_.data(), pool);
-    matmul(l.wv, xn_.data(), n, v_.data(), pool);
+    matmul_shared_input({{&l.wq, q_.data()}, {&l.wk, k_.data()}, {&l.wv, v_.data()}}, xn_.data(), n,
+                        pool);
     if (l.bq != nullptr) backend::add_bias(q_.data(), l.bq, c.q_dim(), n);
     if (l.bk != nullptr) backend::add_bias(k_.data(), l.bk, c.kv_dim(), n);
     if (l.bv != nullptr) backend::add_bias(v_.data(), l.bv, c.kv_dim(), n);
@@ -199,8 +214,7 @@ void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logi
     backend::add_inplace(x_.data(), tmp_.data(), n * d);
 
     backend::rms_norm(x_.data(), l.ffn_norm, d, n, c.rms_eps, xn_.data());
-    matmul(l.w_gate, xn_.data(), n, gate_.data(), pool);
-    matmul(l.w_up, xn_.data(), n, up_.data(), pool);
+    matmul_shared_input({{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}}, xn_.data(), n, pool);
     backend::silu_mul(gate_.data(), up_.data(), n * c.n_ff);
     matmul(l.w_down, gate_.data(), n, tmp_.data(), pool);
     backend::add_inplace(x_.data(), tmp_.data(), n * d);

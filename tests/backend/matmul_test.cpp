@@ -85,21 +85,6 @@ struct Expected {
   std::vector<double> abs_sum;
 };
 
-// The min part of each weight of a row (backend/matmul.h): for q4_K / q5_K W less what the row
-// gives with dmin = 0; zero for other types.
-std::vector<double> min_part(GgmlType type, const uint8_t* row, int64_t n_in,
-                             const std::vector<double>& w) {
-  if (type != GgmlType::kQ4_K && type != GgmlType::kQ5_K) return std::vector<double>(w.size());
-  const size_t bytes = tensor::row_size(type, n_in);
-  std::vector<uint8_t> no_min(row, row + bytes);
-  const size_t block_bytes = tensor::traits(type).type_size;
-  for (size_t b = 0; b < bytes; b += block_bytes) no_min[b + 2] = no_min[b + 3] = 0;  // dmin@2
-  const std::vector<double> scale_part = reference::dequantize_row(type, no_min.data(), n_in);
-  std::vector<double> n(w.size());
-  for (size_t i = 0; i < w.size(); ++i) n[i] = w[i] - scale_part[i];
-  return n;
-}
-
 Expected reference_matmul(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in, int64_t n_out,
                           const std::vector<float>& x, int64_t n_rows) {
   Expected e{std::vector<double>(static_cast<size_t>(n_rows * n_out)),
@@ -112,7 +97,7 @@ Expected reference_matmul(GgmlType type, const std::vector<uint8_t>& w, int64_t 
   for (int64_t o = 0; o < n_out; ++o) {
     const uint8_t* row = w.data() + o * row_bytes;
     const std::vector<double> wo = reference::dequantize_row(type, row, n_in);
-    const std::vector<double> no = min_part(type, row, n_in, wo);
+    const std::vector<double> no = reference::min_part(type, row, n_in);
     for (int64_t r = 0; r < n_rows; ++r) {
       double sum = 0.0, abs_sum = 0.0;
       for (int64_t i = 0; i < n_in; ++i) {

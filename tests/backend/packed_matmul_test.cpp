@@ -1,6 +1,6 @@
-// Tests of backend/packed_weights.h: matmul over 8-row packed q4_0 / q8_0 weights gives the same
-// bits as matmul over the unpacked data (portable kernel) on every instruction set, batch size and
-// thread count, and stays within the documented bound of the f64 reference.
+// Tests of backend/packed_weights.h: matmul over 8-row packed q4_0 / q8_0 / q4_K / q6_K weights
+// gives the same bits as matmul over the unpacked data (portable kernel) on every instruction set,
+// batch size and thread count, and stays within the documented bound of the f64 reference.
 #include "backend/packed_weights.h"
 
 #include <gtest/gtest.h>
@@ -47,10 +47,16 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, st
     uint8_t* row = w.data() + o * row_bytes;
     if (o % 5 == 4) {
       for (size_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(rng());
-      // A finite, moderate fp16 scale per block (random bits could give inf or NaN).
+      // A finite, moderate fp16 scale (and q4_K min scale) per block (random bits could give inf
+      // or NaN).
       for (size_t b = 0; b < row_bytes; b += tensor::traits(type).type_size) {
-        row[b] = static_cast<uint8_t>(rng());
-        row[b + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
+        const size_t d_at = type == GgmlType::kQ6_K ? 208 : 0;
+        row[b + d_at] = static_cast<uint8_t>(rng());
+        row[b + d_at + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
+        if (type == GgmlType::kQ4_K) {  // dmin@2
+          row[b + 2] = static_cast<uint8_t>(rng());
+          row[b + 3] = static_cast<uint8_t>(0x20 + rng() % 0x10);
+        }
       }
       continue;
     }
@@ -80,38 +86,45 @@ std::vector<float> run_packed(Isa isa, const PackedWeights& p, const float* x, i
 }
 
 // Checks y against the f64 product of the exact weights and the oracle's quantized activations,
-// within backend/matmul.h's bound (n_in / 32 + 6) * 2^-24 * sum |w xa|.
+// within backend/matmul.h's bound (n_in / B + 6) * 2^-24 * sum (|A| + |N|) |xa|.
 void expect_near_reference(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in,
                            int64_t n_out, const std::vector<float>& x, int64_t n_rows,
                            const std::vector<float>& y, const std::string& trace) {
   const size_t row_bytes = tensor::row_size(type, n_in);
+  const int64_t block = PackedWeights::chunk_block(type);
   std::vector<std::vector<double>> xa;
   for (int64_t r = 0; r < n_rows; ++r)
     xa.push_back(
-        reference::quantize_activations(ActivationQuant::kQ8_0, x.data() + r * n_in, n_in));
+        reference::quantize_activations(matmul_activation_quant(type), x.data() + r * n_in, n_in));
   for (int64_t o = 0; o < n_out; ++o) {
-    const std::vector<double> wo = reference::dequantize_row(type, w.data() + o * row_bytes, n_in);
+    const uint8_t* row = w.data() + o * row_bytes;
+    const std::vector<double> wo = reference::dequantize_row(type, row, n_in);
+    const std::vector<double> no = reference::min_part(type, row, n_in);
     for (int64_t r = 0; r < n_rows; ++r) {
       double sum = 0.0, abs_sum = 0.0;
       for (int64_t i = 0; i < n_in; ++i) {
         sum += wo[i] * xa[r][i];
-        abs_sum += std::fabs(wo[i] * xa[r][i]);
+        abs_sum += (std::fabs(wo[i] - no[i]) + std::fabs(no[i])) * std::fabs(xa[r][i]);
       }
-      const double bound = (n_in / 32 + 6) * std::ldexp(1.0, -24) * abs_sum * (1 + 1e-6) + 1e-30;
+      const double bound = (n_in / block + 6) * std::ldexp(1.0, -24) * abs_sum * (1 + 1e-6) + 1e-30;
       ASSERT_LE(std::fabs(y[r * n_out + o] - sum), bound)
           << trace << " row " << r << " feature " << o;
     }
   }
 }
 
-TEST(PackedWeights, PacksOnlyQ4_0AndQ8_0WithWholeGroupsOfEightRows) {
+TEST(PackedWeights, PacksOnlyQ4_0Q8_0Q4_KAndQ6_KWithWholeGroupsOfEightRows) {
   EXPECT_TRUE(packable(GgmlType::kQ4_0, 64, 8));
   EXPECT_TRUE(packable(GgmlType::kQ8_0, 32, 200));
+  EXPECT_TRUE(packable(GgmlType::kQ4_K, 512, 16));
+  EXPECT_FALSE(packable(GgmlType::kQ4_K, 256, 12));
+  EXPECT_FALSE(packable(GgmlType::kQ5_K, 256, 8));
+  EXPECT_TRUE(packable(GgmlType::kQ6_K, 256, 8));
+  EXPECT_FALSE(packable(GgmlType::kQ6_K, 128, 8));
   EXPECT_FALSE(packable(GgmlType::kQ4_0, 64, 12));
   EXPECT_FALSE(packable(GgmlType::kQ8_0, 64, 7));
   EXPECT_FALSE(packable(GgmlType::kQ4_0, 48, 8));
   EXPECT_FALSE(packable(GgmlType::kQ5_0, 64, 8));
-  EXPECT_FALSE(packable(GgmlType::kQ4_K, 256, 8));
   EXPECT_FALSE(packable(GgmlType::kF32, 64, 8));
   std::mt19937 rng(1);
   const std::vector<uint8_t> w = make_weights(GgmlType::kQ4_0, 64, 12, rng);
@@ -122,6 +135,12 @@ TEST(PackedWeights, PacksOnlyQ4_0AndQ8_0WithWholeGroupsOfEightRows) {
   EXPECT_EQ(p.n_in(), 64);
   EXPECT_EQ(p.n_out(), 8);
   EXPECT_EQ(p.bytes(), 2u * (128 + 16));
+  const std::vector<uint8_t> wk = make_weights(GgmlType::kQ4_K, 512, 16, rng);
+  const PackedWeights pk = prepare_weights(GgmlType::kQ4_K, wk.data(), 512, 16);
+  ASSERT_FALSE(pk.empty());
+  EXPECT_EQ(pk.bytes(), 4u * (1024 + 160));  // 2 groups x 2 super-blocks
+  const std::vector<uint8_t> w6 = make_weights(GgmlType::kQ6_K, 256, 8, rng);
+  EXPECT_EQ(prepare_weights(GgmlType::kQ6_K, w6.data(), 256, 8).bytes(), 1536u + 144);
 }
 
 class PackedMatmul : public ::testing::TestWithParam<GgmlType> {};
@@ -138,21 +157,34 @@ TEST_P(PackedMatmul, EqualsUnpackedBitForBitAndNearReference) {
     std::vector<int64_t> rows;
   };
   const std::vector<int64_t> all_rows = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 67};
-  const std::vector<Shape> shapes = {
+  const int64_t block = PackedWeights::chunk_block(type);
+  // k-quant blocks are 8 times longer: fewer of them keep the f64 reference's work alike.
+  const std::vector<Shape> shapes_k = {
       {1, 8, all_rows},
       {2, 16, all_rows},
       {3, 24, all_rows},
       {5, 8, all_rows},
-      {17, 16, all_rows},
-      {70, 24, all_rows},
-      {70, 200, {1, 4, 9, 67}},
-      {33, 200, {2, 3, 15}},
-      // More rows than one cache panel of the AVX2 kernel holds (128 rows of 2048), with a
-      // partial last row tile.
-      {64, 16, {131}},
+      {9, 200, {1, 4, 9, 67}},
+      // More rows than one cache panel of the AVX2 kernel holds (128 rows of 2048).
+      {8, 16, {131}},
   };
+  const std::vector<Shape> shapes =
+      block == 256 ? shapes_k
+                   : std::vector<Shape>{
+                         {1, 8, all_rows},
+                         {2, 16, all_rows},
+                         {3, 24, all_rows},
+                         {5, 8, all_rows},
+                         {17, 16, all_rows},
+                         {70, 24, all_rows},
+                         {70, 200, {1, 4, 9, 67}},
+                         {33, 200, {2, 3, 15}},
+                         // More rows than one cache panel of the AVX2 kernel holds (128 rows of
+                         // 2048), with a partial last row tile.
+                         {64, 16, {131}},
+                     };
   for (const Shape& s : shapes) {
-    const int64_t n_in = 32 * s.blocks;
+    const int64_t n_in = block * s.blocks;
     const std::vector<uint8_t> w = make_weights(type, n_in, s.n_out, rng);
     const PackedWeights p = prepare_weights(type, w.data(), n_in, s.n_out);
     ASSERT_FALSE(p.empty());
@@ -178,12 +210,12 @@ TEST_P(PackedMatmul, EqualsUnpackedBitForBitAndNearReference) {
 }
 
 // Each row alone gives the bits it gets inside a batch of 67 (batch invariance), and the AVX2
-// unpacked kernel, also on the block-sum contract, gives them too.
+// unpacked kernel, also on the block-sum / block-total contract, gives them too.
 TEST_P(PackedMatmul, RowAloneEqualsRowInBatch) {
   const GgmlType type = GetParam();
   std::mt19937 rng(99);
   ThreadPool pool(3);
-  const int64_t n_in = 32 * 9, n_out = 40, n_rows = 67;
+  const int64_t n_in = PackedWeights::chunk_block(type) * 9, n_out = 40, n_rows = 67;
   const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
   const PackedWeights p = prepare_weights(type, w.data(), n_in, n_out);
   const std::vector<float> x = gaussian(n_in * n_rows, rng);
@@ -202,7 +234,9 @@ TEST_P(PackedMatmul, RowAloneEqualsRowInBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul, ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0),
+INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
+                         ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                                           GgmlType::kQ6_K),
                          [](const ::testing::TestParamInfo<GgmlType>& info) {
                            return std::string(tensor::type_name(info.param));
                          });

@@ -1,6 +1,6 @@
 // Tests of backend/cpu/q8_activations.h: the AVX2 Q8_0 quantizer gives the portable one's bits,
-// every layout (interleave 1 and 4) stores each block where Q8Rows::block_index says, and the
-// quantized values are within half a step of the input.
+// every layout (interleave 1 and 4, Q8_0 and Q8_K) stores each block where Q8Rows::block_index
+// says, and the quantized values are within half a step of the input.
 #include "backend/cpu/q8_activations.h"
 
 #include <gtest/gtest.h>
@@ -100,6 +100,31 @@ TEST_P(Q8ActivationsTest, Avx2EqualsPortableAndBlocksSitAtBlockIndex) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Interleave, Q8ActivationsTest, ::testing::Values(1, 4));
+
+// Q8_K rows interleaved in tiles of 4 (the packed q4_K kernels' layout) hold, at block_index,
+// exactly the blocks of the plain row-major quantization: quants, scale and the 16 sums.
+TEST(Q8ActivationsQ8K, InterleavedBlocksEqualRowMajorOnes) {
+  std::mt19937 rng(17);
+  for (const int64_t n_in : {256, 768}) {
+    for (const int64_t n_rows : {1, 3, 4, 5, 9}) {
+      const std::vector<float> x = awkward_rows(n_rows, n_in, rng);
+      Q8Buffer plain_buf, tiled_buf;
+      const Q8Rows plain = plain_buf.prepare(ActivationQuant::kQ8_K, n_in, n_rows, 1);
+      const Q8Rows tiled = tiled_buf.prepare(ActivationQuant::kQ8_K, n_in, n_rows, 4);
+      quantize_rows(plain, x.data(), 0, n_rows, false);
+      quantize_rows(tiled, x.data(), 0, n_rows, true);
+      for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t b = 0; b < n_in / 256; ++b) {
+          const int64_t p = plain.block_index(r, b), t = tiled.block_index(r, b);
+          ASSERT_EQ(p, r * (n_in / 256) + b);
+          ASSERT_EQ(std::memcmp(tiled.qs + 256 * t, plain.qs + 256 * p, 256), 0)
+              << "n_in " << n_in << " row " << r << " block " << b;
+          ASSERT_EQ(std::bit_cast<uint32_t>(tiled.d[t]), std::bit_cast<uint32_t>(plain.d[p]));
+          ASSERT_EQ(std::memcmp(tiled.bsums + 16 * t, plain.bsums + 16 * p, 32), 0);
+        }
+    }
+  }
+}
 
 TEST(Q8Rows, BlockIndexIsRowMajorWithoutInterleave) {
   Q8Rows rows;

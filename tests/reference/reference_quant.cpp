@@ -243,4 +243,18 @@ std::vector<double> dequantize_row(GgmlType type, const void* src, int64_t n) {
   return out;
 }
 
+std::vector<double> min_part(GgmlType type, const void* src, int64_t n) {
+  if (type != GgmlType::kQ4_K && type != GgmlType::kQ5_K) return std::vector<double>(n);
+  const size_t block_bytes = type == GgmlType::kQ4_K ? 144 : 176;
+  const size_t bytes = static_cast<size_t>(n / 256) * block_bytes;
+  std::vector<uint8_t> no_min(static_cast<const uint8_t*>(src),
+                              static_cast<const uint8_t*>(src) + bytes);
+  for (size_t b = 0; b < bytes; b += block_bytes) no_min[b + 2] = no_min[b + 3] = 0;  // dmin@2
+  const std::vector<double> all = dequantize_row(type, src, n);
+  const std::vector<double> scale_part = dequantize_row(type, no_min.data(), n);
+  std::vector<double> part(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) part[i] = all[i] - scale_part[i];
+  return part;
+}
+
 }  // namespace vesper::reference

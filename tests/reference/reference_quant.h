@@ -20,4 +20,9 @@ double fp16_value(uint16_t h);
 // Supports f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K.
 std::vector<double> dequantize_row(tensor::GgmlType type, const void* src, int64_t n);
 
+// The min part N of each of those values, for the error bounds of backend/matmul.h (W = A + N with
+// A = d * sc * q and N = -dmin * m): for q4_K / q5_K the values less what the row gives with
+// dmin = 0; zeros for every other type.
+std::vector<double> min_part(tensor::GgmlType type, const void* src, int64_t n);
+
 }  // namespace vesper::reference

@@ -16,6 +16,8 @@
 //   optionally unpack_one_row / dot_one_row: the same integers, cheaper for one activation row
 //   static __m128i min_dot(const Unpacked& u, const int16_t* bsums);  // kHasMin only:
 //       // the min lanes of matmul_kernel.h: sums of m(g) * bsums[g], exact
+//   optionally static constexpr bool kBlockTotal = true: the k-quant follows the block-total
+//       contract (its lanes are summed per block), not the 8-lane one
 //
 // The driver owns tiling: a block is unpacked once and dotted with up to 8 activation rows
 // (prefill reuses each weight block across rows and stays compute-bound); columns are walked in
@@ -57,6 +59,12 @@ inline constexpr bool has_one_row_path = requires(const uint8_t* b, typename K::
                                                   const int8_t* x) {
   K::unpack_one_row(b, u);
   K::dot_one_row(u, x);
+};
+
+// Whether K is a k-quant on the block-total contract of matmul_kernel.h (K::kBlockTotal).
+template <class K>
+inline constexpr bool is_block_total = requires {
+  requires K::kBlockTotal;
 };
 
 // Dots of one weight row with R activation rows starting at row r0: out[r] for r < R. Rows are
@@ -134,6 +142,43 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
       }
     }
     for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(accs[r]);
+    return;
+  }
+  if constexpr (is_block_total<K>) {
+    // k-quants on the block-total contract (q4_K, q6_K): each block's exact integer totals of the
+    // scale part and of the mins, one scalar FMA each per block, as the packed kernels compute.
+    __m128 accs[R], accms[R];
+    for (int r = 0; r < R; ++r) accs[r] = accms[r] = _mm_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd, xs += K::kBlock / 16) {
+      typename K::Unpacked u;
+      constexpr bool kOneRow = R == 1 && has_one_row_path<K>;
+      if constexpr (kOneRow) {
+        K::unpack_one_row(wrow + b * K::kBytes, u);
+      } else {
+        K::unpack(wrow + b * K::kBytes, u);
+      }
+      for (int r = 0; r < R; ++r) {
+        __m256i isum;
+        if constexpr (kOneRow) {
+          isum = K::dot_one_row(u, xq);
+        } else {
+          isum = K::dot(u, xq + r * q_stride);
+        }
+        const int total = hsum_epi32(
+            _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1)));
+        const float dx = xd[r * d_stride];
+        accs[r] =
+            _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), total), _mm_set_ss(u.d * dx), accs[r]);
+        if constexpr (K::kHasMin) {
+          const int imin = hsum_epi32(K::min_dot(u, xs + r * s_stride));
+          accms[r] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), imin), _mm_set_ss(u.dmin * dx),
+                                  accms[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      out[r] = K::kHasMin ? _mm_cvtss_f32(_mm_sub_ss(accs[r], accms[r])) : _mm_cvtss_f32(accs[r]);
+    }
     return;
   }
   for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {

@@ -53,10 +53,11 @@ MatmulKernel kernel_for(Isa isa, GgmlType type) {
 }
 
 // Activation rows quantized for the integer-dot kernels, owned by the thread that calls matmul
-// and read by every pool thread during the call. Grows to the largest shape seen, then is reused.
-Q8Buffer& caller_q8_buffer() {
-  thread_local Q8Buffer buffer;
-  return buffer;
+// and read by every pool thread during the call; one per activation layout a group of products
+// can need. Each grows to the largest shape seen, then is reused.
+Q8Buffer& caller_q8_buffer(int i) {
+  thread_local Q8Buffer buffers[kMaxMatmulGroup];
+  return buffers[i];
 }
 
 // Per-thread decode buffer. It grows to the largest n_in seen and is then reused, so steady-state
@@ -96,29 +97,49 @@ Isa selected_isa() {
 
 namespace {
 
-// Quantizes the activations (integer-dot kernels) and runs `kernel` over output features split
-// across the pool: the part of matmul shared by unpacked and packed weights. `interleave` is the
-// activation rows' tile (Q8Rows::interleave) the kernel reads.
-void run_kernel(Isa isa, MatmulKernel kernel, MatmulArgs& args, ActivationQuant quant,
-                int64_t interleave, ThreadPool& pool) {
+// One product of a call: its kernel and arguments, and the activation layout the kernel reads
+// (`quant`, and the row tile of Q8Rows::interleave).
+struct Part {
+  MatmulKernel kernel = nullptr;
+  MatmulArgs args{};
+  ActivationQuant quant = ActivationQuant::kNone;
+  int64_t interleave = 1;
+};
+
+// Quantizes the activations of the parts (integer-dot kernels), once per distinct layout, and
+// runs each part's kernel over its output features split across the pool, all parts in one pool
+// job: the part of matmul shared by unpacked and packed weights and by groups of products. Every
+// part reads the same x (n_rows rows of n_in).
+void run_parts(Isa isa, Part* parts, int n_parts, ThreadPool& pool) {
   const bool avx2 = isa == Isa::kAvx2;
-  const float* x = args.x;
-  const int64_t n_in = args.n_in, n_out = args.n_out, n_rows = args.n_rows;
-  Q8Rows xq;
-  if (quant != ActivationQuant::kNone) {
-    xq = caller_q8_buffer().prepare(quant, n_in, n_rows, interleave);
-    args.xq = &xq;
+  const float* x = parts[0].args.x;
+  const int64_t n_in = parts[0].args.n_in, n_rows = parts[0].args.n_rows;
+  Q8Rows layouts[kMaxMatmulGroup];
+  int n_layouts = 0;
+  int64_t macs = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    Part& p = parts[i];
+    macs += n_in * p.args.n_out * n_rows;
+    if (p.quant == ActivationQuant::kNone) continue;
+    int k = 0;
+    while (k < n_layouts && (layouts[k].format != p.quant || layouts[k].interleave != p.interleave))
+      ++k;
+    if (k == n_layouts)
+      layouts[n_layouts++] = caller_q8_buffer(k).prepare(p.quant, n_in, n_rows, p.interleave);
+    p.args.xq = &layouts[k];
   }
   // Small products run on the calling thread: waking the pool costs more than they do, and far
   // more when other processes share the cores. Each output's value is the same either way.
   constexpr int64_t kMinParallelMacs = int64_t{1} << 18;
-  if (n_in * n_out * n_rows < kMinParallelMacs || pool.num_threads() == 1) {
-    if (args.xq != nullptr) quantize_rows(xq, x, 0, n_rows, avx2);
-    kernel(args, 0, n_out, thread_scratch(n_in));
+  if (macs < kMinParallelMacs || pool.num_threads() == 1) {
+    for (int k = 0; k < n_layouts; ++k) quantize_rows(layouts[k], x, 0, n_rows, avx2);
+    for (int i = 0; i < n_parts; ++i)
+      parts[i].kernel(parts[i].args, 0, parts[i].args.n_out, thread_scratch(n_in));
     return;
   }
   // Each row is quantized by itself, so splitting rows across threads changes nothing.
-  if (args.xq != nullptr) {
+  for (int k = 0; k < n_layouts; ++k) {
+    const Q8Rows& xq = layouts[k];
     if (n_rows * n_in < (int64_t{1} << 16)) {
       quantize_rows(xq, x, 0, n_rows, avx2);
     } else {
@@ -127,23 +148,58 @@ void run_kernel(Isa isa, MatmulKernel kernel, MatmulArgs& args, ActivationQuant 
       });
     }
   }
-  // Contiguous ranges of output features, one per thread: each output element is computed by
-  // exactly one thread, start to finish, so the thread count cannot change its value. Ranges are
-  // whole multiples of 16 features (a 64-byte line of y) so threads never share a line of a row
-  // of y. The lambda captures two pointers, small enough for std::function not to allocate.
+  // Contiguous ranges of each part's output features, one per thread: each output element is
+  // computed by exactly one thread, start to finish, so the thread count cannot change its value.
+  // Ranges are whole multiples of 16 features (a 64-byte line of y) so threads never share a line
+  // of a row of y. The lambda captures two words, small enough for std::function not to allocate.
   struct Job {
-    MatmulKernel kernel;
-    const MatmulArgs* args;
-  } job{kernel, &args};
+    const Part* parts;
+    int n_parts;
+  } job{parts, n_parts};
   pool.run([&job](int thread, int n_threads) {
     constexpr int64_t kAlign = 16;
-    const int64_t n = job.args->n_out;
-    const int64_t per_thread = ((n + n_threads - 1) / n_threads + kAlign - 1) / kAlign * kAlign;
-    const int64_t begin = per_thread * thread;
-    const int64_t end = begin + per_thread < n ? begin + per_thread : n;
-    if (begin >= end) return;
-    job.kernel(*job.args, begin, end, thread_scratch(job.args->n_in));
+    for (int i = 0; i < job.n_parts; ++i) {
+      const Part& p = job.parts[i];
+      const int64_t n = p.args.n_out;
+      const int64_t per_thread = ((n + n_threads - 1) / n_threads + kAlign - 1) / kAlign * kAlign;
+      const int64_t begin = per_thread * thread;
+      const int64_t end = begin + per_thread < n ? begin + per_thread : n;
+      if (begin < end) p.kernel(p.args, begin, end, thread_scratch(p.args.n_in));
+    }
   });
+}
+
+// The part that computes y = W x for weights in place; checks what matmul's callers may get
+// wrong.
+Part unpacked_part(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_t n_out,
+                   const float* x, int64_t n_rows, float* y) {
+  Part p;
+  p.kernel = kernel_for(isa, type);
+  VESPER_CHECK(p.kernel != nullptr, "matmul: unsupported weight type %s",
+               tensor::type_name(type).data());
+  const int64_t block = tensor::traits(type).block_size;
+  VESPER_CHECK(
+      n_in > 0 && n_in % block == 0, "matmul: n_in %lld is not a positive multiple of %lld (%s)",
+      static_cast<long long>(n_in), static_cast<long long>(block), tensor::type_name(type).data());
+  VESPER_CHECK(n_out >= 0 && n_rows >= 0);
+  p.args = MatmulArgs{
+      static_cast<const uint8_t*>(w), tensor::row_size(type, n_in), n_in, n_out, x, n_rows, y};
+  p.quant = matmul_activation_quant(type);
+  return p;
+}
+
+// The part that computes y = W x for packed weights.
+Part packed_part(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows, float* y) {
+  VESPER_CHECK(!w.empty(), "matmul: empty packed weights");
+  Part p;
+  p.kernel = isa == Isa::kAvx2 ? avx2_packed_kernel(w.type()) : scalar_packed_kernel(w.type());
+  VESPER_CHECK(p.kernel != nullptr);
+  VESPER_CHECK(n_rows >= 0);
+  p.args = MatmulArgs{w.quants(), 0, w.n_in(), w.n_out(), x, n_rows, y};
+  p.args.w_scales = w.scales();
+  p.quant = matmul_activation_quant(w.type());
+  p.interleave = kPackedRowTile;
+  return p;
 }
 
 }  // namespace
@@ -152,37 +208,49 @@ void matmul_with_isa(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_
                      const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
   VESPER_CHECK(isa_available(isa), "matmul: instruction set %s not available",
                isa_name(isa).data());
-  const MatmulKernel kernel = kernel_for(isa, type);
-  VESPER_CHECK(kernel != nullptr, "matmul: unsupported weight type %s",
-               tensor::type_name(type).data());
-  const int64_t block = tensor::traits(type).block_size;
-  VESPER_CHECK(
-      n_in > 0 && n_in % block == 0, "matmul: n_in %lld is not a positive multiple of %lld (%s)",
-      static_cast<long long>(n_in), static_cast<long long>(block), tensor::type_name(type).data());
-  VESPER_CHECK(n_out >= 0 && n_rows >= 0);
+  Part part = unpacked_part(isa, type, w, n_in, n_out, x, n_rows, y);
   if (n_out == 0 || n_rows == 0) return;
-
-  MatmulArgs args{
-      static_cast<const uint8_t*>(w), tensor::row_size(type, n_in), n_in, n_out, x, n_rows, y};
-  run_kernel(isa, kernel, args, matmul_activation_quant(type), 1, pool);
+  run_parts(isa, &part, 1, pool);
 }
 
 void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows,
                             float* y, ThreadPool& pool) {
   VESPER_CHECK(isa_available(isa), "matmul: instruction set %s not available",
                isa_name(isa).data());
-  VESPER_CHECK(!w.empty(), "matmul: empty packed weights");
-  const MatmulKernel kernel =
-      isa == Isa::kAvx2 ? avx2_packed_kernel(w.type()) : scalar_packed_kernel(w.type());
-  VESPER_CHECK(kernel != nullptr);
-  VESPER_CHECK(n_rows >= 0);
+  Part part = packed_part(isa, w, x, n_rows, y);
   if (n_rows == 0) return;
-  MatmulArgs args{w.quants(), 0, w.n_in(), w.n_out(), x, n_rows, y};
-  args.w_scales = w.scales();
-  run_kernel(isa, kernel, args, matmul_activation_quant(w.type()), kPackedRowTile, pool);
+  run_parts(isa, &part, 1, pool);
+}
+
+void matmul_group_with_isa(Isa isa, const MatmulTarget* targets, int n_targets, int64_t n_in,
+                           const float* x, int64_t n_rows, ThreadPool& pool) {
+  VESPER_CHECK(isa_available(isa), "matmul: instruction set %s not available",
+               isa_name(isa).data());
+  VESPER_CHECK(n_targets >= 1 && n_targets <= kMaxMatmulGroup, "matmul_group: %d targets (1 to %d)",
+               n_targets, kMaxMatmulGroup);
+  Part parts[kMaxMatmulGroup];
+  int n_parts = 0;
+  for (int i = 0; i < n_targets; ++i) {
+    const MatmulTarget& t = targets[i];
+    if (t.packed != nullptr) {
+      VESPER_CHECK(t.packed->n_in() == n_in, "matmul_group: target %d has n_in %lld, not %lld", i,
+                   static_cast<long long>(t.packed->n_in()), static_cast<long long>(n_in));
+      parts[n_parts] = packed_part(isa, *t.packed, x, n_rows, t.y);
+    } else {
+      parts[n_parts] = unpacked_part(isa, t.type, t.w, n_in, t.n_out, x, n_rows, t.y);
+    }
+    if (parts[n_parts].args.n_out > 0) ++n_parts;
+  }
+  if (n_parts == 0 || n_rows == 0) return;
+  run_parts(isa, parts, n_parts, pool);
 }
 
 }  // namespace cpu
+
+void matmul_group(const MatmulTarget* targets, int n_targets, int64_t n_in, const float* x,
+                  int64_t n_rows, ThreadPool& pool) {
+  cpu::matmul_group_with_isa(cpu::selected_isa(), targets, n_targets, n_in, x, n_rows, pool);
+}
 
 void matmul(const PackedWeights& w, const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
   cpu::matmul_packed_with_isa(cpu::selected_isa(), w, x, n_rows, y, pool);

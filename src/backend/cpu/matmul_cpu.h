@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "backend/matmul.h"
 #include "backend/packed_weights.h"
 #include "core/thread_pool.h"
 #include "tensor/ggml_type.h"
@@ -35,5 +36,9 @@ void matmul_with_isa(Isa isa, tensor::GgmlType type, const void* w, int64_t n_in
 // backend::matmul over packed weights (backend/packed_weights.h) on the kernels of `isa`.
 void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows,
                             float* y, ThreadPool& pool);
+
+// backend::matmul_group on the kernels of `isa`.
+void matmul_group_with_isa(Isa isa, const MatmulTarget* targets, int n_targets, int64_t n_in,
+                           const float* x, int64_t n_rows, ThreadPool& pool);
 
 }  // namespace vesper::backend::cpu

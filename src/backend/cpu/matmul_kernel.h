@@ -4,7 +4,7 @@
 // one kernel per (instruction set, weight type) at start and splits output features across the
 // thread pool; a kernel never sees threads.
 //
-// Two contracts, by weight type (backend::matmul_activation_quant says which applies); they are
+// The contracts, by weight type (backend::matmul_activation_quant says which applies); they are
 // what makes matmul batch-invariant and ISA-independent.
 //
 // Float contract (f32, f16, bf16, q4_1, q5_1, q2_K, q3_K, q8_K): the weight row is decoded
@@ -28,21 +28,34 @@
 // repacked (q4_0 8x8) AVX2 kernels; it lets one vector hold 8 outputs of 8 interleaved weight rows
 // (packed_weights.h) with the unpacked kernels giving the same bits.
 //
-// Integer-dot contract (q4_K, q5_K, q6_K against Q8_K): the activation row is quantized once per
-// call (q8_activations.h), giving quants xq, one f32 scale dx[b] per weight block b, and sums of
-// each 16 quants bsums. A weight block is w[i] = d * wint[i] - dmin * m(i / 16) with integer wint
-// (sub-block scale times quant, offsets included) and, for q4_K / q5_K, integer mins m. For each
-// output element, blocks b in order, acc and accm from +0:
+// Block-total contract (q4_K, q6_K against Q8_K activations, 256-element super-blocks): the
+// activation row is quantized once per call (q8_activations.h), giving quants xq, one f32 scale
+// dx[b] per block and sums of each 16 quants bsums. Weight block b of output o is w[i] = d *
+// wint[i] - dmin * m(i / 16) with integers wint (sub-block scale times quant, q6_K's -32 offset
+// included) and m (q4_K's sub-block mins; q6_K has none). For each output element, blocks b in
+// order, acc and accm from +0:
+//   isum = sum over the block's 256 elements of wint[i] * xq[i]                      (exact)
+//   imin = sum over the block's 16-groups g of m(g) * bsums[g]                         (exact)
+//   acc  = fma(float(isum), d * dx[b], acc)
+//   accm = fma(float(imin), dmin * dx[b], accm)                      (q4_K only)
+//   sum  = acc - accm                                                 (q6_K: sum = acc)
+// |isum| < 2^31, so the integer is exact; its conversion to f32 rounds once, the same way for
+// every kernel. This is the order of llama.cpp's repacked q4_K (8x8) AVX2 kernels; like the
+// block-sum contract it lets one vector hold 8 outputs of 8 interleaved weight rows.
+//
+// Integer-dot contract (q5_K against Q8_K): quantized activations as above. A weight block is
+// w[i] = d * wint[i] - dmin * m(i / 16). For each output element, blocks b in order, acc and accm
+// from +0:
 //   isum[l]  = sum over the block's elements i with (i % 32) / 4 == l of wint[i] * xq[i]  (exact)
 //   acc[l]   = fma(float(isum[l]), d * dx[b], acc[l])                        for l < 8
-//   imin[k]  = sum of m(g) * bsums[g] over the 16-groups g of min lane k               (exact)
-//   accm[k]  = fma(float(imin[k]), dmin * dx[b], accm[k])                     for k < 4
+//   imin     = sum of m(g) * bsums[g] over the block's 16-groups g                       (exact)
+//   accm     = fma(float(imin), dmin * dx[b], accm)
 //   s[l]     = acc[l] + acc[l + 4]                                           for l < 4
-//   sum      = (s[0] + s[2]) + (s[1] + s[3])  -  ((accm[0] + accm[2]) + (accm[1] + accm[3]))
-// with min lane k = groups 4k .. 4k + 3 for q4_K, all groups in lane 0 for q5_K (no mins: accm
-// stays 0 and is not subtracted). Integer sums are exact in any order, so SIMD kernels may add them
-// as they like. The f32 steps are those of ggml's AVX2 vec_dot_<type>_q8_K, so a dot of the same
-// quantized activations equals llama.cpp's bit for bit.
+//   sum      = (s[0] + s[2]) + (s[1] + s[3])  -  ((accm + 0) + 0)
+// (the + 0 steps are ggml's reduction of its min lanes, of which q5_K uses one). Integer sums are
+// exact in any order, so SIMD kernels may add them as they like. The f32 steps are those of
+// ggml's AVX2 vec_dot_q5_K_q8_K, so a dot of the same quantized activations equals llama.cpp's
+// bit for bit.
 //
 // Either way a kernel may tile, fuse and reorder work freely across output elements but never
 // within one.
@@ -65,8 +78,9 @@ struct MatmulArgs {
   int64_t n_rows;
   float* y;                    // n_rows rows of n_out
   const Q8Rows* xq = nullptr;  // x quantized, for integer-dot kernels (else nullptr)
-  // Packed weights (packed_weights.h) only: w holds the interleaved quants and w_scales the fp16
-  // scales, 8 per group of 8 rows and block; w_row_bytes is unused.
+  // Packed weights (packed_weights.h) only: w holds the interleaved quants and w_scales the
+  // scales (PackedWeights::chunk_scale_count per group of 8 rows and block); w_row_bytes is
+  // unused.
   const uint16_t* w_scales = nullptr;
 };
 
@@ -87,9 +101,10 @@ MatmulKernel scalar_kernel(tensor::GgmlType type);
 // float contract.
 MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
 
-// Kernels over 8-row packed weights (packed_weights.h) for q4_0 and q8_0, portable
+// Kernels over 8-row packed weights (packed_weights.h) for q4_0, q8_0, q4_K and q6_K, portable
 // (matmul_packed_scalar.cpp) and AVX2 (matmul_packed_avx2.cpp); o_begin and o_end are multiples
-// of 8. nullptr for other types. Bit-identical to the unpacked kernels (block-sum contract).
+// of 8. nullptr for other types. Bit-identical to the unpacked kernels (block-sum and block-total
+// contracts).
 // They read activations quantized in tiles of kPackedRowTile rows (Q8Rows::interleave).
 inline constexpr int64_t kPackedRowTile = 4;
 MatmulKernel scalar_packed_kernel(tensor::GgmlType type);

@@ -1,7 +1,8 @@
-// The portable kernels over 8-row packed q4_0 / q8_0 weights (backend/packed_weights.h): each
-// chunk is decoded back to 8 rows of integers and each row's block dotted exactly, then scaled and
-// accumulated in the block-sum order of matmul_kernel.h. The reference the AVX2 packed kernels are
-// tested against, and the fallback on CPUs without AVX2; speed is not its job.
+// The portable kernels over 8-row packed q4_0 / q8_0 / q4_K / q6_K weights
+// (backend/packed_weights.h): each chunk is decoded back to 8 rows of integers and each row's block
+// dotted exactly, then scaled and accumulated in the block-sum / block-total order of
+// matmul_kernel.h. The reference the AVX2 packed kernels are tested against, and the fallback on
+// CPUs without AVX2; speed is not its job.
 #include <cmath>
 
 #include "backend/cpu/matmul_kernel.h"
@@ -59,6 +60,82 @@ void matmul_packed_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, f
   }
 }
 
+// q4_K chunks (256-element super-blocks of 8 rows) in the block-total order: per row and block,
+// the exact integer totals of sc * q * x over the 8 sub-blocks and of m * (sum of x) over them.
+void matmul_packed_q4_k_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+  const Q8Rows& x = *a.xq;
+  const int64_t n_blocks = a.n_in / 256;
+  for (int64_t g = o_begin / 8; g < o_end / 8; ++g) {
+    for (int64_t r = 0; r < a.n_rows; ++r) {
+      float acc[8] = {}, accm[8] = {};
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t c = g * n_blocks + b;
+        const uint8_t* quants = a.w + c * 1024;
+        const uint16_t* meta = a.w_scales + c * 80;
+        const auto* sc = reinterpret_cast<const uint8_t*>(meta + 16);
+        const uint8_t* mins = sc + 64;
+        const int64_t k = x.block_index(r, b);
+        const int8_t* xq = x.qs + k * 256;
+        const int16_t* bsums = x.bsums + k * 16;
+        for (int j = 0; j < 8; ++j) {
+          int32_t isum = 0, imin = 0;
+          for (int s = 0; s < 8; ++s) {
+            int32_t sub = 0;
+            for (int kk = 0; kk < 4; ++kk)
+              for (int t = 0; t < 4; ++t) {
+                const uint8_t byte = quants[128 * s + 32 * kk + 4 * j + t];
+                sub += (byte & 0xF) * xq[32 * s + 8 * kk + t] +
+                       (byte >> 4) * xq[32 * s + 8 * kk + 4 + t];
+              }
+            isum += sc[8 * s + j] * sub;
+            imin += mins[16 * (s / 2) + 2 * j + s % 2] * (bsums[2 * s] + bsums[2 * s + 1]);
+          }
+          const float dx = x.d[k];
+          acc[j] = std::fma(static_cast<float>(isum), fp16_to_f32(meta[j]) * dx, acc[j]);
+          accm[j] = std::fma(static_cast<float>(imin), fp16_to_f32(meta[8 + j]) * dx, accm[j]);
+        }
+      }
+      for (int j = 0; j < 8; ++j) a.y[r * a.n_out + 8 * g + j] = acc[j] - accm[j];
+    }
+  }
+}
+
+// q6_K chunks in the block-total order: per row and block, the exact integer total of
+// sc * (q - 32) * x over the 16 sub-blocks.
+void matmul_packed_q6_k_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+  const Q8Rows& x = *a.xq;
+  const int64_t n_blocks = a.n_in / 256;
+  for (int64_t g = o_begin / 8; g < o_end / 8; ++g) {
+    for (int64_t r = 0; r < a.n_rows; ++r) {
+      float acc[8] = {};
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const int64_t c = g * n_blocks + b;
+        const uint8_t* quants = a.w + c * 1536;
+        const uint16_t* meta = a.w_scales + c * 72;
+        const auto* sc = reinterpret_cast<const int8_t*>(meta + 8);
+        const int64_t k = x.block_index(r, b);
+        const int8_t* xq = x.qs + k * 256;
+        for (int j = 0; j < 8; ++j) {
+          int32_t isum = 0;
+          for (int e = 0; e < 256; ++e) {
+            // Element e: group e / 32; within it, slice kk = i / 8, nibble (i % 8) / 4.
+            const uint8_t* group = quants + 192 * (e / 32);
+            const int i = e % 32, kk = i / 8, t = i % 4, upper = (i % 8) / 4;
+            const uint8_t lo = group[32 * kk + 4 * j + t];
+            const uint8_t hi = group[128 + 32 * (kk / 2) + 4 * j + t];
+            const int q =
+                (upper ? lo >> 4 : lo & 0xF) | (((hi >> (2 * (2 * (kk % 2) + upper))) & 3) << 4);
+            const int u = e / 16;
+            isum += sc[16 * (u / 2) + 2 * j + u % 2] * (q - 32) * xq[e];
+          }
+          acc[j] = std::fma(static_cast<float>(isum), fp16_to_f32(meta[j]) * x.d[k], acc[j]);
+        }
+      }
+      for (int j = 0; j < 8; ++j) a.y[r * a.n_out + 8 * g + j] = acc[j];
+    }
+  }
+}
+
 }  // namespace
 
 MatmulKernel scalar_packed_kernel(GgmlType type) {
@@ -67,6 +144,10 @@ MatmulKernel scalar_packed_kernel(GgmlType type) {
       return matmul_packed_scalar<UnpackQ4_0>;
     case GgmlType::kQ8_0:
       return matmul_packed_scalar<UnpackQ8_0>;
+    case GgmlType::kQ4_K:
+      return matmul_packed_q4_k_scalar;
+    case GgmlType::kQ6_K:
+      return matmul_packed_q6_k_scalar;
     default:
       return nullptr;
   }

@@ -9,6 +9,7 @@ struct KernelQ4_K {  // d@0, dmin@2, scales@4[12], qs@16[128]
   static constexpr int64_t kBlock = 256;
   static constexpr int64_t kBytes = 144;
   static constexpr bool kHasMin = true;
+  static constexpr bool kBlockTotal = true;  // matmul_kernel.h: as the packed q4_K kernels
   struct Unpacked {
     __m256i q[8];   // sub-block j's quants, 0..15
     __m256i sc[8];  // sub-block j's scale in every int16 lane
@@ -29,7 +30,7 @@ struct KernelQ4_K {  // d@0, dmin@2, scales@4[12], qs@16[128]
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
     return dot_subblocks_32(u.q, u.sc, xq);
   }
-  // Four lanes (lane k: sub-blocks 2k and 2k + 1), kept apart as ggml's q4_K dot keeps them.
+  // Four lanes (lane k: sub-blocks 2k and 2k + 1); the driver adds them up.
   static __m128i min_dot(const Unpacked& u, const int16_t* bsums) {
     return min_lanes_k4(u.mins, bsums);
   }

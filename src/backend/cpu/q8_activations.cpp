@@ -38,9 +38,11 @@ void quantize_row_q8_0(const float* x, int64_t n, int64_t stride, int8_t* qs, fl
 }
 
 // ggml's quantize_row_q8_K: the element of largest magnitude (the first, on ties) maps to -127;
-// d = 1 / iscale in f32.
-void quantize_row_q8_k(const float* x, int64_t n, int8_t* qs, float* d, int16_t* bsums) {
-  for (int64_t b = 0; b < n / 256; ++b, x += 256, qs += 256, bsums += 16) {
+// d = 1 / iscale in f32. Consecutive blocks are `stride` blocks apart, as for Q8_0.
+void quantize_row_q8_k(const float* x, int64_t n, int64_t stride, int8_t* qs, float* d,
+                       int16_t* bsums) {
+  for (int64_t b = 0; b < n / 256;
+       ++b, x += 256, qs += 256 * stride, d += stride, bsums += 16 * stride) {
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < 256; ++i) {
       const float ax = std::fabs(x[i]);
@@ -50,7 +52,7 @@ void quantize_row_q8_k(const float* x, int64_t n, int8_t* qs, float* d, int16_t*
       }
     }
     if (amax == 0.0f) {
-      d[b] = 0.0f;
+      *d = 0.0f;
       std::memset(qs, 0, 256);
       std::memset(bsums, 0, 16 * sizeof(int16_t));
       continue;
@@ -63,7 +65,7 @@ void quantize_row_q8_k(const float* x, int64_t n, int8_t* qs, float* d, int16_t*
       for (int i = 0; i < 16; ++i) sum += qs[16 * g + i];
       bsums[g] = static_cast<int16_t>(sum);
     }
-    d[b] = 1.0f / iscale;
+    *d = 1.0f / iscale;
   }
 }
 
@@ -71,7 +73,7 @@ void quantize_row_q8_k(const float* x, int64_t n, int8_t* qs, float* d, int16_t*
 
 Q8Rows Q8Buffer::prepare(ActivationQuant format, int64_t n_in, int64_t n_rows, int64_t interleave) {
   VESPER_CHECK(format != ActivationQuant::kNone);
-  VESPER_CHECK(interleave == 1 || (interleave == 4 && format == ActivationQuant::kQ8_0));
+  VESPER_CHECK(interleave == 1 || interleave == 4);
   const int64_t block = format == ActivationQuant::kQ8_K ? 256 : 32;
   VESPER_CHECK(n_in % block == 0);
   // A partial last tile still takes a whole tile's room.
@@ -102,7 +104,7 @@ void quantize_rows(const Q8Rows& rows, const float* x, int64_t r_begin, int64_t 
   for (int64_t r = r_begin; r < r_end; ++r) {
     const int64_t k = rows.block_index(r, 0);
     if (rows.format == ActivationQuant::kQ8_K) {
-      quantize_row_q8_k(x + r * n, n, qs + k * 256, d + k, bsums + k * 16);
+      quantize_row_q8_k(x + r * n, n, rows.interleave, qs + k * 256, d + k, bsums + k * 16);
     } else if (use_avx2) {
       quantize_row_q8_0_avx2(x + r * n, n, rows.interleave, qs + k * 32, d + k, bsums + k);
     } else {

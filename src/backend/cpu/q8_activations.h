@@ -23,7 +23,7 @@ namespace vesper::backend::cpu {
 // alternate: block b of the tile's rows 0 .. interleave - 1, then block b + 1, and so on. With
 // interleave 1 (the default) that is plain row-major order: row r's quants at qs + r * n_in. The
 // packed-weight kernels ask for 4, so that the 4 rows of a register tile sit in one stream
-// (llama.cpp's block_q8_0x4) and need one pointer, not four. Only Q8_0 rows are interleaved.
+// (llama.cpp's block_q8_0x4 / block_q8_Kx4) and need one pointer, not four.
 struct Q8Rows {
   ActivationQuant format = ActivationQuant::kNone;
   int64_t n_in = 0;
