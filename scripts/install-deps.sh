@@ -7,6 +7,7 @@ packages=(
   build-essential g++ cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libboost-dev libboost-system-dev libssl-dev
+  libsimde-dev
 )
 # Node.js and npm run the HTTP end-to-end tests (with the OpenAI Node SDK) and the llama.cpp
 # comparison harness; any Node.js >= 18 already on the PATH will do.

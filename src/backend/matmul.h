@@ -9,7 +9,7 @@
 //    that depends only on n_in and the weight type (never on tiling or threading), and activation
 //    rows are quantized one by one.
 //  - The result does not depend on the instruction set picked at start: every kernel reduces in
-//    the same order, so the AVX2 and portable kernels agree bit for bit.
+//    the same order, so the portable, AVX2 and AVX-512 VNNI kernels agree bit for bit.
 //  - Accuracy, float activations (matmul_activation_quant(type) == kNone): weights are decoded
 //    exactly (tensor/quant.h) and dotted in f32 with FMA, so
 //      |y - exact| <= (n_in / 32 + 6 + n_in % 32) * 2^-24 * sum_i |W[o][i] * x[r][i]|.

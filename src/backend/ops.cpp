@@ -12,7 +12,7 @@ namespace vesper::backend {
 namespace {
 
 bool use_avx2() {
-  static const bool avx2 = cpu::selected_isa() == cpu::Isa::kAvx2;
+  static const bool avx2 = cpu::selected_isa() != cpu::Isa::kScalar;
   return avx2;
 }
 

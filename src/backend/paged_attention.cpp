@@ -83,7 +83,8 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
   VESPER_CHECK(group >= 1 && group * n_kv == n_heads, "heads %lld not a multiple of kv heads %lld",
                static_cast<long long>(n_heads), static_cast<long long>(n_kv));
   if (batch.num_tokens == 0) return;
-  const AttentionKernel kernel = isa == Isa::kAvx2 ? paged_attention_avx2 : paged_attention_scalar;
+  const AttentionKernel kernel =
+      isa == Isa::kScalar ? paged_attention_scalar : paged_attention_avx2;
   const AttentionArgs args{&cache, layer, batch, q, n_heads, group, scale, out};
 
   int64_t keys = 0;  // key rows visited per KV head, summed over tokens

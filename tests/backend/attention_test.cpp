@@ -20,12 +20,6 @@ namespace {
 
 using cpu::Isa;
 
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (cpu::isa_available(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  return isas;
-}
-
 // Queries of one sequence in a batch: positions first .. first + count - 1 (a prefill chunk,
 // or a decode when count is 1). Keys 0 .. first + count - 1 are in the cache.
 struct Span {
@@ -168,7 +162,7 @@ TEST(PagedAttention, MatchesF64ReferenceAcrossShapesGroupingsAndBlockSizes) {
         const float q_range = seed % 2 ? 1.0f : 6.0f;
         Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, q_range);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        for (Isa isa : available_isas()) {
+        for (Isa isa : cpu::available_isas()) {
           const std::vector<float> out = f.run(kMixed, isa, pool, scale);
           size_t row = 0;
           for (const Span& s : kMixed)
@@ -210,7 +204,7 @@ TEST(PagedAttention, Avx2BitIdenticalToPortableKernel) {
 // prefill chunks, and at 1, 2 and 3 threads, gives the same bits.
 TEST(PagedAttention, OutputInvariantToBatchChunkingAndThreads) {
   ThreadPool pool1(1), pool2(2), pool3(3);
-  for (Isa isa : available_isas()) {
+  for (Isa isa : cpu::available_isas()) {
     for (int64_t hd : {8, 64, 37}) {
       Fixture f(8, 2, hd, 16, kSeqLens, 7 + hd, 4.0f);
       const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -246,7 +240,7 @@ TEST(PagedAttention, OutputInvariantToBatchChunkingAndThreads) {
 // query's output is the same bits (tiles follow positions, never blocks).
 TEST(PagedAttention, OutputInvariantToBlockSizeAndTableLayout) {
   ThreadPool pool(2);
-  for (Isa isa : available_isas()) {
+  for (Isa isa : cpu::available_isas()) {
     const int64_t hd = 24, n_heads = 6, n_kv = 3, len = 77;
     std::vector<float> want;
     for (int64_t bs : {1, 5, 16, 64}) {

@@ -23,12 +23,6 @@ namespace {
 using cpu::Isa;
 using tensor::GgmlType;
 
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (cpu::isa_available(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  return isas;
-}
-
 std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(n));
@@ -83,7 +77,7 @@ TEST(MatmulGroup, EachTargetEqualsItsOwnMatmulBitForBit) {
     // 1 and 5 rows run on the calling thread (small), 67 rows on the pool.
     for (int64_t n_rows : {1, 5, 67}) {
       const std::vector<float> x = gaussian(n_in * n_rows, rng);
-      for (Isa isa : available_isas()) {
+      for (Isa isa : cpu::available_isas()) {
         for (const auto& pool : pools) {
           std::vector<std::vector<float>> want, got;
           std::vector<MatmulTarget> targets;

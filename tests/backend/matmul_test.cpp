@@ -52,12 +52,6 @@ int64_t block_size(GgmlType type) {
   return tensor::traits(type).block_size;
 }
 
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (cpu::isa_available(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  return isas;
-}
-
 std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(n));
@@ -158,7 +152,9 @@ TEST(Matmul, SupportsExactlyTheDequantizableTypes) {
 }
 
 TEST(Matmul, SelectsTheBestAvailableIsa) {
-  const Isa expected = cpu::isa_available(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+  const Isa expected = cpu::isa_available(Isa::kAvx512Vnni) ? Isa::kAvx512Vnni
+                       : cpu::isa_available(Isa::kAvx2)     ? Isa::kAvx2
+                                                            : Isa::kScalar;
   EXPECT_EQ(cpu::selected_isa(), expected);
   std::printf("  selected isa: %s\n", cpu::isa_name(cpu::selected_isa()).data());
 }
@@ -237,7 +233,7 @@ TEST_P(MatmulPerType, MatchesF64ReferenceWithinBound) {
       for (int64_t n_rows : {1, 2, 3, 17}) {
         const std::vector<float> x = gaussian(n_in * n_rows, rng);
         const Expected expected = reference_matmul(type, w, n_in, n_out, x, n_rows);
-        for (Isa isa : available_isas()) {
+        for (Isa isa : cpu::available_isas()) {
           for (ThreadPool* pool : {&pool1, &pool3}) {
             const std::vector<float> y = run(isa, type, w, n_in, n_out, x.data(), n_rows, *pool);
             for (int64_t k = 0; k < n_rows * n_out; ++k) {
@@ -268,7 +264,7 @@ TEST_P(MatmulPerType, IntegerDotMatchesQuantizedReferenceAtTileShapes) {
     for (int64_t n_rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 67}) {
       const std::vector<float> x = gaussian(n_in * n_rows, rng);
       const Expected expected = reference_matmul(type, w, n_in, n_out, x, n_rows);
-      for (Isa isa : available_isas()) {
+      for (Isa isa : cpu::available_isas()) {
         for (ThreadPool* pool : {&pool1, &pool3, &pool5}) {
           const std::vector<float> y = run(isa, type, w, n_in, n_out, x.data(), n_rows, *pool);
           for (int64_t k = 0; k < n_rows * n_out; ++k) {
@@ -296,7 +292,7 @@ TEST_P(MatmulPerType, OutputRowIsIndependentOfBatchAndThreads) {
   const std::vector<float> x = gaussian(n_in * n_rows, rng);
   ThreadPool pool1(1), pool2(2), pool3(3);
 
-  for (Isa isa : available_isas()) {
+  for (Isa isa : cpu::available_isas()) {
     const std::vector<float> batch = run(isa, type, w, n_in, n_out, x.data(), n_rows, pool3);
     for (ThreadPool* pool : {&pool1, &pool2}) {
       const std::vector<float> again = run(isa, type, w, n_in, n_out, x.data(), n_rows, *pool);
@@ -416,7 +412,7 @@ TEST_P(MatmulPerType, DecodesArbitraryBitPatternsLikeTheOracle) {
   const std::vector<float> x = gaussian(n_in * 3, rng);
   const Expected expected = reference_matmul(type, w, n_in, n_out, x, 3);
   ThreadPool pool(1);
-  for (Isa isa : available_isas()) {
+  for (Isa isa : cpu::available_isas()) {
     for (int64_t n_rows : {1, 3}) {
       const std::vector<float> y = run(isa, type, w, n_in, n_out, x.data(), n_rows, pool);
       for (size_t k = 0; k < y.size(); ++k)

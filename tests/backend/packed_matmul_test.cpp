@@ -20,16 +20,14 @@
 #include "tensor/quant.h"
 
 namespace vesper::backend {
+namespace cpu {
+// packed_vnni_emulated.cpp: the AVX-512 VNNI packed kernels on SIMDe's vpdpbusd.
+MatmulKernel emulated_vnni_packed_kernel(tensor::GgmlType type);
+}  // namespace cpu
 namespace {
 
 using cpu::Isa;
 using tensor::GgmlType;
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (cpu::isa_available(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
-  return isas;
-}
 
 std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -195,7 +193,7 @@ TEST_P(PackedMatmul, EqualsUnpackedBitForBitAndNearReference) {
                                 std::to_string(n_in) + " n_out " + std::to_string(s.n_out) +
                                 " n_rows " + std::to_string(n_rows);
       expect_near_reference(type, w, n_in, s.n_out, x, n_rows, want, shape);
-      for (Isa isa : available_isas()) {
+      for (Isa isa : cpu::available_isas()) {
         for (const auto& pool : pools) {
           const std::vector<float> y = run_packed(isa, p, x.data(), n_rows, *pool);
           for (int64_t k = 0; k < n_rows * s.n_out; ++k)
@@ -219,7 +217,7 @@ TEST_P(PackedMatmul, RowAloneEqualsRowInBatch) {
   const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
   const PackedWeights p = prepare_weights(type, w.data(), n_in, n_out);
   const std::vector<float> x = gaussian(n_in * n_rows, rng);
-  for (Isa isa : available_isas()) {
+  for (Isa isa : cpu::available_isas()) {
     const std::vector<float> batch = run_packed(isa, p, x.data(), n_rows, pool);
     std::vector<float> unpacked(static_cast<size_t>(n_rows * n_out));
     cpu::matmul_with_isa(isa, type, w.data(), n_in, n_out, x.data(), n_rows, unpacked.data(), pool);
@@ -232,6 +230,40 @@ TEST_P(PackedMatmul, RowAloneEqualsRowInBatch) {
       }
     }
   }
+}
+
+// The AVX-512 VNNI kernels' logic on any AVX2 machine: built on SIMDe's portable vpdpbusd
+// (packed_vnni_emulated.cpp), they equal the portable unpacked kernel bit for bit at every tile
+// shape, thread count and panel split. (Where the CPU has AVX-512 VNNI, the native kernels also
+// run in EqualsUnpackedBitForBitAndNearReference, through cpu::available_isas().)
+TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
+  if (!cpu::isa_available(Isa::kAvx2)) GTEST_SKIP() << "the emulation is built on AVX2";
+  std::mt19937 rng(515);
+  ThreadPool pool1(1), pool3(3);
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+    const cpu::MatmulKernel kernel = cpu::emulated_vnni_packed_kernel(type);
+    ASSERT_NE(kernel, nullptr);
+    for (const auto& [blocks, n_out] :
+         std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {17, 16}, {64, 16}}) {
+      const int64_t n_in = 32 * blocks;
+      const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
+      const PackedWeights p = prepare_weights(type, w.data(), n_in, n_out);
+      for (int64_t n_rows : {1, 2, 3, 4, 5, 9, 131}) {
+        const std::vector<float> x = gaussian(n_in * n_rows, rng);
+        const std::vector<float> want = run_unpacked(type, w, n_in, n_out, x, n_rows, pool1);
+        for (ThreadPool* pool : {&pool1, &pool3}) {
+          std::vector<float> y(static_cast<size_t>(n_rows * n_out), std::nanf(""));
+          cpu::matmul_packed_with_kernel(Isa::kAvx2, kernel, p, x.data(), n_rows, y.data(), *pool);
+          for (int64_t k = 0; k < n_rows * n_out; ++k)
+            ASSERT_TRUE(same_bits(y[k], want[k]))
+                << tensor::type_name(type) << " n_in " << n_in << " n_out " << n_out << " n_rows "
+                << n_rows << " threads " << pool->num_threads() << " element " << k << ": " << y[k]
+                << " vs " << want[k];
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cpu::emulated_vnni_packed_kernel(GgmlType::kQ4_K), nullptr);  // runs the AVX2 one
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,

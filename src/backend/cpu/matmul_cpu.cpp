@@ -49,7 +49,20 @@ MatmulKernel avx2_kernel(GgmlType type) {
 }
 
 MatmulKernel kernel_for(Isa isa, GgmlType type) {
-  return isa == Isa::kAvx2 ? avx2_kernel(type) : scalar_kernel(type);
+  return isa == Isa::kScalar ? scalar_kernel(type) : avx2_kernel(type);
+}
+
+MatmulKernel packed_kernel_for(Isa isa, GgmlType type) {
+  switch (isa) {
+    case Isa::kScalar:
+      return scalar_packed_kernel(type);
+    case Isa::kAvx2:
+      return avx2_packed_kernel(type);
+    case Isa::kAvx512Vnni:
+      if (MatmulKernel k = avx512_vnni_packed_kernel(type)) return k;
+      return avx2_packed_kernel(type);
+  }
+  return nullptr;
 }
 
 // Activation rows quantized for the integer-dot kernels, owned by the thread that calls matmul
@@ -72,26 +85,45 @@ float* thread_scratch(int64_t n_in) {
 }  // namespace
 
 std::string_view isa_name(Isa isa) {
-  return isa == Isa::kAvx2 ? "avx2" : "scalar";
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512Vnni:
+      return "avx512_vnni";
+  }
+  return "?";
 }
 
 bool isa_available(Isa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
   switch (isa) {
     case Isa::kScalar:
       return true;
     case Isa::kAvx2:
-#if defined(__x86_64__) || defined(__i386__)
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-#else
-      return false;
-#endif
+      return avx2;
+    case Isa::kAvx512Vnni:
+      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   }
   return false;
+#else
+  return isa == Isa::kScalar;
+#endif
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni})
+    if (isa_available(isa)) isas.push_back(isa);
+  return isas;
 }
 
 Isa selected_isa() {
-  static const Isa isa = isa_available(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+  static const Isa isa = available_isas().back();
   return isa;
 }
 
@@ -111,7 +143,7 @@ struct Part {
 // job: the part of matmul shared by unpacked and packed weights and by groups of products. Every
 // part reads the same x (n_rows rows of n_in).
 void run_parts(Isa isa, Part* parts, int n_parts, ThreadPool& pool) {
-  const bool avx2 = isa == Isa::kAvx2;
+  const bool avx2 = isa != Isa::kScalar;  // the AVX2 activation quantizer (same bits)
   const float* x = parts[0].args.x;
   const int64_t n_in = parts[0].args.n_in, n_rows = parts[0].args.n_rows;
   Q8Rows layouts[kMaxMatmulGroup];
@@ -192,7 +224,7 @@ Part unpacked_part(Isa isa, GgmlType type, const void* w, int64_t n_in, int64_t 
 Part packed_part(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows, float* y) {
   VESPER_CHECK(!w.empty(), "matmul: empty packed weights");
   Part p;
-  p.kernel = isa == Isa::kAvx2 ? avx2_packed_kernel(w.type()) : scalar_packed_kernel(w.type());
+  p.kernel = packed_kernel_for(isa, w.type());
   VESPER_CHECK(p.kernel != nullptr);
   VESPER_CHECK(n_rows >= 0);
   p.args = MatmulArgs{w.quants(), 0, w.n_in(), w.n_out(), x, n_rows, y};
@@ -220,6 +252,15 @@ void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int
   Part part = packed_part(isa, w, x, n_rows, y);
   if (n_rows == 0) return;
   run_parts(isa, &part, 1, pool);
+}
+
+void matmul_packed_with_kernel(Isa activation_isa, MatmulKernel kernel, const PackedWeights& w,
+                               const float* x, int64_t n_rows, float* y, ThreadPool& pool) {
+  VESPER_CHECK(isa_available(activation_isa));
+  Part part = packed_part(activation_isa, w, x, n_rows, y);
+  part.kernel = kernel;
+  if (n_rows == 0) return;
+  run_parts(activation_isa, &part, 1, pool);
 }
 
 void matmul_group_with_isa(Isa isa, const MatmulTarget* targets, int n_targets, int64_t n_in,

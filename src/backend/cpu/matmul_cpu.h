@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
+#include "backend/cpu/matmul_kernel.h"
 #include "backend/matmul.h"
 #include "backend/packed_weights.h"
 #include "core/thread_pool.h"
@@ -16,15 +18,22 @@
 
 namespace vesper::backend::cpu {
 
+// Instruction sets, each a superset of the one before. An op without a kernel of its own for an
+// instruction set runs the next lower one's (AVX-512 VNNI has packed q4_0 / q8_0 matmul kernels;
+// everything else there runs the AVX2 kernels).
 enum class Isa {
-  kScalar,  // portable C++ (matmul_scalar.cpp)
-  kAvx2,    // AVX2 + FMA + F16C (*_avx2.cpp)
+  kScalar,      // portable C++ (matmul_scalar.cpp)
+  kAvx2,        // AVX2 + FMA + F16C (*_avx2.cpp)
+  kAvx512Vnni,  // and AVX-512 F/BW/VL + VNNI (*_avx512_vnni.cpp)
 };
 
 std::string_view isa_name(Isa isa);
 
 // Whether this CPU can run kernels of `isa`.
 bool isa_available(Isa isa);
+
+// Every instruction set this CPU can run, portable first: what tests compare.
+std::vector<Isa> available_isas();
 
 // The instruction set backend::matmul uses: the best available, decided once per process.
 Isa selected_isa();
@@ -36,6 +45,12 @@ void matmul_with_isa(Isa isa, tensor::GgmlType type, const void* w, int64_t n_in
 // backend::matmul over packed weights (backend/packed_weights.h) on the kernels of `isa`.
 void matmul_packed_with_isa(Isa isa, const PackedWeights& w, const float* x, int64_t n_rows,
                             float* y, ThreadPool& pool);
+
+// backend::matmul over packed weights with a given packed kernel (MatmulKernel of
+// matmul_kernel.h), for tests of kernels built outside the library (an emulated instruction set).
+// The activations are quantized as on `activation_isa` (the same bits on every one).
+void matmul_packed_with_kernel(Isa activation_isa, MatmulKernel kernel, const PackedWeights& w,
+                               const float* x, int64_t n_rows, float* y, ThreadPool& pool);
 
 // backend::matmul_group on the kernels of `isa`.
 void matmul_group_with_isa(Isa isa, const MatmulTarget* targets, int n_targets, int64_t n_in,

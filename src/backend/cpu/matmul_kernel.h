@@ -109,6 +109,9 @@ MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
 inline constexpr int64_t kPackedRowTile = 4;
 MatmulKernel scalar_packed_kernel(tensor::GgmlType type);
 MatmulKernel avx2_packed_kernel(tensor::GgmlType type);
+// AVX-512 VNNI kernels (matmul_packed_avx512_vnni.cpp): q4_0 and q8_0; nullptr for other types,
+// which run the AVX2 kernels.
+MatmulKernel avx512_vnni_packed_kernel(tensor::GgmlType type);
 
 // AVX2 + FMA + F16C kernels, one per weight type, each in its own matmul_<type>_avx2.cpp
 // (integer-dot ones on gemm_q8_avx2.h, the others on gemm_avx2.h). Only callable on a CPU that
