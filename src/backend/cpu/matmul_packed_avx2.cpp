@@ -94,6 +94,7 @@ __attribute__((noinline)) void PackedQ4_K::tile(const uint8_t* chunk, const uint
     const uint8_t* mins = sc + 64;
     __m256i isum[R];
     for (int s = 0; s < 8; ++s) {
+      if constexpr (R == 1) prefetch_ahead(chunk, 128);
       // Lane j: row j's scale of sub-block s in both int16 halves.
       __m256i scale = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
       scale = _mm256_or_si256(scale, _mm256_slli_epi32(scale, 16));
@@ -184,6 +185,7 @@ __attribute__((noinline)) void PackedQ6_K::tile(const uint8_t* chunk, const uint
     const auto* sc = reinterpret_cast<const uint8_t*>(meta + 8);
     __m256i isum[R];
     for (int g = 0; g < 8; ++g) {
+      if constexpr (R == 1) prefetch_ahead(chunk, 192);
       const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * g));
 #pragma GCC unroll 2
       for (int m = 0; m < 2; ++m) {
