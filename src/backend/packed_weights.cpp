@@ -102,6 +102,43 @@ void pack_chunk_q6_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta
   }
 }
 
+// Everything the layout of one packed type is (packed_weights.h): elements of a row per chunk,
+// bytes of a chunk's quants, uint16 scale entries per chunk, and the function that packs a chunk.
+struct ChunkFormat {
+  int64_t block;
+  int64_t quant_bytes;
+  int64_t scale_count;
+  void (*pack)(const uint8_t* const* rows, uint8_t* quants, uint16_t* scales);
+};
+
+// The format of `type`, or nullptr if the type is not packed.
+const ChunkFormat* chunk_format(GgmlType type) {
+  static constexpr ChunkFormat kQ4_0{32, 128, 8, pack_chunk_q4_0};
+  static constexpr ChunkFormat kQ8_0{32, 256, 8, pack_chunk_q8_0};
+  static constexpr ChunkFormat kQ4_K{256, 1024, 80, pack_chunk_q4_k};
+  static constexpr ChunkFormat kQ6_K{256, 1536, 72, pack_chunk_q6_k};
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return &kQ4_0;
+    case GgmlType::kQ8_0:
+      return &kQ8_0;
+    case GgmlType::kQ4_K:
+      return &kQ4_K;
+    case GgmlType::kQ6_K:
+      return &kQ6_K;
+    default:
+      return nullptr;
+  }
+}
+
+// The format of a type the caller knows to be packed.
+const ChunkFormat& packed_format(GgmlType type) {
+  const ChunkFormat* f = chunk_format(type);
+  VESPER_CHECK(f != nullptr, "packed weights: type %s is not packed",
+               tensor::type_name(type).data());
+  return *f;
+}
+
 }  // namespace
 
 void PackedWeights::Free::operator()(uint8_t* p) const {
@@ -109,53 +146,36 @@ void PackedWeights::Free::operator()(uint8_t* p) const {
 }
 
 const uint16_t* PackedWeights::scales() const {
-  const int64_t chunks = n_out_ / kRows * (n_in_ / chunk_block(type_));
-  return reinterpret_cast<const uint16_t*>(data_.get() + chunks * chunk_quant_bytes(type_));
+  const ChunkFormat& f = packed_format(type_);
+  const int64_t chunks = n_out_ / kRows * (n_in_ / f.block);
+  return reinterpret_cast<const uint16_t*>(data_.get() + chunks * f.quant_bytes);
 }
 
 int64_t PackedWeights::chunk_block(GgmlType type) {
-  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ? 256 : 32;
+  return packed_format(type).block;
 }
 
 int64_t PackedWeights::chunk_quant_bytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_0:
-      return 128;
-    case GgmlType::kQ4_K:
-      return 1024;
-    case GgmlType::kQ6_K:
-      return 1536;
-    default:
-      return 256;
-  }
+  return packed_format(type).quant_bytes;
 }
 
 int64_t PackedWeights::chunk_scale_count(GgmlType type) {
-  switch (type) {
-    case GgmlType::kQ4_K:
-      return 80;
-    case GgmlType::kQ6_K:
-      return 72;
-    default:
-      return 8;
-  }
+  return packed_format(type).scale_count;
 }
 
 bool packable(GgmlType type, int64_t n_in, int64_t n_out) {
-  if (type != GgmlType::kQ4_0 && type != GgmlType::kQ8_0 && type != GgmlType::kQ4_K &&
-      type != GgmlType::kQ6_K)
-    return false;
-  return n_in > 0 && n_in % PackedWeights::chunk_block(type) == 0 && n_out > 0 &&
-         n_out % kRows == 0;
+  const ChunkFormat* f = chunk_format(type);
+  return f != nullptr && n_in > 0 && n_in % f->block == 0 && n_out > 0 && n_out % kRows == 0;
 }
 
 PackedWeights prepare_weights(GgmlType type, const void* w, int64_t n_in, int64_t n_out) {
   PackedWeights p;
   if (!packable(type, n_in, n_out)) return p;
-  const int64_t n_blocks = n_in / PackedWeights::chunk_block(type);
+  const ChunkFormat& f = packed_format(type);
+  const int64_t n_blocks = n_in / f.block;
   const int64_t chunks = n_out / kRows * n_blocks;
-  const int64_t qbytes = PackedWeights::chunk_quant_bytes(type);
-  const int64_t n_scales = PackedWeights::chunk_scale_count(type);
+  const int64_t qbytes = f.quant_bytes;
+  const int64_t n_scales = f.scale_count;
   const size_t total = static_cast<size_t>(chunks * (qbytes + 2 * n_scales));
   auto* data =
       static_cast<uint8_t*>(std::aligned_alloc(kAlign, (total + kAlign - 1) / kAlign * kAlign));
@@ -175,15 +195,7 @@ PackedWeights prepare_weights(GgmlType type, const void* w, int64_t n_in, int64_
       for (int j = 0; j < kRows; ++j)
         rows[j] = src + static_cast<size_t>(g * kRows + j) * row_bytes + b * block_bytes;
       const int64_t c = g * n_blocks + b;
-      if (type == GgmlType::kQ4_0) {
-        pack_chunk_q4_0(rows, data + c * qbytes, scales + c * n_scales);
-      } else if (type == GgmlType::kQ4_K) {
-        pack_chunk_q4_k(rows, data + c * qbytes, scales + c * n_scales);
-      } else if (type == GgmlType::kQ6_K) {
-        pack_chunk_q6_k(rows, data + c * qbytes, scales + c * n_scales);
-      } else {
-        pack_chunk_q8_0(rows, data + c * qbytes, scales + c * n_scales);
-      }
+      f.pack(rows, data + c * qbytes, scales + c * n_scales);
     }
   }
   return p;

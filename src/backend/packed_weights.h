@@ -57,7 +57,8 @@ class PackedWeights {
   size_t bytes() const { return bytes_; }
 
   // Elements of a row per chunk (32, or 256 for q4_K / q6_K), bytes of one chunk's quants (8 rows x
-  // one such block) and uint16 scale entries per chunk (layout above).
+  // one such block) and uint16 scale entries per chunk (layout above), for a packed type
+  // (q4_0, q8_0, q4_K, q6_K; any other type is a programming error and aborts).
   static int64_t chunk_block(tensor::GgmlType type);
   static int64_t chunk_quant_bytes(tensor::GgmlType type);
   static int64_t chunk_scale_count(tensor::GgmlType type);

@@ -61,6 +61,30 @@ inline constexpr bool has_one_row_path = requires(const uint8_t* b, typename K::
   K::dot_one_row(u, x);
 };
 
+// Unpacks one weight block for R activation rows, and dots it with one row's quants: through K's
+// single-row pair where R is 1 and K has one (has_one_row_path), else unpack / dot.
+template <class K, int R>
+inline void unpack_block(const uint8_t* block, typename K::Unpacked& u) {
+  if constexpr (R == 1 && has_one_row_path<K>) {
+    K::unpack_one_row(block, u);
+  } else {
+    K::unpack(block, u);
+  }
+}
+template <class K, int R>
+inline __m256i dot_block(const typename K::Unpacked& u, const int8_t* xq) {
+  if constexpr (R == 1 && has_one_row_path<K>) {
+    return K::dot_one_row(u, xq);
+  } else {
+    return K::dot(u, xq);
+  }
+}
+
+// The exact sum of an integer dot's 8 lanes.
+inline int total_epi32(__m256i v) {
+  return hsum_epi32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
 // Whether K is a k-quant on the block-total contract of matmul_kernel.h (K::kBlockTotal).
 template <class K>
 inline constexpr bool is_block_total = requires {
@@ -134,9 +158,7 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
       typename K::Unpacked u;
       K::unpack(wrow + b * K::kBytes, u);
       for (int r = 0; r < R; ++r) {
-        const __m256i isum = K::dot(u, xq + r * q_stride);
-        const int total = hsum_epi32(
-            _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1)));
+        const int total = total_epi32(K::dot(u, xq + r * q_stride));
         const __m128 scale = _mm_set_ss(u.d * xd[r * d_stride]);
         accs[r] = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), total), scale, accs[r]);
       }
@@ -151,21 +173,9 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
     for (int r = 0; r < R; ++r) accs[r] = accms[r] = _mm_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd, xs += K::kBlock / 16) {
       typename K::Unpacked u;
-      constexpr bool kOneRow = R == 1 && has_one_row_path<K>;
-      if constexpr (kOneRow) {
-        K::unpack_one_row(wrow + b * K::kBytes, u);
-      } else {
-        K::unpack(wrow + b * K::kBytes, u);
-      }
+      unpack_block<K, R>(wrow + b * K::kBytes, u);
       for (int r = 0; r < R; ++r) {
-        __m256i isum;
-        if constexpr (kOneRow) {
-          isum = K::dot_one_row(u, xq);
-        } else {
-          isum = K::dot(u, xq + r * q_stride);
-        }
-        const int total = hsum_epi32(
-            _mm_add_epi32(_mm256_castsi256_si128(isum), _mm256_extracti128_si256(isum, 1)));
+        const int total = total_epi32(dot_block<K, R>(u, xq + r * q_stride));
         const float dx = xd[r * d_stride];
         accs[r] =
             _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), total), _mm_set_ss(u.d * dx), accs[r]);
@@ -183,23 +193,12 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
   }
   for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
     typename K::Unpacked u;
-    // One row (decode) takes the kernel's single-row pair where it has one (kOneRow).
-    constexpr bool kOneRow = R == 1 && has_one_row_path<K>;
-    if constexpr (kOneRow) {
-      K::unpack_one_row(wrow + b * K::kBytes, u);
-    } else {
-      K::unpack(wrow + b * K::kBytes, u);
-    }
+    unpack_block<K, R>(wrow + b * K::kBytes, u);
     // d * dx as a vector product of broadcasts (the same rounding as the scalar product): the
     // activation scale is broadcast straight from memory.
     const __m256 d = _mm256_set1_ps(u.d);
     for (int r = 0; r < R; ++r) {
-      __m256i isum;
-      if constexpr (kOneRow) {
-        isum = K::dot_one_row(u, xq);
-      } else {
-        isum = K::dot(u, xq + r * q_stride);
-      }
+      const __m256i isum = dot_block<K, R>(u, xq + r * q_stride);
       const float* dx = xd + r * d_stride;
       const __m256 scale = _mm256_mul_ps(d, _mm256_broadcast_ss(dx));
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r]);
