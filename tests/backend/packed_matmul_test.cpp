@@ -240,12 +240,16 @@ TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
   if (!cpu::isa_available(Isa::kAvx2)) GTEST_SKIP() << "the emulation is built on AVX2";
   std::mt19937 rng(515);
   ThreadPool pool1(1), pool3(3);
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     const cpu::MatmulKernel kernel = cpu::emulated_vnni_packed_kernel(type);
-    ASSERT_NE(kernel, nullptr);
-    for (const auto& [blocks, n_out] :
-         std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {17, 16}, {64, 16}}) {
-      const int64_t n_in = 32 * blocks;
+    ASSERT_NE(kernel, nullptr) << tensor::type_name(type);
+    const int64_t block = PackedWeights::chunk_block(type);
+    // Blocks of 256 (k-quants) take fewer of them, for alike work.
+    const std::vector<std::pair<int64_t, int64_t>> shapes =
+        block == 256 ? std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {8, 16}}
+                     : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {17, 16}, {64, 16}};
+    for (const auto& [blocks, n_out] : shapes) {
+      const int64_t n_in = block * blocks;
       const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
       const PackedWeights p = prepare_weights(type, w.data(), n_in, n_out);
       for (int64_t n_rows : {1, 2, 3, 4, 5, 9, 131}) {
@@ -263,7 +267,7 @@ TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
       }
     }
   }
-  EXPECT_EQ(cpu::emulated_vnni_packed_kernel(GgmlType::kQ4_K), nullptr);  // runs the AVX2 one
+  EXPECT_EQ(cpu::emulated_vnni_packed_kernel(GgmlType::kQ5_K), nullptr);  // not packed
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,

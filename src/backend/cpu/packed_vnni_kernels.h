@@ -1,8 +1,9 @@
-// Packed q4_0 / q8_0 matmul kernels for AVX-512 VNNI (on 256-bit vectors, AVX512VL): the AVX2
-// kernels' layout and tiling (packed_gemm_avx2.h), with each slice's 4-byte dot products
-// accumulated straight into int32 lanes by one vpdpbusd (unsigned weight bytes x signed
-// activation bytes) instead of maddubs + add + madd. Integer sums are exact either way, so results
-// equal the AVX2 and portable kernels bit for bit (block-sum order of matmul_kernel.h).
+// Packed q4_0 / q8_0 / q4_K / q6_K matmul kernels for AVX-512 VNNI (on 256-bit vectors,
+// AVX512VL): the AVX2 kernels' layout and tiling (packed_gemm_avx2.h, packed_kquant_tiles.h), with
+// each slice's 4-byte dot products accumulated straight into int32 lanes by one vpdpbusd
+// (unsigned weight bytes x signed activation bytes) instead of maddubs + add + madd. Integer sums
+// are exact either way, so results equal the AVX2 and portable kernels bit for bit (block-sum and
+// block-total orders of matmul_kernel.h).
 //
 // The includer defines, before including this header, inside vesper::backend::cpu's anonymous
 // namespace:
@@ -14,6 +15,7 @@
 #pragma once
 
 #include "backend/cpu/packed_gemm_avx2.h"
+#include "backend/cpu/packed_kquant_tiles.h"
 
 namespace vesper::backend::cpu {
 namespace {
@@ -65,12 +67,72 @@ struct VnniQ8_0 {
   }
 };
 
+// The k-quant sub-block dot (packed_kquant_tiles.h): a sub-block's exact int32 dot per row from
+// vpdpbusd, then one vpmulld by the 8 rows' scales. Totals stay far below 2^31 (q4_K:
+// 8 x 63 x 32 x 15 x 128 per block; q6_K: 16 x 128 x 16 x 63 x 128).
+struct VnniDot {
+  template <int R>
+  static inline void q4_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc, bool first,
+                          __m256i (&isum)[R]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i scale =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+    __m256i dot[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = load_256(chunk + 32 * k);
+      const __m256i lo = _mm256_and_si256(v, low4);                        // elements 8k + t
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);  // elements 8k + 4 + t
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xr = x + 256 * r + 8 * k;
+        dot[r] = dpbusd(dpbusd(dot[r], lo, broadcast_4(xr)), hi, broadcast_4(xr + 4));
+        keep_in_register(dot[r]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i p = _mm256_mullo_epi32(dot[r], scale);
+      isum[r] = first ? p : _mm256_add_epi32(isum[r], p);
+      keep_in_register(isum[r]);
+    }
+  }
+
+  template <int R>
+  static inline void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
+                          bool first, __m256i (&isum)[R]) {
+    // Byte 2j + m (row j's scale), sign-extended to lane j.
+    const __m128i pick = m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1,
+                                                -1, -1)
+                                : _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1,
+                                                -1, -1);
+    const __m256i scale = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(scales16, pick));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xr = x + 256 * r;
+      __m256i dot = dpbusd(_mm256_setzero_si256(), q[0], broadcast_4(xr));
+      dot = dpbusd(dot, q[1], broadcast_4(xr + 4));
+      dot = dpbusd(dot, q[2], broadcast_4(xr + 8));
+      dot = dpbusd(dot, q[3], broadcast_4(xr + 12));
+      const __m256i p = _mm256_mullo_epi32(dot, scale);
+      isum[r] = first ? p : _mm256_add_epi32(isum[r], p);
+      keep_in_register(isum[r]);
+    }
+  }
+};
+
 MatmulKernel vnni_packed_kernel(tensor::GgmlType type) {
   switch (type) {
     case tensor::GgmlType::kQ4_0:
       return run_packed<VnniQ4_0>;
     case tensor::GgmlType::kQ8_0:
       return run_packed<VnniQ8_0>;
+    case tensor::GgmlType::kQ4_K:
+      return run_packed<PackedQ4_K<VnniDot>>;
+    case tensor::GgmlType::kQ6_K:
+      return run_packed<PackedQ6_K<VnniDot>>;
     default:
       return nullptr;
   }

@@ -1,0 +1,158 @@
+// Register tiles of the packed q4_K and q6_K matmul kernels (backend/packed_weights.h), shared by
+// the AVX2 and AVX-512 VNNI kernel files: the unpacking of a chunk's quants, the per-block
+// corrections (q4_K's mins, q6_K's -32 offset) and the block-total accumulation of
+// matmul_kernel.h. What differs between instruction sets is only how one sub-block's quants meet
+// the activation bytes and are scaled: the integer-dot policy `Dot`, which must give the same
+// exact int32 totals (so every policy's results are the same bits):
+//
+//   // q4_K sub-block: the 4 slices of 32 bytes at `chunk` (lane j: 4 bytes of row j; low nibbles
+//   // elements 8k + t, high nibbles 8k + 4 + t of slice k), tile row r's 32 activations at
+//   // x + 256 r, row j's 6-bit scale at sc[j]. Adds, per lane, scale x (quant . activation) to
+//   // isum[r] (or sets it, when `first`).
+//   template <int R> static void q4_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc,
+//                                     bool first, __m256i (&isum)[R]);
+//   // q6_K sub-block of 16: unsigned quants q[0..3] (slice i: elements 4i + t), tile row r's 16
+//   // activations at x + 256 r; row j's int8 scale is byte 2j + m of scales16. Adds as above.
+//   template <int R> static void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16,
+//                                     int m, bool first, __m256i (&isum)[R]);
+//
+// Include after packed_gemm_avx2.h, from files compiled with at least -mavx2 -mfma -mf16c.
+#pragma once
+
+#include "backend/cpu/packed_gemm_avx2.h"
+
+namespace vesper::backend::cpu {
+namespace {
+
+// q4_K: 256-element super-blocks of 8 sub-blocks of 32, each laid out as a q4_0 chunk over
+// unsigned quants q (0..15), with per-row 6-bit sub-block scales and mins (packed_weights.h). The
+// super-block's integer total (< 2^31) takes one FMA with d * dx and the min total one with
+// dmin * dx: the block-total order of matmul_kernel.h.
+template <class Dot>
+struct PackedQ4_K {
+  static constexpr int64_t kBlock = 256, kChunkBytes = 1024, kScaleCount = 80;
+
+  // Outputs 8g .. 8g + 7 of the R rows of one activation tile (as the driver's tile).
+  template <int R>
+  __attribute__((noinline)) static void tile(const uint8_t* chunk, const uint16_t* meta,
+                                             int64_t n_blocks, const int8_t* xq, const float* xd,
+                                             const int16_t* xs, float* y, int64_t y_stride) {
+    __m256 acc[R], accm[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const auto* sc = reinterpret_cast<const uint8_t*>(meta + 16);
+      const uint8_t* mins = sc + 64;
+      __m256i isum[R];
+      for (int s = 0; s < 8; ++s) {
+        if constexpr (R == 1) prefetch_ahead(chunk, 128);
+        Dot::template q4_k<R>(chunk, xq + 32 * s, sc, s == 0, isum);
+        chunk += 128;
+        sc += 8;
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta)));
+      const __m256 dmin =
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + 8)));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        // The activation sums of the 8 sub-blocks (int16), in both halves.
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)),
+                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + 8)));
+        const __m256i bs2 = _mm256_broadcastsi128_si256(bs);
+        // Lane j of pair p: m(j, 2p) * bs[2p] + m(j, 2p + 1) * bs[2p + 1].
+        auto min_pair = [&](int p, __m256i bcast) {
+          const __m256i m = _mm256_cvtepu8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + 16 * p)));
+          return _mm256_madd_epi16(m, bcast);
+        };
+        const __m256i imin =
+            _mm256_add_epi32(_mm256_add_epi32(min_pair(0, _mm256_shuffle_epi32(bs2, 0x00)),
+                                              min_pair(1, _mm256_shuffle_epi32(bs2, 0x55))),
+                             _mm256_add_epi32(min_pair(2, _mm256_shuffle_epi32(bs2, 0xAA)),
+                                              min_pair(3, _mm256_shuffle_epi32(bs2, 0xFF))));
+        const __m256 dx = _mm256_broadcast_ss(xd + r);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(d, dx), acc[r]);
+        accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, dx), accm[r]);
+        xs += 16;
+      }
+      xs += 16 * (kTile - R);
+      meta += kScaleCount;
+      xq += 256 * kTile;
+      xd += kTile;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * y_stride, _mm256_sub_ps(acc[r], accm[r]));
+  }
+};
+
+// q6_K: 256-element super-blocks in 8 groups of 32 (packed_weights.h): low nibbles laid out as a
+// q4_0 chunk, high 2-bit pairs in 2 vectors per group, each completing one 16-element sub-block.
+// The unsigned quants q (0..63) go to the Dot policy; the -32 offset is taken out once per block
+// from the activation sums of 16 (which Q8_K keeps per sub-block):
+// sum sc (q - 32) x = sum sc q x - 32 sum sc bsum, exact.
+template <class Dot>
+struct PackedQ6_K {
+  static constexpr int64_t kBlock = 256, kChunkBytes = 1536, kScaleCount = 72;
+
+  template <int R>
+  __attribute__((noinline)) static void tile(const uint8_t* chunk, const uint16_t* meta,
+                                             int64_t n_blocks, const int8_t* xq, const float* xd,
+                                             const int16_t* xs, float* y, int64_t y_stride) {
+    __m256 acc[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const auto* sc = reinterpret_cast<const uint8_t*>(meta + 8);
+      __m256i isum[R];
+      for (int g = 0; g < 8; ++g) {
+        if constexpr (R == 1) prefetch_ahead(chunk, 192);
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * g));
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; ++m) {
+          const __m256i v0 = load_256(chunk + 64 * m);
+          const __m256i v1 = load_256(chunk + 64 * m + 32);
+          const __m256i h = load_256(chunk + 128 + 32 * m);
+          // 16-bit shifts move bits across bytes; the masks keep only each byte's own bits.
+          const __m256i q[4] = {
+              _mm256_or_si256(_mm256_and_si256(v0, low4),
+                              _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4),
+                              _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45)),
+              _mm256_or_si256(_mm256_and_si256(v1, low4), _mm256_and_si256(h, bits45)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4),
+                              _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45))};
+          Dot::template q6_k<R>(q, xq + 32 * g + 16 * m, sc8, m, g == 0 && m == 0, isum);
+        }
+        chunk += 192;
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta)));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        // Lane j: sum over sub-blocks u of sc(j, u) * bsums[u], pairs of sub-blocks at a time.
+        __m256i corr = _mm256_setzero_si256();
+        for (int p = 0; p < 8; ++p) {
+          const __m256i sc16 = _mm256_cvtepi8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * p)));
+          int32_t pair;
+          std::memcpy(&pair, xs + 2 * p, 4);
+          corr = _mm256_add_epi32(corr, _mm256_madd_epi16(sc16, _mm256_set1_epi32(pair)));
+        }
+        const __m256i total = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(corr, 5));
+        const __m256 dx = _mm256_broadcast_ss(xd + r);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, dx), acc[r]);
+        xs += 16;
+      }
+      xs += 16 * (kTile - R);
+      meta += kScaleCount;
+      xq += 256 * kTile;
+      xd += kTile;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * y_stride, acc[r]);
+  }
+};
+
+}  // namespace
+}  // namespace vesper::backend::cpu
