@@ -132,10 +132,11 @@ std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& info) {
 }
 
 // n_in values to try: whole blocks in several counts; plain types also get lengths that leave a
-// tail after the last 32-element chunk.
+// tail after the last 32-element chunk, and one longer than a pass of the AVX2 prefill tile (16
+// chunks).
 std::vector<int64_t> input_sizes(GgmlType type) {
   const int64_t block = block_size(type);
-  if (block == 1) return {1, 7, 32, 37, 96, 300};
+  if (block == 1) return {1, 7, 32, 37, 96, 300, 1000};
   if (block == 32) return {32, 96, 224};
   return {256, 768};
 }
@@ -342,7 +343,8 @@ TEST_P(MatmulPerType, Avx2AgreesWithScalarBitForBit) {
   std::mt19937 rng(test_seed() + 2000 + static_cast<uint32_t>(type));
   ThreadPool pool(2);
   for (int64_t n_in : input_sizes(type)) {
-    for (int64_t n_rows : {1, 2, 5}) {
+    // 5 and 7 rows: the prefill tiles of 3 rows with a remainder of 2 and 1.
+    for (int64_t n_rows : {1, 2, 5, 7}) {
       const int64_t n_out = 9;
       const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);
       const std::vector<float> x = gaussian(n_in * n_rows, rng);

@@ -89,9 +89,12 @@ struct MatmulArgs {
 using MatmulKernel = void (*)(const MatmulArgs& args, int64_t o_begin, int64_t o_end,
                               float* scratch);
 
-// Room for one decoded weight row plus one decoded super-block.
+// Weight rows a float-contract kernel decodes at once (the AVX2 prefill GEMM's register tile).
+inline constexpr int64_t kDecodedRows = 3;
+
+// Room for kDecodedRows decoded weight rows plus one decoded super-block.
 inline size_t kernel_scratch_floats(int64_t n_in) {
-  return static_cast<size_t>(n_in) + 256 + 32;
+  return static_cast<size_t>(kDecodedRows * n_in) + 256 + 32;
 }
 
 // The portable kernel for `type` (matmul_scalar.cpp); nullptr if the type is not supported.
