@@ -10,6 +10,8 @@
 //   static void decode(const uint8_t* src, float* out);           // out[kBlock], exact values
 //   static void decode_tail(const uint8_t* src, int64_t n, float* out);  // plain types only:
 //                                        // the n_in % 32 elements after the last whole block
+//   static __m256 load8(const uint8_t* src);  // plain types only (PlainDecoder): 8 consecutive
+//                                        // elements at src, exactly, for the decode GEMV
 //
 // Everything here has internal linkage (anonymous namespace), and AVX2 files call no inline
 // functions or templates of other headers (std::fma, std::bit_cast, std::min, ...): these TUs are
@@ -28,45 +30,46 @@
 namespace vesper::backend::cpu {
 namespace {
 
-// Four 8-lane accumulators: chunk c's 32 products go to acc[0..3], 8 lanes each.
+// Four 8-lane accumulators: chunk c's 32 products go to v[0..3], 8 lanes each.
 struct Acc {
-  __m256 v0 = _mm256_setzero_ps();
-  __m256 v1 = _mm256_setzero_ps();
-  __m256 v2 = _mm256_setzero_ps();
-  __m256 v3 = _mm256_setzero_ps();
+  __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                 _mm256_setzero_ps()};
 };
 
-inline void accumulate1(const float* w, const float* x, int64_t chunks, Acc& a) {
-  for (int64_t c = 0; c < chunks; ++c, w += 32, x += 32) {
-    a.v0 = _mm256_fmadd_ps(_mm256_loadu_ps(w), _mm256_loadu_ps(x), a.v0);
-    a.v1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 8), _mm256_loadu_ps(x + 8), a.v1);
-    a.v2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 16), _mm256_loadu_ps(x + 16), a.v2);
-    a.v3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + 24), _mm256_loadu_ps(x + 24), a.v3);
+// NX activation rows x[r] against NW weight rows, over `chunks` chunks of 32: acc[i][r] gets
+// weight row i times activation row r. Weight row i's 8 elements at chunk c, slice k, come from
+// load_w(i, c, k) as exact f32; each is loaded once and used by all NX rows, each activation
+// vector by all NW weight rows.
+template <int NW, int NX, class LoadW>
+inline void accumulate(LoadW load_w, const float* const* x, int64_t chunks, Acc (&acc)[NW][NX]) {
+  for (int64_t c = 0; c < chunks; ++c) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m256 wv[NW];
+#pragma GCC unroll 2
+      for (int i = 0; i < NW; ++i) wv[i] = load_w(i, c, k);
+#pragma GCC unroll 2
+      for (int r = 0; r < NX; ++r) {
+        const __m256 xv = _mm256_loadu_ps(x[r] + 32 * c + 8 * k);
+#pragma GCC unroll 2
+        for (int i = 0; i < NW; ++i) acc[i][r].v[k] = _mm256_fmadd_ps(wv[i], xv, acc[i][r].v[k]);
+      }
+    }
   }
 }
 
-// Two activation rows against one weight row: each weight vector is loaded once, used twice.
-inline void accumulate2(const float* w, const float* x0, const float* x1, int64_t chunks, Acc& a,
-                        Acc& b) {
-  for (int64_t c = 0; c < chunks; ++c, w += 32, x0 += 32, x1 += 32) {
-    const __m256 w0 = _mm256_loadu_ps(w);
-    const __m256 w1 = _mm256_loadu_ps(w + 8);
-    const __m256 w2 = _mm256_loadu_ps(w + 16);
-    const __m256 w3 = _mm256_loadu_ps(w + 24);
-    a.v0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x0), a.v0);
-    a.v1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x0 + 8), a.v1);
-    a.v2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x0 + 16), a.v2);
-    a.v3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x0 + 24), a.v3);
-    b.v0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x1), b.v0);
-    b.v1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x1 + 8), b.v1);
-    b.v2 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x1 + 16), b.v2);
-    b.v3 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x1 + 24), b.v3);
-  }
+// accumulate over NW decoded f32 weight rows w[i].
+template <int NW, int NX>
+inline void accumulate_f32(const float* const* w, const float* const* x, int64_t chunks,
+                           Acc (&acc)[NW][NX]) {
+  accumulate<NW, NX>(
+      [w](int i, int64_t c, int k) { return _mm256_loadu_ps(w[i] + 32 * c + 8 * k); }, x, chunks,
+      acc);
 }
 
 // The reduction tree of matmul_kernel.h, then the tail in element order.
 inline float finish(const Acc& a, const float* w_tail, const float* x_tail, int64_t tail) {
-  const __m256 s = _mm256_add_ps(_mm256_add_ps(a.v0, a.v2), _mm256_add_ps(a.v1, a.v3));
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a.v[0], a.v[2]), _mm256_add_ps(a.v[1], a.v[3]));
   const __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   const __m128 u = _mm_hadd_ps(t, t);
   __m128 sum = _mm_hadd_ps(u, u);
@@ -161,7 +164,8 @@ __attribute__((noinline)) void gemm_tile(const float* const* w, const float* x, 
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < O; ++i) {
       Acc acc;
-      if (chunks > 0) acc = Acc{part[r][i][0], part[r][i][1], part[r][i][2], part[r][i][3]};
+      if (chunks > 0)
+        for (int j = 0; j < 4; ++j) acc.v[j] = part[r][i][j];
       y[r * y_stride + i] = finish(acc, w[i] + tail_offset, x + r * n_in + tail_offset, tail);
     }
 }
@@ -174,46 +178,94 @@ inline int64_t row_tile(int64_t n_in, int64_t n_rows) {
   return tile < n_rows ? tile : n_rows;
 }
 
+// Decoders of plain types (f32, f16, bf16) also widen 8 consecutive elements in registers:
+//   static __m256 load8(const uint8_t* src);
+template <class D>
+concept PlainDecoder = requires(const uint8_t* p) {
+  D::load8(p);
+};
+
+// How far ahead of its reads the plain-type GEMV prefetches each weight row: decode streams every
+// weight byte once from memory, and the hardware prefetchers alone leave it short of the
+// bandwidth (as for the packed GEMV, packed_gemm_avx2.h).
+constexpr int64_t kGemvPrefetchBytes = 2048;
+
+// Decode of plain types: outputs o .. o + NW - 1 for the NX (<= 2) activation rows, with the
+// weights widened in registers straight from their rows (no decode buffer) and prefetched ahead.
+// Decode runs NW = 1: one weight stream keeps the prefetch (and the hardware's) linear through the
+// matrix, where two rows at once measured slower (each row its own page, the prefetch landing in
+// the other row).
+template <class D, int NW, int NX>
+void gemv_plain(const MatmulArgs& a, int64_t o, float* scratch) {
+  const int64_t chunks = a.n_in / 32, tail_offset = chunks * 32, tail = a.n_in - tail_offset;
+  const uint8_t* w[NW];
+  for (int i = 0; i < NW; ++i) w[i] = a.w + static_cast<size_t>(o + i) * a.w_row_bytes;
+  const float* x[NX];
+  for (int r = 0; r < NX; ++r) x[r] = a.x + r * a.n_in;
+  Acc acc[NW][NX];
+  accumulate<NW, NX>(
+      [&w](int i, int64_t c, int k) {
+        const uint8_t* p = w[i] + c * D::kBytes;
+        if (k == 0)
+          for (int64_t off = 0; off < D::kBytes; off += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(p + kGemvPrefetchBytes + off), _MM_HINT_T0);
+        return D::load8(p + k * (D::kBytes / 4));
+      },
+      x, chunks, acc);
+  for (int i = 0; i < NW; ++i) {
+    const float* w_tail = scratch + 32 * i;
+    if constexpr (D::kIdentity) {
+      w_tail = reinterpret_cast<const float*>(w[i]) + tail_offset;
+    } else if (tail > 0) {
+      D::decode_tail(w[i] + chunks * D::kBytes, tail, scratch + 32 * i);
+    }
+    for (int r = 0; r < NX; ++r)
+      a.y[r * a.n_out + o + i] = finish(acc[i][r], w_tail, x[r] + tail_offset, tail);
+  }
+}
+
+// Decode of block-quantized types: output o (weight row wrow) for the NX (<= 2) activation rows,
+// each weight block decoded into `scratch` and dotted from there.
+template <class D, int NX>
+void gemv_decoded(const MatmulArgs& a, const uint8_t* wrow, int64_t o, float* scratch) {
+  const int64_t n_blocks = a.n_in / D::kBlock;
+  Acc acc[1][NX];
+  const float* const w[1] = {scratch};
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    D::decode(wrow + b * D::kBytes, scratch);
+    const float* x[NX];
+    for (int r = 0; r < NX; ++r) x[r] = a.x + r * a.n_in + b * D::kBlock;
+    accumulate_f32<1, NX>(w, x, D::kBlock / 32, acc);
+  }
+  for (int r = 0; r < NX; ++r) a.y[r * a.n_out + o] = finish(acc[0][r], nullptr, nullptr, 0);
+}
+
 template <class D>
 void run_matmul(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scratch) {
   const int64_t n_in = a.n_in;
   const int64_t n_blocks = n_in / D::kBlock;
   const int64_t tail = n_in - n_blocks * D::kBlock;  // non-zero only for plain types
-  const int64_t chunks_per_block = D::kBlock / 32;
   const int64_t tail_offset = n_blocks * D::kBlock;
 
   if (a.n_rows <= 2) {
-    // Decode: one or two activation rows. Stream the weight row block by block, decoding each
-    // into a small L1 buffer, with the accumulators in registers.
-    const float* x0 = a.x;
-    const float* x1 = a.n_rows == 2 ? a.x + n_in : nullptr;
-    for (int64_t o = o_begin; o < o_end; ++o) {
-      const uint8_t* wrow = a.w + static_cast<size_t>(o) * a.w_row_bytes;
-      Acc acc0, acc1;
-      const float* w_tail;
-      if constexpr (D::kIdentity) {
-        const auto* w = reinterpret_cast<const float*>(wrow);
-        if (x1 != nullptr) {
-          accumulate2(w, x0, x1, n_blocks * chunks_per_block, acc0, acc1);
-        } else {
-          accumulate1(w, x0, n_blocks * chunks_per_block, acc0);
-        }
-        w_tail = w + tail_offset;
+    // Decode: one or two activation rows.
+    if constexpr (PlainDecoder<D>) {
+      if (a.n_rows == 2) {
+        for (int64_t o = o_begin; o < o_end; ++o) gemv_plain<D, 1, 2>(a, o, scratch);
       } else {
-        for (int64_t b = 0; b < n_blocks; ++b) {
-          D::decode(wrow + b * D::kBytes, scratch);
-          const int64_t off = b * D::kBlock;
-          if (x1 != nullptr) {
-            accumulate2(scratch, x0 + off, x1 + off, chunks_per_block, acc0, acc1);
-          } else {
-            accumulate1(scratch, x0 + off, chunks_per_block, acc0);
-          }
-        }
-        if (tail > 0) D::decode_tail(wrow + n_blocks * D::kBytes, tail, scratch);
-        w_tail = scratch;
+        for (int64_t o = o_begin; o < o_end; ++o) gemv_plain<D, 1, 1>(a, o, scratch);
       }
-      a.y[o] = finish(acc0, w_tail, x0 + tail_offset, tail);
-      if (x1 != nullptr) a.y[a.n_out + o] = finish(acc1, w_tail, x1 + tail_offset, tail);
+    } else {
+      // Stream the weight row block by block, decoding each into a small L1 buffer, with the
+      // accumulators in registers.
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        const uint8_t* wrow = a.w + static_cast<size_t>(o) * a.w_row_bytes;
+        if (a.n_rows == 2) {
+          gemv_decoded<D, 2>(a, wrow, o, scratch);
+        } else {
+          gemv_decoded<D, 1>(a, wrow, o, scratch);
+        }
+      }
     }
     return;
   }

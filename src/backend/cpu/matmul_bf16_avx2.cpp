@@ -15,6 +15,10 @@ struct DecodeBF16 {
       _mm256_storeu_ps(out + 8 * k, _mm256_castsi256_ps(bits));
     }
   }
+  static __m256 load8(const uint8_t* src) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
   static void decode_tail(const uint8_t* src, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) {
       const uint32_t bits = static_cast<uint32_t>(src[2 * i] | (src[2 * i + 1] << 8)) << 16;

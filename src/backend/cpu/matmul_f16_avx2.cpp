@@ -14,6 +14,9 @@ struct DecodeF16 {
       _mm256_storeu_ps(out + 8 * k, _mm256_cvtph_ps(h));
     }
   }
+  static __m256 load8(const uint8_t* src) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  }
   static void decode_tail(const uint8_t* src, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) out[i] = load_fp16(src + 2 * i);
   }

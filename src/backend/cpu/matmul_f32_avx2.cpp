@@ -9,6 +9,9 @@ struct DecodeF32 {
   static constexpr int64_t kBlock = 32;
   static constexpr int64_t kBytes = 32 * 4;
   static void decode(const uint8_t*, float*) {}
+  static __m256 load8(const uint8_t* src) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(src));
+  }
   static void decode_tail(const uint8_t*, int64_t, float*) {}
 };
 
