@@ -16,6 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/large_buffer.h"
+
 namespace vesper::backend {
 
 struct KvCacheShape {
@@ -86,8 +88,10 @@ class KvCache {
 
   KvCacheShape shape_;
   // Storage is left uninitialised (and so, for large caches, untouched by the OS until used):
-  // a slot is always written before any token reads it.
-  std::vector<std::unique_ptr<float[]>> k_, v_;
+  // a slot is always written before any token reads it. Huge pages where large enough
+  // (core/large_buffer.h): attention reads scattered 4-8 KiB runs of it, a TLB miss each on small
+  // pages.
+  std::vector<std::unique_ptr<float[], LargeBufferFree>> k_, v_;
 };
 
 }  // namespace vesper::backend

@@ -3,12 +3,11 @@
 // the file.
 #include "backend/packed_weights.h"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
+#include "core/large_buffer.h"
 #include "tensor/quant.h"
 #include "tensor/quant_blocks.h"
 
@@ -19,21 +18,6 @@ using tensor::GgmlType;
 
 constexpr int64_t kRows = 8;   // rows interleaved per chunk
 constexpr size_t kAlign = 64;  // a cache line: slices never straddle one
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// Storage for `bytes` of packed weights. A matmul streams all of its weights, so on 4 KiB pages it
-// takes a TLB miss every 4 KiB; allocations of at least one huge page are aligned to 2 MiB and
-// asked to be backed by transparent huge pages (the kernel's default "madvise" mode gives them only
-// on request). Advisory: without huge pages the memory works the same.
-uint8_t* allocate_weights(size_t bytes) {
-  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (rounded < kHugePage) return static_cast<uint8_t*>(std::aligned_alloc(kAlign, rounded));
-  const size_t huge = (rounded + kHugePage - 1) / kHugePage * kHugePage;
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, huge));
-  if (p != nullptr) ::madvise(p, huge, MADV_HUGEPAGE);
-  return p;
-}
-
 // One chunk: the 8 rows' block b (each at rows[j], in GGUF layout) into quants + scales.
 void pack_chunk_q4_0(const uint8_t* const* rows, uint8_t* quants, uint16_t* scales) {
   for (int j = 0; j < kRows; ++j) {
@@ -157,10 +141,6 @@ const ChunkFormat& packed_format(GgmlType type) {
 
 }  // namespace
 
-void PackedWeights::Free::operator()(uint8_t* p) const {
-  std::free(p);
-}
-
 const uint16_t* PackedWeights::scales() const {
   const ChunkFormat& f = packed_format(type_);
   const int64_t chunks = n_out_ / kRows * (n_in_ / f.block);
@@ -193,9 +173,10 @@ PackedWeights prepare_weights(GgmlType type, const void* w, int64_t n_in, int64_
   const int64_t qbytes = f.quant_bytes;
   const int64_t n_scales = f.scale_count;
   const size_t total = static_cast<size_t>(chunks * (qbytes + 2 * n_scales));
-  uint8_t* data = allocate_weights(total);
-  VESPER_CHECK(data != nullptr, "prepare_weights: cannot allocate %zu bytes", total);
-  p.data_.reset(data);
+  // Huge pages where the matrix is large enough (core/large_buffer.h): the kernels stream it.
+  p.data_ = allocate_large_array<uint8_t>(total);
+  VESPER_CHECK(p.data_ != nullptr, "prepare_weights: cannot allocate %zu bytes", total);
+  uint8_t* data = p.data_.get();
   p.bytes_ = total;
   p.type_ = type;
   p.n_in_ = n_in;

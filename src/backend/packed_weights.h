@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/large_buffer.h"
 #include "core/thread_pool.h"
 #include "tensor/ggml_type.h"
 
@@ -65,10 +66,7 @@ class PackedWeights {
 
  private:
   friend PackedWeights prepare_weights(tensor::GgmlType, const void*, int64_t, int64_t);
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t[], Free> data_;
+  std::unique_ptr<uint8_t[], LargeBufferFree> data_;
   size_t bytes_ = 0;
   tensor::GgmlType type_ = tensor::GgmlType::kF32;
   int64_t n_in_ = 0;

@@ -246,8 +246,9 @@ TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
     const int64_t block = PackedWeights::chunk_block(type);
     // Blocks of 256 (k-quants) take fewer of them, for alike work.
     const std::vector<std::pair<int64_t, int64_t>> shapes =
-        block == 256 ? std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {8, 16}}
-                     : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {17, 16}, {64, 16}};
+        block == 256
+            ? std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {8, 16}}
+            : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {3, 24}, {17, 16}, {64, 16}};
     for (const auto& [blocks, n_out] : shapes) {
       const int64_t n_in = block * blocks;
       const std::vector<uint8_t> w = make_weights(type, n_in, n_out, rng);

@@ -110,8 +110,9 @@ struct MaddubsDot {
   static inline void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
                           bool first, __m256i (&isum)[R]) {
     // Byte 2j + m (row j's scale) in both int16 halves of lane j.
-    const __m128i pick = m == 0 ? _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14)
-                                : _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
+    const __m128i pick = m == 0
+                             ? _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14)
+                             : _mm_setr_epi8(1, 1, 3, 3, 5, 5, 7, 7, 9, 9, 11, 11, 13, 13, 15, 15);
     const __m256i scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales16, pick));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {

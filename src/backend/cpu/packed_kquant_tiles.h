@@ -56,8 +56,9 @@ struct PackedQ4_K {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         // The activation sums of the 8 sub-blocks (int16), in both halves.
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)),
-                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + 8)));
+        const __m128i bs =
+            _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)),
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + 8)));
         const __m256i bs2 = _mm256_broadcastsi128_si256(bs);
         // Lane j of pair p: m(j, 2p) * bs[2p] + m(j, 2p + 1) * bs[2p + 1].
         auto min_pair = [&](int p, __m256i bcast) {
@@ -133,8 +134,8 @@ struct PackedQ6_K {
         // Lane j: sum over sub-blocks u of sc(j, u) * bsums[u], pairs of sub-blocks at a time.
         __m256i corr = _mm256_setzero_si256();
         for (int p = 0; p < 8; ++p) {
-          const __m256i sc16 = _mm256_cvtepi8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * p)));
+          const __m256i sc16 =
+              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * p)));
           int32_t pair;
           std::memcpy(&pair, xs + 2 * p, 4);
           corr = _mm256_add_epi32(corr, _mm256_madd_epi16(sc16, _mm256_set1_epi32(pair)));

@@ -104,10 +104,9 @@ struct VnniDot {
   static inline void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
                           bool first, __m256i (&isum)[R]) {
     // Byte 2j + m (row j's scale), sign-extended to lane j.
-    const __m128i pick = m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1,
-                                                -1, -1)
-                                : _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1,
-                                                -1, -1);
+    const __m128i pick =
+        m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1)
+               : _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
     const __m256i scale = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(scales16, pick));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
