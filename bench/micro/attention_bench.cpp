@@ -21,6 +21,18 @@ namespace {
 constexpr int64_t kHeadDim = 64;
 constexpr int64_t kBlockSize = 16;
 
+// Every K and V element of layer 0 uniform in [-1, 1).
+void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const vesper::backend::KvCacheShape& shape = cache.shape();
+  for (int64_t slot = 0; slot < shape.num_slots(); ++slot)
+    for (int64_t h = 0; h < shape.n_kv_heads; ++h)
+      for (int64_t i = 0; i < shape.head_dim; ++i) {
+        cache.key(0, slot, h)[i] = dist(rng);
+        cache.value(0, slot, h)[i] = dist(rng);
+      }
+}
+
 // Args: cached tokens per sequence, sequences, query heads, KV heads, threads.
 void BM_PagedAttentionDecode(benchmark::State& state) {
   const int64_t context = state.range(0), seqs = state.range(1);
@@ -36,12 +48,7 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   vesper::backend::KvCache cache(shape);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (int64_t slot = 0; slot < shape.num_slots(); ++slot)
-    for (int64_t h = 0; h < shape.n_kv_heads; ++h)
-      for (int64_t i = 0; i < shape.head_dim; ++i) {
-        cache.key(0, slot, h)[i] = dist(rng);
-        cache.value(0, slot, h)[i] = dist(rng);
-      }
+  fill_cache(cache, rng);
   // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
   // last of `context` positions, so it reads all of them.
   std::vector<int32_t> positions(seqs, static_cast<int32_t>(context - 1)), token_seq(seqs);
@@ -87,12 +94,7 @@ void BM_PagedAttentionPrefill(benchmark::State& state) {
   vesper::backend::KvCache cache(shape);
   std::mt19937 rng(2);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (int64_t slot = 0; slot < shape.num_slots(); ++slot)
-    for (int64_t h = 0; h < n_kv_heads; ++h)
-      for (int64_t i = 0; i < kHeadDim; ++i) {
-        cache.key(0, slot, h)[i] = dist(rng);
-        cache.value(0, slot, h)[i] = dist(rng);
-      }
+  fill_cache(cache, rng);
   // One sequence owning blocks 0 .. n_blocks - 1; token t is at position t.
   std::vector<int32_t> positions(tokens), token_seq(tokens, 0);
   std::iota(positions.begin(), positions.end(), 0);

@@ -170,6 +170,16 @@ __attribute__((noinline)) void gemm_tile(const float* const* w, const float* x, 
     }
 }
 
+// gemm_tile<R, O> for every tile shape: kGemmTiles[R - 1][O - 1].
+using GemmTile = void (*)(const float* const* w, const float* x, int64_t n_in, float* y,
+                          int64_t y_stride);
+constexpr GemmTile kGemmTiles[3][3] = {
+    {gemm_tile<1, 1>, gemm_tile<1, 2>, gemm_tile<1, 3>},
+    {gemm_tile<2, 1>, gemm_tile<2, 2>, gemm_tile<2, 3>},
+    {gemm_tile<3, 1>, gemm_tile<3, 2>, gemm_tile<3, 3>},
+};
+static_assert(kTileRows == 3 && kDecodedRows == 3, "kGemmTiles covers tiles up to 3 x 3");
+
 // Activation rows processed per decoded weight row (prefill): sized so the x tile stays in L2.
 inline int64_t row_tile(int64_t n_in, int64_t n_rows) {
   int64_t tile = (256 * 1024) / (n_in * static_cast<int64_t>(sizeof(float)));
@@ -294,35 +304,7 @@ void run_matmul(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scra
         const int n_x = static_cast<int>(r1 - r < kTileRows ? r1 - r : kTileRows);
         float* y = a.y + r * a.n_out + o0;
         const float* x = a.x + r * n_in;
-        switch (n_x * 4 + n_w) {
-          case 3 * 4 + 3:
-            gemm_tile<3, 3>(w, x, n_in, y, a.n_out);
-            break;
-          case 3 * 4 + 2:
-            gemm_tile<3, 2>(w, x, n_in, y, a.n_out);
-            break;
-          case 3 * 4 + 1:
-            gemm_tile<3, 1>(w, x, n_in, y, a.n_out);
-            break;
-          case 2 * 4 + 3:
-            gemm_tile<2, 3>(w, x, n_in, y, a.n_out);
-            break;
-          case 2 * 4 + 2:
-            gemm_tile<2, 2>(w, x, n_in, y, a.n_out);
-            break;
-          case 2 * 4 + 1:
-            gemm_tile<2, 1>(w, x, n_in, y, a.n_out);
-            break;
-          case 1 * 4 + 3:
-            gemm_tile<1, 3>(w, x, n_in, y, a.n_out);
-            break;
-          case 1 * 4 + 2:
-            gemm_tile<1, 2>(w, x, n_in, y, a.n_out);
-            break;
-          default:
-            gemm_tile<1, 1>(w, x, n_in, y, a.n_out);
-            break;
-        }
+        kGemmTiles[n_x - 1][n_w - 1](w, x, n_in, y, a.n_out);
       }
     }
   }

@@ -70,7 +70,9 @@ struct PackedQ8_0 {
 };
 
 // The k-quant sub-block dot on AVX2 (packed_kquant_tiles.h): maddubs into int16 pair sums, then
-// one madd with the 8 rows' scales (as int16 pairs) widens and scales them.
+// one madd with the 8 rows' scales (as int16 pairs) widens and scales them. (The q4_k nibble loop
+// is PackedQ4_0::dot's, written out again: a shared helper taking a lambda made GCC keep the
+// tiles' accumulators on the stack.)
 struct MaddubsDot {
   // Per row, a q4_K sub-block's int16 pair sums stay below 8 * 2 * 15 * 128 = 30720, so it adds
   // in int16 and widens once.

@@ -70,6 +70,8 @@ struct VnniQ8_0 {
 // The k-quant sub-block dot (packed_kquant_tiles.h): a sub-block's exact int32 dot per row from
 // vpdpbusd, then one vpmulld by the 8 rows' scales. Totals stay far below 2^31 (q4_K:
 // 8 x 63 x 32 x 15 x 128 per block; q6_K: 16 x 128 x 16 x 63 x 128).
+// (Its q4_k nibble loop is VnniQ4_0::dot's, written out again: a shared helper taking a lambda
+// made GCC keep the tiles' accumulators on the stack.)
 struct VnniDot {
   template <int R>
   static inline void q4_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc, bool first,
