@@ -3,7 +3,6 @@
 // the file.
 #include "backend/packed_weights.h"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "core/check.h"
@@ -16,8 +15,8 @@ namespace {
 
 using tensor::GgmlType;
 
-constexpr int64_t kRows = 8;   // rows interleaved per chunk
-constexpr size_t kAlign = 64;  // a cache line: slices never straddle one
+constexpr int64_t kRows = 8;  // rows interleaved per chunk
+
 // One chunk: the 8 rows' block b (each at rows[j], in GGUF layout) into quants + scales.
 void pack_chunk_q4_0(const uint8_t* const* rows, uint8_t* quants, uint16_t* scales) {
   for (int j = 0; j < kRows; ++j) {

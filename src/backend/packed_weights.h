@@ -9,9 +9,9 @@
 // backend::matmul on the unpacked data (both follow the block-sum or block-total contract of
 // cpu/matmul_kernel.h), on every instruction set, for every batch size and thread count.
 //
-// Layout (one 64-byte-aligned allocation; G = n_out / 8 groups of rows 8g .. 8g + 7, B = n_in / K
-// blocks per row with K = chunk_block(type) (32, or 256 for q4_K / q6_K), chunk (g, b) = the 8
-// rows' block b):
+// Layout (one allocation, 64-byte aligned by core/large_buffer.h so no slice straddles a cache
+// line; G = n_out / 8 groups of rows 8g .. 8g + 7, B = n_in / K blocks per row with
+// K = chunk_block(type) (32, or 256 for q4_K / q6_K), chunk (g, b) = the 8 rows' block b):
 //   quants: chunk (g, b) at offset (g * B + b) * Q, Q = chunk_quant_bytes(type): 128 (q4_0),
 //           256 (q8_0), 1024 (q4_K), 1536 (q6_K)
 //     q4_0: 4 slices of 32 bytes; byte 4j + t of slice k holds row j's element 8k + t in its low

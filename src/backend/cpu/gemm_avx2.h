@@ -36,35 +36,20 @@ struct Acc {
                  _mm256_setzero_ps()};
 };
 
-// NX activation rows x[r] against NW weight rows, over `chunks` chunks of 32: acc[i][r] gets
-// weight row i times activation row r. Weight row i's 8 elements at chunk c, slice k, come from
-// load_w(i, c, k) as exact f32; each is loaded once and used by all NX rows, each activation
-// vector by all NW weight rows.
-template <int NW, int NX, class LoadW>
-inline void accumulate(LoadW load_w, const float* const* x, int64_t chunks, Acc (&acc)[NW][NX]) {
+// NX activation rows x[r] against one weight row, over `chunks` chunks of 32: acc[r] gets the
+// weight row times activation row r. The weight row's 8 elements at chunk c, slice k, come from
+// load_w(c, k) as exact f32; each is loaded once and used by all NX rows.
+template <int NX, class LoadW>
+inline void accumulate(LoadW load_w, const float* const* x, int64_t chunks, Acc (&acc)[NX]) {
   for (int64_t c = 0; c < chunks; ++c) {
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      __m256 wv[NW];
+      const __m256 wv = load_w(c, k);
 #pragma GCC unroll 2
-      for (int i = 0; i < NW; ++i) wv[i] = load_w(i, c, k);
-#pragma GCC unroll 2
-      for (int r = 0; r < NX; ++r) {
-        const __m256 xv = _mm256_loadu_ps(x[r] + 32 * c + 8 * k);
-#pragma GCC unroll 2
-        for (int i = 0; i < NW; ++i) acc[i][r].v[k] = _mm256_fmadd_ps(wv[i], xv, acc[i][r].v[k]);
-      }
+      for (int r = 0; r < NX; ++r)
+        acc[r].v[k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[r] + 32 * c + 8 * k), acc[r].v[k]);
     }
   }
-}
-
-// accumulate over NW decoded f32 weight rows w[i].
-template <int NW, int NX>
-inline void accumulate_f32(const float* const* w, const float* const* x, int64_t chunks,
-                           Acc (&acc)[NW][NX]) {
-  accumulate<NW, NX>(
-      [w](int i, int64_t c, int k) { return _mm256_loadu_ps(w[i] + 32 * c + 8 * k); }, x, chunks,
-      acc);
 }
 
 // The reduction tree of matmul_kernel.h, then the tail in element order.
@@ -200,38 +185,34 @@ concept PlainDecoder = requires(const uint8_t* p) {
 // bandwidth (as for the packed GEMV, packed_gemm_avx2.h).
 constexpr int64_t kGemvPrefetchBytes = 2048;
 
-// Decode of plain types: outputs o .. o + NW - 1 for the NX (<= 2) activation rows, with the
-// weights widened in registers straight from their rows (no decode buffer) and prefetched ahead.
-// Decode runs NW = 1: one weight stream keeps the prefetch (and the hardware's) linear through the
-// matrix, where two rows at once measured slower (each row its own page, the prefetch landing in
-// the other row).
-template <class D, int NW, int NX>
+// Decode of plain types: output o for the NX (<= 2) activation rows, with the weights widened in
+// registers straight from their row (no decode buffer) and prefetched ahead. One weight row at a
+// time keeps the prefetch (and the hardware's) linear through the matrix: two rows at once
+// measured slower (each row its own page, the prefetch landing in the other row).
+template <class D, int NX>
 void gemv_plain(const MatmulArgs& a, int64_t o, float* scratch) {
   const int64_t chunks = a.n_in / 32, tail_offset = chunks * 32, tail = a.n_in - tail_offset;
-  const uint8_t* w[NW];
-  for (int i = 0; i < NW; ++i) w[i] = a.w + static_cast<size_t>(o + i) * a.w_row_bytes;
+  const uint8_t* w = a.w + static_cast<size_t>(o) * a.w_row_bytes;
   const float* x[NX];
   for (int r = 0; r < NX; ++r) x[r] = a.x + r * a.n_in;
-  Acc acc[NW][NX];
-  accumulate<NW, NX>(
-      [&w](int i, int64_t c, int k) {
-        const uint8_t* p = w[i] + c * D::kBytes;
+  Acc acc[NX];
+  accumulate<NX>(
+      [w](int64_t c, int k) {
+        const uint8_t* p = w + c * D::kBytes;
         if (k == 0)
           for (int64_t off = 0; off < D::kBytes; off += 64)
             _mm_prefetch(reinterpret_cast<const char*>(p + kGemvPrefetchBytes + off), _MM_HINT_T0);
         return D::load8(p + k * (D::kBytes / 4));
       },
       x, chunks, acc);
-  for (int i = 0; i < NW; ++i) {
-    const float* w_tail = scratch + 32 * i;
-    if constexpr (D::kIdentity) {
-      w_tail = reinterpret_cast<const float*>(w[i]) + tail_offset;
-    } else if (tail > 0) {
-      D::decode_tail(w[i] + chunks * D::kBytes, tail, scratch + 32 * i);
-    }
-    for (int r = 0; r < NX; ++r)
-      a.y[r * a.n_out + o + i] = finish(acc[i][r], w_tail, x[r] + tail_offset, tail);
+  const float* w_tail = scratch;
+  if constexpr (D::kIdentity) {
+    w_tail = reinterpret_cast<const float*>(w) + tail_offset;
+  } else if (tail > 0) {
+    D::decode_tail(w + chunks * D::kBytes, tail, scratch);
   }
+  for (int r = 0; r < NX; ++r)
+    a.y[r * a.n_out + o] = finish(acc[r], w_tail, x[r] + tail_offset, tail);
 }
 
 // Decode of block-quantized types: output o (weight row wrow) for the NX (<= 2) activation rows,
@@ -239,15 +220,16 @@ void gemv_plain(const MatmulArgs& a, int64_t o, float* scratch) {
 template <class D, int NX>
 void gemv_decoded(const MatmulArgs& a, const uint8_t* wrow, int64_t o, float* scratch) {
   const int64_t n_blocks = a.n_in / D::kBlock;
-  Acc acc[1][NX];
-  const float* const w[1] = {scratch};
+  Acc acc[NX];
   for (int64_t b = 0; b < n_blocks; ++b) {
     D::decode(wrow + b * D::kBytes, scratch);
     const float* x[NX];
     for (int r = 0; r < NX; ++r) x[r] = a.x + r * a.n_in + b * D::kBlock;
-    accumulate_f32<1, NX>(w, x, D::kBlock / 32, acc);
+    accumulate<NX>(
+        [scratch](int64_t c, int k) { return _mm256_loadu_ps(scratch + 32 * c + 8 * k); }, x,
+        D::kBlock / 32, acc);
   }
-  for (int r = 0; r < NX; ++r) a.y[r * a.n_out + o] = finish(acc[0][r], nullptr, nullptr, 0);
+  for (int r = 0; r < NX; ++r) a.y[r * a.n_out + o] = finish(acc[r], nullptr, nullptr, 0);
 }
 
 template <class D>
@@ -260,10 +242,12 @@ void run_matmul(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scra
   if (a.n_rows <= 2) {
     // Decode: one or two activation rows.
     if constexpr (PlainDecoder<D>) {
-      if (a.n_rows == 2) {
-        for (int64_t o = o_begin; o < o_end; ++o) gemv_plain<D, 1, 2>(a, o, scratch);
-      } else {
-        for (int64_t o = o_begin; o < o_end; ++o) gemv_plain<D, 1, 1>(a, o, scratch);
+      for (int64_t o = o_begin; o < o_end; ++o) {
+        if (a.n_rows == 2) {
+          gemv_plain<D, 2>(a, o, scratch);
+        } else {
+          gemv_plain<D, 1>(a, o, scratch);
+        }
       }
     } else {
       // Stream the weight row block by block, decoding each into a small L1 buffer, with the

@@ -112,8 +112,8 @@ MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
 inline constexpr int64_t kPackedRowTile = 4;
 MatmulKernel scalar_packed_kernel(tensor::GgmlType type);
 MatmulKernel avx2_packed_kernel(tensor::GgmlType type);
-// AVX-512 VNNI kernels (matmul_packed_avx512_vnni.cpp): q4_0 and q8_0; nullptr for other types,
-// which run the AVX2 kernels.
+// AVX-512 VNNI kernels (matmul_packed_avx512_vnni.cpp): every packed type (q4_0, q8_0, q4_K,
+// q6_K); nullptr for any other.
 MatmulKernel avx512_vnni_packed_kernel(tensor::GgmlType type);
 
 // AVX2 + FMA + F16C kernels, one per weight type, each in its own matmul_<type>_avx2.cpp
