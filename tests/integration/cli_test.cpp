@@ -302,6 +302,50 @@ TEST(CliSynth, QuantizedFilesGiveLlamaCppsGreedyIds) {
   }
 }
 
+// F16 and BF16 weights (the float-contract kernels: the register-tiled GEMM for batches, the
+// in-register GEMV for one or two rows) on a real model: the greedy tokens of the f32 model, and
+// each prompt's tokens the same whether it runs alone or in a batch of three.
+TEST(CliQuantize, F16AndBf16ModelsKeepGreedyOutputAloneAndBatched) {
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog",
+                                            "Lily and Tom went to the park"};
+  const std::string prompts_path = ::testing::TempDir() + "vesper_prompts_16bit.txt";
+  {
+    std::ofstream f(prompts_path);
+    for (const auto& p : prompts) f << p << "\n";
+  }
+  auto f32 = run_vesper({"generate", kStories, "--prompt", prompts[0], "--max-tokens", "16", "--temperature", "0"});
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  for (const std::string type : {"f16", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string out = ::testing::TempDir() + "vesper_stories_" + type + ".gguf";
+    auto q = run_vesper({"quantize", kStories, out, "--type", type});
+    ASSERT_EQ(q.exit_code, 0) << q.err;
+    auto info = run_vesper({"inspect", out});
+    const auto at = info.out.find("  blk.0.attn_q.weight ");
+    ASSERT_NE(at, std::string::npos) << info.out;
+    std::istringstream row(info.out.substr(at));
+    std::string name, tensor_type;
+    row >> name >> tensor_type;
+    EXPECT_EQ(tensor_type, type);
+    auto alone0 = run_vesper({"generate", out, "--prompt", prompts[0], "--max-tokens", "16", "--temperature", "0"});
+    ASSERT_EQ(alone0.exit_code, 0) << alone0.err;
+    EXPECT_EQ(alone0.out, f32.out);
+    auto batch = run_vesper({"generate", out, "--prompts-file", prompts_path, "--max-tokens", "16", "--temperature", "0", "--json"});
+    ASSERT_EQ(batch.exit_code, 0) << batch.err;
+    const auto lines = json_lines(batch.out);
+    ASSERT_EQ(lines.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto alone = run_vesper({"generate", out, "--prompt", prompts[i], "--max-tokens", "16", "--temperature", "0", "--json"});
+      ASSERT_EQ(alone.exit_code, 0) << alone.err;
+      const auto one = json_lines(alone.out);
+      ASSERT_EQ(one.size(), 1u);
+      EXPECT_EQ(lines[i]["token_ids"], one[0]["token_ids"]) << prompts[i];
+    }
+    std::remove(out.c_str());
+  }
+  std::remove(prompts_path.c_str());
+}
+
 TEST(CliInspect, PrintsMetadataTensorsAndParameterCount) {
   auto r = run_vesper({"inspect", kStories});
   ASSERT_EQ(r.exit_code, 0) << r.err;
