@@ -91,7 +91,7 @@ BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicros
 // pp512). Args: type (0 q4_0, 1 q8_0, 2 q4_K, 3 q6_K), n_in, n_out, activation rows, threads.
 void BM_PackedMatmul(benchmark::State& state) {
   constexpr GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                       GgmlType::kQ6_K};
+                                       GgmlType::kQ5_K, GgmlType::kQ6_K};
   const GgmlType type = kPackedTypes[state.range(0)];
   const int64_t n_in = state.range(1), n_out = state.range(2), rows = state.range(3);
   const int threads = static_cast<int>(state.range(4));

@@ -1,4 +1,4 @@
-// Repacking q4_0 / q8_0 / q4_K / q6_K weights into 8-row interleaved chunks (layout in
+// Repacking q4_0 / q8_0 / q4_K / q5_K / q6_K weights into 8-row interleaved chunks (layout in
 // packed_weights.h). Runs once per matrix at load, portable: speed matters little next to reading
 // the file.
 #include "backend/packed_weights.h"
@@ -37,29 +37,42 @@ void pack_chunk_q8_0(const uint8_t* const* rows, uint8_t* quants, uint16_t* scal
   }
 }
 
-// q4_K: the 8 rows' super-block b. Each row's 32-element sub-block s is laid out as a q4_0 chunk's
-// block (without the -8), and the scales and mins are unpacked from their 6-bit packing.
-void pack_chunk_q4_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta) {
+// q4_K / q5_K: the 8 rows' super-block b. Each row's 32-element sub-block s is laid out as a q4_0
+// chunk's block (without the -8), q5_K's fifth bits following it in one vector, and the scales and
+// mins are unpacked from their 6-bit packing.
+template <bool kFifthBit>
+void pack_chunk_k45(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta) {
+  constexpr int kSubBlockBytes = kFifthBit ? 160 : 128;
   auto* sc = reinterpret_cast<uint8_t*>(meta + 16);
   uint8_t* mins = sc + 64;
   for (int j = 0; j < kRows; ++j) {
     std::memcpy(&meta[j], rows[j], 2);          // d
     std::memcpy(&meta[8 + j], rows[j] + 2, 2);  // dmin
-    const uint8_t* qs = rows[j] + 16;
-    // Element 64c + l in the low nibble of qs[32c + l], 64c + 32 + l in its high nibble.
+    const uint8_t* qh = rows[j] + 16;           // q5_K only
+    const uint8_t* qs = rows[j] + (kFifthBit ? 48 : 16);
+    // Element 64c + l in the low nibble of qs[32c + l], 64c + 32 + l in its high nibble; q5_K's
+    // fifth bit of element 32s + l is bit s of qh[l].
     auto nibble = [qs](int e) {
       const uint8_t byte = qs[32 * (e / 64) + e % 32];
       return (e / 32) % 2 == 0 ? byte & 0xF : byte >> 4;
     };
+    auto fifth = [qh](int e) { return (qh[e % 32] >> (e / 32)) & 1; };
     for (int s = 0; s < 8; ++s) {
       uint8_t scale, min;
       tensor::unpack_scale_min_k4(s, rows[j] + 4, &scale, &min);
       sc[8 * s + j] = scale;
       mins[16 * (s / 2) + 2 * j + s % 2] = min;
-      for (int k = 0; k < 4; ++k)
-        for (int t = 0; t < 4; ++t)
-          quants[128 * s + 32 * k + 4 * j + t] = static_cast<uint8_t>(
-              nibble(32 * s + 8 * k + t) | (nibble(32 * s + 8 * k + 4 + t) << 4));
+      uint8_t* sub = quants + kSubBlockBytes * s;
+      for (int t = 0; t < 4; ++t) {
+        uint8_t high = 0;
+        for (int k = 0; k < 4; ++k) {
+          const int e = 32 * s + 8 * k + t;
+          sub[32 * k + 4 * j + t] = static_cast<uint8_t>(nibble(e) | (nibble(e + 4) << 4));
+          if (kFifthBit)
+            high |= static_cast<uint8_t>(fifth(e) << (2 * k) | fifth(e + 4) << (2 * k + 1));
+        }
+        if (kFifthBit) sub[128 + 4 * j + t] = high;
+      }
     }
   }
 }
@@ -114,7 +127,8 @@ struct ChunkFormat {
 const ChunkFormat* chunk_format(GgmlType type) {
   static constexpr ChunkFormat kQ4_0{32, 128, 8, pack_chunk_q4_0};
   static constexpr ChunkFormat kQ8_0{32, 256, 8, pack_chunk_q8_0};
-  static constexpr ChunkFormat kQ4_K{256, 1024, 80, pack_chunk_q4_k};
+  static constexpr ChunkFormat kQ4_K{256, 1024, 80, pack_chunk_k45<false>};
+  static constexpr ChunkFormat kQ5_K{256, 1280, 80, pack_chunk_k45<true>};
   static constexpr ChunkFormat kQ6_K{256, 1536, 72, pack_chunk_q6_k};
   switch (type) {
     case GgmlType::kQ4_0:
@@ -123,6 +137,8 @@ const ChunkFormat* chunk_format(GgmlType type) {
       return &kQ8_0;
     case GgmlType::kQ4_K:
       return &kQ4_K;
+    case GgmlType::kQ5_K:
+      return &kQ5_K;
     case GgmlType::kQ6_K:
       return &kQ6_K;
     default:

@@ -1,4 +1,5 @@
-// Tests of backend/packed_weights.h: matmul over 8-row packed q4_0 / q8_0 / q4_K / q6_K weights
+// Tests of backend/packed_weights.h: matmul over 8-row packed q4_0 / q8_0 / q4_K / q5_K / q6_K
+// weights
 // gives the same bits as matmul over the unpacked data (portable kernel) on every instruction set,
 // batch size and thread count, and stays within the documented bound of the f64 reference.
 #include "backend/packed_weights.h"
@@ -51,7 +52,7 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, st
         const size_t d_at = type == GgmlType::kQ6_K ? 208 : 0;
         row[b + d_at] = static_cast<uint8_t>(rng());
         row[b + d_at + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
-        if (type == GgmlType::kQ4_K) {  // dmin@2
+        if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {  // dmin@2
           row[b + 2] = static_cast<uint8_t>(rng());
           row[b + 3] = static_cast<uint8_t>(0x20 + rng() % 0x10);
         }
@@ -111,12 +112,13 @@ void expect_near_reference(GgmlType type, const std::vector<uint8_t>& w, int64_t
   }
 }
 
-TEST(PackedWeights, PacksOnlyQ4_0Q8_0Q4_KAndQ6_KWithWholeGroupsOfEightRows) {
+TEST(PackedWeights, PacksOnlyQ4_0Q8_0Q4_KQ5_KAndQ6_KWithWholeGroupsOfEightRows) {
   EXPECT_TRUE(packable(GgmlType::kQ4_0, 64, 8));
   EXPECT_TRUE(packable(GgmlType::kQ8_0, 32, 200));
   EXPECT_TRUE(packable(GgmlType::kQ4_K, 512, 16));
   EXPECT_FALSE(packable(GgmlType::kQ4_K, 256, 12));
-  EXPECT_FALSE(packable(GgmlType::kQ5_K, 256, 8));
+  EXPECT_TRUE(packable(GgmlType::kQ5_K, 256, 8));
+  EXPECT_FALSE(packable(GgmlType::kQ5_K, 256, 4));
   EXPECT_TRUE(packable(GgmlType::kQ6_K, 256, 8));
   EXPECT_FALSE(packable(GgmlType::kQ6_K, 128, 8));
   EXPECT_FALSE(packable(GgmlType::kQ4_0, 64, 12));
@@ -137,6 +139,8 @@ TEST(PackedWeights, PacksOnlyQ4_0Q8_0Q4_KAndQ6_KWithWholeGroupsOfEightRows) {
   const PackedWeights pk = prepare_weights(GgmlType::kQ4_K, wk.data(), 512, 16);
   ASSERT_FALSE(pk.empty());
   EXPECT_EQ(pk.bytes(), 4u * (1024 + 160));  // 2 groups x 2 super-blocks
+  const std::vector<uint8_t> w5 = make_weights(GgmlType::kQ5_K, 256, 8, rng);
+  EXPECT_EQ(prepare_weights(GgmlType::kQ5_K, w5.data(), 256, 8).bytes(), 1280u + 160);
   const std::vector<uint8_t> w6 = make_weights(GgmlType::kQ6_K, 256, 8, rng);
   EXPECT_EQ(prepare_weights(GgmlType::kQ6_K, w6.data(), 256, 8).bytes(), 1536u + 144);
 }
@@ -240,7 +244,8 @@ TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
   if (!cpu::isa_available(Isa::kAvx2)) GTEST_SKIP() << "the emulation is built on AVX2";
   std::mt19937 rng(515);
   ThreadPool pool1(1), pool3(3);
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type :
+       {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const cpu::MatmulKernel kernel = cpu::emulated_vnni_packed_kernel(type);
     ASSERT_NE(kernel, nullptr) << tensor::type_name(type);
     const int64_t block = PackedWeights::chunk_block(type);
@@ -268,12 +273,12 @@ TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
       }
     }
   }
-  EXPECT_EQ(cpu::emulated_vnni_packed_kernel(GgmlType::kQ5_K), nullptr);  // not packed
+  EXPECT_EQ(cpu::emulated_vnni_packed_kernel(GgmlType::kQ5_0), nullptr);  // not packed
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
                          ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                           GgmlType::kQ6_K),
+                                           GgmlType::kQ5_K, GgmlType::kQ6_K),
                          [](const ::testing::TestParamInfo<GgmlType>& info) {
                            return std::string(tensor::type_name(info.param));
                          });

@@ -302,18 +302,39 @@ TEST(CliSynth, QuantizedFilesGiveLlamaCppsGreedyIds) {
   }
 }
 
+// Three prompts, written to a file for --prompts-file.
+const std::vector<std::string> kThreePrompts = {"Once upon a time", "The little dog",
+                                                "Lily and Tom went to the park"};
+std::string write_three_prompts(const std::string& name) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream f(path);
+  for (const auto& p : kThreePrompts) f << p << "\n";
+  return path;
+}
+
+// `vesper generate MODEL` over kThreePrompts in one batch (--prompts-file) gives each prompt the
+// greedy tokens it gets alone (16 of them).
+void expect_batch_equals_alone(const std::string& model, const std::string& prompts_path) {
+  auto batch = run_vesper({"generate", model, "--prompts-file", prompts_path, "--max-tokens", "16", "--temperature", "0", "--json"});
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  const auto lines = json_lines(batch.out);
+  ASSERT_EQ(lines.size(), kThreePrompts.size());
+  for (size_t i = 0; i < kThreePrompts.size(); ++i) {
+    auto alone = run_vesper({"generate", model, "--prompt", kThreePrompts[i], "--max-tokens", "16", "--temperature", "0", "--json"});
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    const auto one = json_lines(alone.out);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(lines[i]["token_ids"].size(), 16u) << kThreePrompts[i];
+    EXPECT_EQ(lines[i]["token_ids"], one[0]["token_ids"]) << kThreePrompts[i];
+  }
+}
+
 // F16 and BF16 weights (the float-contract kernels: the register-tiled GEMM for batches, the
 // in-register GEMV for one or two rows) on a real model: the greedy tokens of the f32 model, and
 // each prompt's tokens the same whether it runs alone or in a batch of three.
 TEST(CliQuantize, F16AndBf16ModelsKeepGreedyOutputAloneAndBatched) {
-  const std::vector<std::string> prompts = {"Once upon a time", "The little dog",
-                                            "Lily and Tom went to the park"};
-  const std::string prompts_path = ::testing::TempDir() + "vesper_prompts_16bit.txt";
-  {
-    std::ofstream f(prompts_path);
-    for (const auto& p : prompts) f << p << "\n";
-  }
-  auto f32 = run_vesper({"generate", kStories, "--prompt", prompts[0], "--max-tokens", "16", "--temperature", "0"});
+  const std::string prompts_path = write_three_prompts("vesper_prompts_16bit.txt");
+  auto f32 = run_vesper({"generate", kStories, "--prompt", kThreePrompts[0], "--max-tokens", "16", "--temperature", "0"});
   ASSERT_EQ(f32.exit_code, 0) << f32.err;
   for (const std::string type : {"f16", "bf16"}) {
     SCOPED_TRACE(type);
@@ -327,21 +348,27 @@ TEST(CliQuantize, F16AndBf16ModelsKeepGreedyOutputAloneAndBatched) {
     std::string name, tensor_type;
     row >> name >> tensor_type;
     EXPECT_EQ(tensor_type, type);
-    auto alone0 = run_vesper({"generate", out, "--prompt", prompts[0], "--max-tokens", "16", "--temperature", "0"});
+    auto alone0 = run_vesper({"generate", out, "--prompt", kThreePrompts[0], "--max-tokens", "16", "--temperature", "0"});
     ASSERT_EQ(alone0.exit_code, 0) << alone0.err;
     EXPECT_EQ(alone0.out, f32.out);
-    auto batch = run_vesper({"generate", out, "--prompts-file", prompts_path, "--max-tokens", "16", "--temperature", "0", "--json"});
-    ASSERT_EQ(batch.exit_code, 0) << batch.err;
-    const auto lines = json_lines(batch.out);
-    ASSERT_EQ(lines.size(), prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto alone = run_vesper({"generate", out, "--prompt", prompts[i], "--max-tokens", "16", "--temperature", "0", "--json"});
-      ASSERT_EQ(alone.exit_code, 0) << alone.err;
-      const auto one = json_lines(alone.out);
-      ASSERT_EQ(one.size(), 1u);
-      EXPECT_EQ(lines[i]["token_ids"], one[0]["token_ids"]) << prompts[i];
-    }
+    expect_batch_equals_alone(out, prompts_path);
     std::remove(out.c_str());
+  }
+  std::remove(prompts_path.c_str());
+}
+
+// The packed k-quant kernels (q4_K, q5_K, q6_K: every matrix of this shape is repacked at load)
+// through `vesper generate`: each prompt's greedy tokens are the same alone (the one-row GEMV)
+// and in a batch of three (the 4-row register tiles), on models `vesper synth` writes.
+TEST(CliSynth, PackedKQuantModelsGiveEachPromptItsTokensAloneAndBatched) {
+  const std::string prompts_path = write_three_prompts("vesper_prompts_kquant.txt");
+  for (const std::string type : {"q4_k", "q5_k", "q6_k"}) {
+    SCOPED_TRACE(type);
+    const std::string path = ::testing::TempDir() + "vesper_packed_" + type + ".gguf";
+    auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--vocab-from", kStories, "--context-length", "512", "--type", type, "-o", path});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    expect_batch_equals_alone(path, prompts_path);
+    std::remove(path.c_str());
   }
   std::remove(prompts_path.c_str());
 }

@@ -11,13 +11,13 @@
 //   struct Unpacked;                   // one block made ready for the integer dots
 //   static void unpack(const uint8_t* block, Unpacked& u);  // also sets u.d (and u.dmin)
 //   static __m256i dot(const Unpacked& u, const int8_t* xq);
-//       // lane l (int32) = sum over the block's elements i with (i % 32) / 4 == l of
-//       // wint[i] * xq[i], exact, where w[i] = u.d * wint[i] (- min part)
+//       // int32 lanes whose sum is the block's exact sum of wint[i] * xq[i], where
+//       // w[i] = u.d * wint[i] (- min part)
 //   optionally unpack_one_row / dot_one_row: the same integers, cheaper for one activation row
 //   static __m128i min_dot(const Unpacked& u, const int16_t* bsums);  // kHasMin only:
-//       // the min lanes of matmul_kernel.h: sums of m(g) * bsums[g], exact
-//   optionally static constexpr bool kBlockTotal = true: the k-quant follows the block-total
-//       contract (its lanes are summed per block), not the 8-lane one
+//       // int32 lanes whose sum is the block's exact sum of m(g) * bsums[g]
+// Every block is then accumulated as one total (the block-sum and block-total orders of
+// matmul_kernel.h).
 //
 // The driver owns tiling: a block is unpacked once and dotted with up to 8 activation rows
 // (prefill reuses each weight block across rows and stays compute-bound); columns are walked in
@@ -30,22 +30,7 @@
 namespace vesper::backend::cpu {
 namespace {
 
-// (s0 + s2) + (s1 + s3) with s_l = acc_l + acc_{l+4}: ggml's hsum_float_8 and matmul_kernel.h's
-// integer-dot reduction.
-inline float hsum_lanes(__m256 acc) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// (m0 + m2) + (m1 + m3): ggml's reduction of q4_K's min lanes.
-inline float hsum_lanes_4(__m128 m) {
-  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_add_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
+// The sum of 4 int32 lanes.
 inline int hsum_epi32(__m128i v) {
   v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
   v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -85,12 +70,6 @@ inline int total_epi32(__m256i v) {
   return hsum_epi32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
-// Whether K is a k-quant on the block-total contract of matmul_kernel.h (K::kBlockTotal).
-template <class K>
-inline constexpr bool is_block_total = requires {
-  requires K::kBlockTotal;
-};
-
 // Dots of one weight row with R activation rows starting at row r0: out[r] for r < R. Rows are
 // addressed as base + r * stride (not an array of pointers) so that the pointers stay in
 // registers.
@@ -103,12 +82,6 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
   const int64_t d_stride = n_blocks;
   const int16_t* xs = K::kHasMin ? x.bsums + r0 * (x.n_in / 16) : nullptr;
   const int64_t s_stride = x.n_in / 16;
-  __m256 acc[R];
-  __m128 accm[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm256_setzero_ps();
-    accm[r] = _mm_setzero_ps();
-  }
   if constexpr (K::kBlock == 32 && (R == 8 || R == 4)) {
     // 32-element blocks, block-sum order (matmul_kernel.h), 8 or 4 rows at once: the rows' lane
     // sums reduce together (hadd tree) into one vector of block totals, lane r for row r, and one
@@ -146,7 +119,6 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
     } else {
       _mm_storeu_ps(out, acc4);
     }
-    return;
   } else if constexpr (K::kBlock == 32) {
     // 32-element blocks follow the block-sum order (matmul_kernel.h): the block's exact integer
     // sum, then one scalar FMA per block, as the 8-row packed kernels compute it too.
@@ -164,10 +136,8 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
       }
     }
     for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(accs[r]);
-    return;
-  }
-  if constexpr (is_block_total<K>) {
-    // k-quants on the block-total contract (q4_K, q6_K): each block's exact integer totals of the
+  } else {
+    // k-quants, block-total order (q4_K, q5_K, q6_K): each block's exact integer totals of the
     // scale part and of the mins, one scalar FMA each per block, as the packed kernels compute.
     __m128 accs[R], accms[R];
     for (int r = 0; r < R; ++r) accs[r] = accms[r] = _mm_setzero_ps();
@@ -189,29 +159,6 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
     for (int r = 0; r < R; ++r) {
       out[r] = K::kHasMin ? _mm_cvtss_f32(_mm_sub_ss(accs[r], accms[r])) : _mm_cvtss_f32(accs[r]);
     }
-    return;
-  }
-  for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
-    typename K::Unpacked u;
-    unpack_block<K, R>(wrow + b * K::kBytes, u);
-    // d * dx as a vector product of broadcasts (the same rounding as the scalar product): the
-    // activation scale is broadcast straight from memory.
-    const __m256 d = _mm256_set1_ps(u.d);
-    for (int r = 0; r < R; ++r) {
-      const __m256i isum = dot_block<K, R>(u, xq + r * q_stride);
-      const float* dx = xd + r * d_stride;
-      const __m256 scale = _mm256_mul_ps(d, _mm256_broadcast_ss(dx));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[r]);
-      if constexpr (K::kHasMin) {
-        const __m128i imin = K::min_dot(u, xs + r * s_stride);
-        accm[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), _mm_set1_ps(u.dmin * *dx), accm[r]);
-      }
-    }
-    if constexpr (K::kHasMin) xs += K::kBlock / 16;
-  }
-  for (int r = 0; r < R; ++r) {
-    out[r] = hsum_lanes(acc[r]);
-    if constexpr (K::kHasMin) out[r] -= hsum_lanes_4(accm[r]);
   }
 }
 

@@ -28,34 +28,22 @@
 // repacked (q4_0 8x8) AVX2 kernels; it lets one vector hold 8 outputs of 8 interleaved weight rows
 // (packed_weights.h) with the unpacked kernels giving the same bits.
 //
-// Block-total contract (q4_K, q6_K against Q8_K activations, 256-element super-blocks): the
+// Block-total contract (q4_K, q5_K, q6_K against Q8_K activations, 256-element super-blocks): the
 // activation row is quantized once per call (q8_activations.h), giving quants xq, one f32 scale
 // dx[b] per block and sums of each 16 quants bsums. Weight block b of output o is w[i] = d *
 // wint[i] - dmin * m(i / 16) with integers wint (sub-block scale times quant, q6_K's -32 offset
-// included) and m (q4_K's sub-block mins; q6_K has none). For each output element, blocks b in
-// order, acc and accm from +0:
+// included) and m (the sub-block mins of q4_K / q5_K; q6_K has none). For each output element,
+// blocks b in order, acc and accm from +0:
 //   isum = sum over the block's 256 elements of wint[i] * xq[i]                      (exact)
 //   imin = sum over the block's 16-groups g of m(g) * bsums[g]                         (exact)
 //   acc  = fma(float(isum), d * dx[b], acc)
-//   accm = fma(float(imin), dmin * dx[b], accm)                      (q4_K only)
+//   accm = fma(float(imin), dmin * dx[b], accm)                      (q4_K, q5_K)
 //   sum  = acc - accm                                                 (q6_K: sum = acc)
 // |isum| < 2^31, so the integer is exact; its conversion to f32 rounds once, the same way for
 // every kernel. This is the order of llama.cpp's repacked q4_K (8x8) AVX2 kernels; like the
-// block-sum contract it lets one vector hold 8 outputs of 8 interleaved weight rows.
-//
-// Integer-dot contract (q5_K against Q8_K): quantized activations as above. A weight block is
-// w[i] = d * wint[i] - dmin * m(i / 16). For each output element, blocks b in order, acc and accm
-// from +0:
-//   isum[l]  = sum over the block's elements i with (i % 32) / 4 == l of wint[i] * xq[i]  (exact)
-//   acc[l]   = fma(float(isum[l]), d * dx[b], acc[l])                        for l < 8
-//   imin     = sum of m(g) * bsums[g] over the block's 16-groups g                       (exact)
-//   accm     = fma(float(imin), dmin * dx[b], accm)
-//   s[l]     = acc[l] + acc[l + 4]                                           for l < 4
-//   sum      = (s[0] + s[2]) + (s[1] + s[3])  -  ((accm + 0) + 0)
-// (the + 0 steps are ggml's reduction of its min lanes, of which q5_K uses one). Integer sums are
-// exact in any order, so SIMD kernels may add them as they like. The f32 steps are those of
-// ggml's AVX2 vec_dot_q5_K_q8_K, so a dot of the same quantized activations equals llama.cpp's
-// bit for bit.
+// block-sum contract it lets one vector hold 8 outputs of 8 interleaved weight rows. (ggml's
+// unrepacked k-quant dots keep 8 lanes of partial sums per output instead, so their bits differ
+// from these by f32 rounding.)
 //
 // Either way a kernel may tile, fuse and reorder work freely across output elements but never
 // within one.
@@ -104,16 +92,16 @@ MatmulKernel scalar_kernel(tensor::GgmlType type);
 // float contract.
 MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
 
-// Kernels over 8-row packed weights (packed_weights.h) for q4_0, q8_0, q4_K and q6_K, portable
-// (matmul_packed_scalar.cpp) and AVX2 (matmul_packed_avx2.cpp); o_begin and o_end are multiples
-// of 8. nullptr for other types. Bit-identical to the unpacked kernels (block-sum and block-total
-// contracts).
-// They read activations quantized in tiles of kPackedRowTile rows (Q8Rows::interleave).
+// Kernels over 8-row packed weights (packed_weights.h) for q4_0, q8_0, q4_K, q5_K and q6_K,
+// portable (matmul_packed_scalar.cpp) and AVX2 (matmul_packed_avx2.cpp); o_begin and o_end are
+// multiples of 8. nullptr for other types. Bit-identical to the unpacked kernels (block-sum and
+// block-total contracts). They read activations quantized in tiles of kPackedRowTile rows
+// (Q8Rows::interleave).
 inline constexpr int64_t kPackedRowTile = 4;
 MatmulKernel scalar_packed_kernel(tensor::GgmlType type);
 MatmulKernel avx2_packed_kernel(tensor::GgmlType type);
 // AVX-512 VNNI kernels (matmul_packed_avx512_vnni.cpp): every packed type (q4_0, q8_0, q4_K,
-// q6_K); nullptr for any other.
+// q5_K, q6_K); nullptr for any other.
 MatmulKernel avx512_vnni_packed_kernel(tensor::GgmlType type);
 
 // AVX2 + FMA + F16C kernels, one per weight type, each in its own matmul_<type>_avx2.cpp

@@ -1,11 +1,11 @@
-// AVX2 kernels over 8-row packed q4_0 / q8_0 / q4_K / q6_K weights (backend/packed_weights.h): each
-// 32-byte slice of a chunk holds 4 weights of each of 8 rows (one 32-bit lane per row), so a
-// broadcast of 4 activation bytes and one maddubs serve 8 output features, and the lanes of the
-// integer sums end up as the 8 rows' block sums without a horizontal reduction. The 8 rows' fp16
-// scales convert as one vector and one FMA accumulates 8 outputs, in the block-sum / block-total
-// order of matmul_kernel.h, so results equal the unpacked and portable kernels bit for bit. Tiling
-// and cache blocking are the driver's (packed_gemm_avx2.h); the q4_K / q6_K tiles are
-// packed_kquant_tiles.h's, over this file's sub-block dot (MaddubsDot).
+// AVX2 kernels over 8-row packed q4_0 / q8_0 / q4_K / q5_K / q6_K weights
+// (backend/packed_weights.h): each 32-byte slice of a chunk holds 4 weights of each of 8 rows (one
+// 32-bit lane per row), so a broadcast of 4 activation bytes and one maddubs serve 8 output
+// features, and the lanes of the integer sums end up as the 8 rows' block sums without a horizontal
+// reduction. The 8 rows' fp16 scales convert as one vector and one FMA accumulates 8 outputs, in
+// the block-sum / block-total order of matmul_kernel.h, so results equal the unpacked and portable
+// kernels bit for bit. Tiling and cache blocking are the driver's (packed_gemm_avx2.h); the k-quant
+// tiles are packed_kquant_tiles.h's, over this file's sub-block dot (MaddubsDot).
 #include "backend/cpu/packed_gemm_avx2.h"
 #include "backend/cpu/packed_kquant_tiles.h"
 
@@ -106,6 +106,38 @@ struct MaddubsDot {
     }
   }
 
+  // A q5_K sub-block. Quants reach 31, so a row's int16 sums over 2 slices (4 maddubs of 2
+  // products each) stay within 8 * 31 * 128 = 31744, but over 4 slices they could overflow: each
+  // half (slices k0, k0 + 1) is widened and scaled by its own madd.
+  template <int R>
+  static inline void q5_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc, bool first,
+                          __m256i (&isum)[R]) {
+    __m256i scale = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+    scale = _mm256_or_si256(scale, _mm256_slli_epi32(scale, 16));
+    const __m256i h = load_256(chunk + 128);
+    q5_k_half<R, 0>(chunk, h, x, scale, first, isum);
+    q5_k_half<R, 2>(chunk, h, x, scale, false, isum);
+  }
+  template <int R, int k0>
+  static inline void q5_k_half(const uint8_t* chunk, __m256i h, const int8_t* x, __m256i scale,
+                               bool first, __m256i (&isum)[R]) {
+    __m256i lo0, hi0, lo1, hi1;
+    q5_slice<k0>(load_256(chunk + 32 * k0), h, lo0, hi0);
+    q5_slice<k0 + 1>(load_256(chunk + 32 * (k0 + 1)), h, lo1, hi1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xr = x + 256 * r + 8 * k0;
+      const __m256i p =
+          _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, broadcast_4(xr)),
+                                            _mm256_maddubs_epi16(hi0, broadcast_4(xr + 4))),
+                           _mm256_add_epi16(_mm256_maddubs_epi16(lo1, broadcast_4(xr + 8)),
+                                            _mm256_maddubs_epi16(hi1, broadcast_4(xr + 12))));
+      const __m256i scaled = _mm256_madd_epi16(p, scale);
+      isum[r] = first ? scaled : _mm256_add_epi32(isum[r], scaled);
+      keep_in_register(isum[r]);
+    }
+  }
+
   // A q6_K sub-block: two slices' int16 pair sums stay below 2 * 2 * 63 * 128 = 32256, so each
   // pair of slices is widened and scaled by one madd.
   template <int R>
@@ -141,6 +173,8 @@ MatmulKernel avx2_packed_kernel(tensor::GgmlType type) {
       return run_packed<PackedQ8_0>;
     case tensor::GgmlType::kQ4_K:
       return run_packed<PackedQ4_K<MaddubsDot>>;
+    case tensor::GgmlType::kQ5_K:
+      return run_packed<PackedQ5_K<MaddubsDot>>;
     case tensor::GgmlType::kQ6_K:
       return run_packed<PackedQ6_K<MaddubsDot>>;
     default:

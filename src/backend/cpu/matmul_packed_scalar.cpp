@@ -1,4 +1,4 @@
-// The portable kernels over 8-row packed q4_0 / q8_0 / q4_K / q6_K weights
+// The portable kernels over 8-row packed q4_0 / q8_0 / q4_K / q5_K / q6_K weights
 // (backend/packed_weights.h): each chunk is decoded back to 8 rows of integers and each row's block
 // dotted exactly, then scaled and accumulated in the block-sum / block-total order of
 // matmul_kernel.h. The reference the AVX2 packed kernels are tested against, and the fallback on
@@ -60,9 +60,12 @@ void matmul_packed_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, f
   }
 }
 
-// q4_K chunks (256-element super-blocks of 8 rows) in the block-total order: per row and block,
-// the exact integer totals of sc * q * x over the 8 sub-blocks and of m * (sum of x) over them.
-void matmul_packed_q4_k_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+// q4_K / q5_K chunks (256-element super-blocks of 8 rows) in the block-total order: per row and
+// block, the exact integer totals of sc * q * x over the 8 sub-blocks and of m * (sum of x) over
+// them.
+template <bool kFifthBit>
+void matmul_packed_k45_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+  constexpr int64_t kSubBlockBytes = kFifthBit ? 160 : 128;
   const Q8Rows& x = *a.xq;
   const int64_t n_blocks = a.n_in / 256;
   for (int64_t g = o_begin / 8; g < o_end / 8; ++g) {
@@ -70,7 +73,7 @@ void matmul_packed_q4_k_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_e
       float acc[8] = {}, accm[8] = {};
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t c = g * n_blocks + b;
-        const uint8_t* quants = a.w + c * 1024;
+        const uint8_t* quants = a.w + c * 8 * kSubBlockBytes;
         const uint16_t* meta = a.w_scales + c * 80;
         const auto* sc = reinterpret_cast<const uint8_t*>(meta + 16);
         const uint8_t* mins = sc + 64;
@@ -80,14 +83,20 @@ void matmul_packed_q4_k_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_e
         for (int j = 0; j < 8; ++j) {
           int32_t isum = 0, imin = 0;
           for (int s = 0; s < 8; ++s) {
-            int32_t sub = 0;
+            const uint8_t* sub = quants + kSubBlockBytes * s;
+            int32_t dot = 0;
             for (int kk = 0; kk < 4; ++kk)
               for (int t = 0; t < 4; ++t) {
-                const uint8_t byte = quants[128 * s + 32 * kk + 4 * j + t];
-                sub += (byte & 0xF) * xq[32 * s + 8 * kk + t] +
-                       (byte >> 4) * xq[32 * s + 8 * kk + 4 + t];
+                const uint8_t byte = sub[32 * kk + 4 * j + t];
+                int lo = byte & 0xF, hi = byte >> 4;
+                if (kFifthBit) {
+                  const uint8_t high = sub[128 + 4 * j + t];
+                  lo += 16 * ((high >> (2 * kk)) & 1);
+                  hi += 16 * ((high >> (2 * kk + 1)) & 1);
+                }
+                dot += lo * xq[32 * s + 8 * kk + t] + hi * xq[32 * s + 8 * kk + 4 + t];
               }
-            isum += sc[8 * s + j] * sub;
+            isum += sc[8 * s + j] * dot;
             imin += mins[16 * (s / 2) + 2 * j + s % 2] * (bsums[2 * s] + bsums[2 * s + 1]);
           }
           const float dx = x.d[k];
@@ -145,7 +154,9 @@ MatmulKernel scalar_packed_kernel(GgmlType type) {
     case GgmlType::kQ8_0:
       return matmul_packed_scalar<UnpackQ8_0>;
     case GgmlType::kQ4_K:
-      return matmul_packed_q4_k_scalar;
+      return matmul_packed_k45_scalar<false>;
+    case GgmlType::kQ5_K:
+      return matmul_packed_k45_scalar<true>;
     case GgmlType::kQ6_K:
       return matmul_packed_q6_k_scalar;
     default:

@@ -9,7 +9,6 @@ struct KernelQ4_K {  // d@0, dmin@2, scales@4[12], qs@16[128]
   static constexpr int64_t kBlock = 256;
   static constexpr int64_t kBytes = 144;
   static constexpr bool kHasMin = true;
-  static constexpr bool kBlockTotal = true;  // matmul_kernel.h: as the packed q4_K kernels
   struct Unpacked {
     __m256i q[8];   // sub-block j's quants, 0..15
     __m256i sc[8];  // sub-block j's scale in every int16 lane

@@ -35,9 +35,9 @@ struct KernelQ5_K {  // d@0, dmin@2, scales@4[12], qh@16[32], qs@48[128]
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
     return dot_subblocks_32(u.q, u.sc, xq);
   }
-  // One lane, the whole sum, as ggml's q5_K dot keeps it.
+  // Four lanes (lane k: sub-blocks 2k and 2k + 1); the driver adds them up.
   static __m128i min_dot(const Unpacked& u, const int16_t* bsums) {
-    return _mm_cvtsi32_si128(hsum_epi32(min_lanes_k4(u.mins, bsums)));
+    return min_lanes_k4(u.mins, bsums);
   }
 };
 

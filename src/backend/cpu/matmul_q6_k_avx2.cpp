@@ -9,7 +9,6 @@ struct KernelQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
   static constexpr int64_t kBlock = 256;
   static constexpr int64_t kBytes = 210;
   static constexpr bool kHasMin = false;
-  static constexpr bool kBlockTotal = true;  // matmul_kernel.h: as the packed q6_K kernels
   struct Unpacked {
     __m256i q[8];  // 32-element chunk k's quants: q (0..63) from unpack_one_row, q - 32 from unpack
     __m256i abs_q[8];  // |q - 32| (unpack only)

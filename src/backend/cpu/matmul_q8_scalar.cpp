@@ -1,8 +1,8 @@
 // The portable integer-dot kernels: each weight block is decoded to integers (with its float
-// scales kept apart), dotted exactly with the Q8 activation quants, and accumulated in f32 lane by
-// lane in matmul_kernel.h's integer-dot order, so the result is bit-identical to the SIMD
-// kernels. It is the fallback on CPUs without AVX2 and the reference the SIMD kernels are tested
-// against; speed is not its job.
+// scales kept apart), dotted exactly with the Q8 activation quants, and accumulated in f32 one
+// block total at a time in matmul_kernel.h's block-sum / block-total order, so the result is
+// bit-identical to the SIMD kernels. It is the fallback on CPUs without AVX2 and the reference the
+// SIMD kernels are tested against; speed is not its job.
 #include <cmath>
 #include <cstring>
 
@@ -36,7 +36,7 @@ int nibble_32(const uint8_t* qs, int j) {
 
 struct DecodeQ4_0 {  // d@0, qs@2[16]
   static constexpr int kBlock = 32, kBytes = 18;
-  static constexpr bool kHasMin = false, kBlockTotal = true;
+  static constexpr bool kHasMin = false;
   static void decode(const uint8_t* b, IntBlock& out) {
     out.d = half(b);
     for (int j = 0; j < 32; ++j) out.wint[j] = nibble_32(b + 2, j) - 8;
@@ -45,7 +45,7 @@ struct DecodeQ4_0 {  // d@0, qs@2[16]
 
 struct DecodeQ5_0 {  // d@0, qh@2 (u32), qs@6[16]
   static constexpr int kBlock = 32, kBytes = 22;
-  static constexpr bool kHasMin = false, kBlockTotal = true;
+  static constexpr bool kHasMin = false;
   static void decode(const uint8_t* b, IntBlock& out) {
     out.d = half(b);
     uint32_t qh;
@@ -57,7 +57,7 @@ struct DecodeQ5_0 {  // d@0, qh@2 (u32), qs@6[16]
 
 struct DecodeQ8_0 {  // d@0, qs@2[32] int8
   static constexpr int kBlock = 32, kBytes = 34;
-  static constexpr bool kHasMin = false, kBlockTotal = true;
+  static constexpr bool kHasMin = false;
   static void decode(const uint8_t* b, IntBlock& out) {
     out.d = half(b);
     for (int j = 0; j < 32; ++j) out.wint[j] = static_cast<int8_t>(b[2 + j]);
@@ -66,12 +66,10 @@ struct DecodeQ8_0 {  // d@0, qs@2[32] int8
 
 // q4_K and q5_K: 8 sub-blocks of 32, element 64c + l in the low nibble of qs[32c + l] and
 // 64c + 32 + l in its high nibble; q5_K adds bit (2c or 2c + 1) of qh[l] as the fifth bit.
-// q4_K is on the block-total contract, q5_K on the 8-lane one (matmul_kernel.h).
 template <bool kFifthBit>
 struct DecodeK45 {
   static constexpr int kBlock = 256, kBytes = kFifthBit ? 176 : 144;
   static constexpr bool kHasMin = true;
-  static constexpr bool kBlockTotal = !kFifthBit;
   static void decode(const uint8_t* b, IntBlock& out) {
     out.d = half(b);
     out.dmin = half(b + 2);
@@ -93,7 +91,7 @@ struct DecodeK45 {
 
 struct DecodeQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
   static constexpr int kBlock = 256, kBytes = 210;
-  static constexpr bool kHasMin = false, kBlockTotal = true;
+  static constexpr bool kHasMin = false;
   static void decode(const uint8_t* b, IntBlock& out) {
     out.d = half(b + 208);
     for (int i = 0; i < 256; ++i) {
@@ -113,47 +111,25 @@ void matmul_q8_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float
   for (int64_t o = o_begin; o < o_end; ++o) {
     const uint8_t* wrow = a.w + static_cast<size_t>(o) * a.w_row_bytes;
     for (int64_t r = 0; r < a.n_rows; ++r) {
-      float acc[8] = {};
-      float accm = 0.0f;
+      float acc = 0.0f, accm = 0.0f;
       for (int64_t b = 0; b < n_blocks; ++b) {
         D::decode(wrow + b * D::kBytes, blk);
         const int64_t k = x.block_index(r, b);
         const int8_t* xb = x.qs + k * D::kBlock;
-        int32_t isum[8] = {};
-        for (int i = 0; i < D::kBlock; ++i) isum[(i % 32) / 4] += blk.wint[i] * xb[i];
-        const float scale = blk.d * x.d[k];
-        if constexpr (D::kBlockTotal) {
-          // The block's whole integer sum, one FMA per block into lane 0 (the block-sum and
-          // block-total orders of matmul_kernel.h, which 8-row packed kernels can keep too).
-          int32_t total = 0;
-          for (int l = 0; l < 8; ++l) total += isum[l];
-          acc[0] = std::fma(static_cast<float>(total), scale, acc[0]);
-        } else {
-          for (int l = 0; l < 8; ++l) acc[l] = std::fma(static_cast<float>(isum[l]), scale, acc[l]);
-        }
+        // The block's whole integer sum, one FMA per block (the block-sum and block-total orders
+        // of matmul_kernel.h, which 8-row packed kernels can keep too).
+        int32_t total = 0;
+        for (int i = 0; i < D::kBlock; ++i) total += blk.wint[i] * xb[i];
+        acc = std::fma(static_cast<float>(total), blk.d * x.d[k], acc);
         if constexpr (D::kHasMin) {
-          // Block totals of the mins (q4_K, q5_K: matmul_kernel.h), one FMA per block.
+          // Block totals of the mins (q4_K, q5_K), one FMA per block.
           const int16_t* bsums = x.bsums + k * (D::kBlock / 16);
           int32_t imin = 0;
           for (int g = 0; g < D::kBlock / 16; ++g) imin += blk.min16[g] * bsums[g];
           accm = std::fma(static_cast<float>(imin), blk.dmin * x.d[k], accm);
         }
       }
-      float sum;
-      if constexpr (D::kBlockTotal) {
-        sum = acc[0];
-      } else {
-        float s[4];
-        for (int l = 0; l < 4; ++l) s[l] = acc[l] + acc[l + 4];
-        sum = (s[0] + s[2]) + (s[1] + s[3]);
-      }
-      if constexpr (D::kHasMin && D::kBlockTotal) {
-        sum -= accm;
-      } else if constexpr (D::kHasMin) {
-        // q5_K: its min sums sit in lane 0 of ggml's 4 min lanes, reduced (m0 + m2) + (m1 + m3)
-        // with the other lanes +0, which turns a -0 into +0, as here.
-        sum -= (accm + 0.0f) + 0.0f;
-      }
+      const float sum = D::kHasMin ? acc - accm : acc;
       a.y[r * a.n_out + o] = sum;
     }
   }

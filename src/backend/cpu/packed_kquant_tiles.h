@@ -1,15 +1,19 @@
-// Register tiles of the packed q4_K and q6_K matmul kernels (backend/packed_weights.h), shared by
-// the AVX2 and AVX-512 VNNI kernel files: the unpacking of a chunk's quants, the per-block
-// corrections (q4_K's mins, q6_K's -32 offset) and the block-total accumulation of
-// matmul_kernel.h. What differs between instruction sets is only how one sub-block's quants meet
-// the activation bytes and are scaled: the integer-dot policy `Dot`, which must give the same
-// exact int32 totals (so every policy's results are the same bits):
+// Register tiles of the packed q4_K, q5_K and q6_K matmul kernels (backend/packed_weights.h),
+// shared by the AVX2 and AVX-512 VNNI kernel files: the unpacking of a chunk's quants, the
+// per-block corrections (the mins of q4_K / q5_K, q6_K's -32 offset) and the block-total
+// accumulation of matmul_kernel.h. What differs between instruction sets is only how one
+// sub-block's quants meet the activation bytes and are scaled: the integer-dot policy `Dot`, which
+// must give the same exact int32 totals (so every policy's results are the same bits):
 //
 //   // q4_K sub-block: the 4 slices of 32 bytes at `chunk` (lane j: 4 bytes of row j; low nibbles
 //   // elements 8k + t, high nibbles 8k + 4 + t of slice k), tile row r's 32 activations at
 //   // x + 256 r, row j's 6-bit scale at sc[j]. Adds, per lane, scale x (quant . activation) to
 //   // isum[r] (or sets it, when `first`).
 //   template <int R> static void q4_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc,
+//                                     bool first, __m256i (&isum)[R]);
+//   // q5_K sub-block: as q4_k, with the vector of fifth bits after the 4 slices (q5_slice()
+//   // gives a slice's quants).
+//   template <int R> static void q5_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc,
 //                                     bool first, __m256i (&isum)[R]);
 //   // q6_K sub-block of 16: unsigned quants q[0..3] (slice i: elements 4i + t), tile row r's 16
 //   // activations at x + 256 r; row j's int8 scale is byte 2j + m of scales16. Adds as above.
@@ -24,13 +28,41 @@
 namespace vesper::backend::cpu {
 namespace {
 
-// q4_K: 256-element super-blocks of 8 sub-blocks of 32, each laid out as a q4_0 chunk over
-// unsigned quants q (0..15), with per-row 6-bit sub-block scales and mins (packed_weights.h). The
-// super-block's integer total (< 2^31) takes one FMA with d * dx and the min total one with
-// dmin * dx: the block-total order of matmul_kernel.h.
-template <class Dot>
-struct PackedQ4_K {
-  static constexpr int64_t kBlock = 256, kChunkBytes = 1024, kScaleCount = 80;
+// Moves bit `from` of every byte of x to bit 4 (other bits: garbage, masked by the caller). The
+// 16-bit shifts move bits across bytes, but by at most 4 places, which cannot carry another byte's
+// bit onto bit 4.
+template <int from>
+inline __m256i bit_to_4(__m256i x) {
+  if constexpr (from < 4) {
+    return _mm256_slli_epi16(x, 4 - from);
+  } else if constexpr (from == 4) {
+    return x;
+  } else {
+    return _mm256_srli_epi16(x, from - 4);
+  }
+}
+
+// The unsigned quants (0..31) of slice k of a packed q5_K sub-block, from the slice's nibbles `v`
+// and the sub-block's fifth-bit vector `h` (bits 2k and 2k + 1 of each byte, packed_weights.h):
+// `lo` gets elements 8k + t, `hi` elements 8k + 4 + t.
+template <int k>
+inline void q5_slice(__m256i v, __m256i h, __m256i& lo, __m256i& hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  lo = _mm256_or_si256(_mm256_and_si256(v, low4), _mm256_and_si256(bit_to_4<2 * k>(h), bit4));
+  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
+                       _mm256_and_si256(bit_to_4<2 * k + 1>(h), bit4));
+}
+
+// q4_K and q5_K: 256-element super-blocks of 8 sub-blocks of 32, each laid out as a q4_0 chunk
+// over unsigned quants q (0..15; q5_K's fifth bits follow in one vector per sub-block), with
+// per-row 6-bit sub-block scales and mins (packed_weights.h). The super-block's integer total
+// (< 2^31) takes one FMA with d * dx and the min total one with dmin * dx: the block-total order of
+// matmul_kernel.h.
+template <class Dot, bool kFifthBit>
+struct PackedScaleMinK {
+  static constexpr int64_t kSubBlockBytes = kFifthBit ? 160 : 128;
+  static constexpr int64_t kBlock = 256, kChunkBytes = 8 * kSubBlockBytes, kScaleCount = 80;
 
   // Outputs 8g .. 8g + 7 of the R rows of one activation tile (as the driver's tile).
   template <int R>
@@ -45,9 +77,13 @@ struct PackedQ4_K {
       const uint8_t* mins = sc + 64;
       __m256i isum[R];
       for (int s = 0; s < 8; ++s) {
-        if constexpr (R == 1) prefetch_ahead(chunk, 128);
-        Dot::template q4_k<R>(chunk, xq + 32 * s, sc, s == 0, isum);
-        chunk += 128;
+        if constexpr (R == 1) prefetch_ahead(chunk, kSubBlockBytes);
+        if constexpr (kFifthBit) {
+          Dot::template q5_k<R>(chunk, xq + 32 * s, sc, s == 0, isum);
+        } else {
+          Dot::template q4_k<R>(chunk, xq + 32 * s, sc, s == 0, isum);
+        }
+        chunk += kSubBlockBytes;
         sc += 8;
       }
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta)));
@@ -85,6 +121,11 @@ struct PackedQ4_K {
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * y_stride, _mm256_sub_ps(acc[r], accm[r]));
   }
 };
+
+template <class Dot>
+using PackedQ4_K = PackedScaleMinK<Dot, false>;
+template <class Dot>
+using PackedQ5_K = PackedScaleMinK<Dot, true>;
 
 // q6_K: 256-element super-blocks in 8 groups of 32 (packed_weights.h): low nibbles laid out as a
 // q4_0 chunk, high 2-bit pairs in 2 vectors per group, each completing one 16-element sub-block.

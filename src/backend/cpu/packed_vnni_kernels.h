@@ -1,4 +1,4 @@
-// Packed q4_0 / q8_0 / q4_K / q6_K matmul kernels for AVX-512 VNNI (on 256-bit vectors,
+// Packed q4_0 / q8_0 / q4_K / q5_K / q6_K matmul kernels for AVX-512 VNNI (on 256-bit vectors,
 // AVX512VL): the AVX2 kernels' layout and tiling (packed_gemm_avx2.h, packed_kquant_tiles.h), with
 // each slice's 4-byte dot products accumulated straight into int32 lanes by one vpdpbusd
 // (unsigned weight bytes x signed activation bytes) instead of maddubs + add + madd. Integer sums
@@ -69,7 +69,7 @@ struct VnniQ8_0 {
 
 // The k-quant sub-block dot (packed_kquant_tiles.h): a sub-block's exact int32 dot per row from
 // vpdpbusd, then one vpmulld by the 8 rows' scales. Totals stay far below 2^31 (q4_K:
-// 8 x 63 x 32 x 15 x 128 per block; q6_K: 16 x 128 x 16 x 63 x 128).
+// 8 x 63 x 32 x 15 x 128 per block; q5_K: 8 x 63 x 32 x 31 x 128; q6_K: 16 x 128 x 16 x 63 x 128).
 // (Its q4_k nibble loop is VnniQ4_0::dot's, written out again: a shared helper taking a lambda
 // made GCC keep the tiles' accumulators on the stack.)
 struct VnniDot {
@@ -103,6 +103,39 @@ struct VnniDot {
   }
 
   template <int R>
+  static inline void q5_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc, bool first,
+                          __m256i (&isum)[R]) {
+    const __m256i scale =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+    const __m256i h = load_256(chunk + 128);
+    __m256i dot[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_si256();
+    q5_k_slice<R, 0>(chunk, h, x, dot);
+    q5_k_slice<R, 1>(chunk, h, x, dot);
+    q5_k_slice<R, 2>(chunk, h, x, dot);
+    q5_k_slice<R, 3>(chunk, h, x, dot);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i p = _mm256_mullo_epi32(dot[r], scale);
+      isum[r] = first ? p : _mm256_add_epi32(isum[r], p);
+      keep_in_register(isum[r]);
+    }
+  }
+  template <int R, int k>
+  static inline void q5_k_slice(const uint8_t* chunk, __m256i h, const int8_t* x,
+                                __m256i (&dot)[R]) {
+    __m256i lo, hi;
+    q5_slice<k>(load_256(chunk + 32 * k), h, lo, hi);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xr = x + 256 * r + 8 * k;
+      dot[r] = dpbusd(dpbusd(dot[r], lo, broadcast_4(xr)), hi, broadcast_4(xr + 4));
+      keep_in_register(dot[r]);
+    }
+  }
+
+  template <int R>
   static inline void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
                           bool first, __m256i (&isum)[R]) {
     // Byte 2j + m (row j's scale), sign-extended to lane j.
@@ -132,6 +165,8 @@ MatmulKernel vnni_packed_kernel(tensor::GgmlType type) {
       return run_packed<VnniQ8_0>;
     case tensor::GgmlType::kQ4_K:
       return run_packed<PackedQ4_K<VnniDot>>;
+    case tensor::GgmlType::kQ5_K:
+      return run_packed<PackedQ5_K<VnniDot>>;
     case tensor::GgmlType::kQ6_K:
       return run_packed<PackedQ6_K<VnniDot>>;
     default:
