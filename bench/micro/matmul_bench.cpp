@@ -18,7 +18,8 @@ namespace {
 using vesper::tensor::GgmlType;
 
 constexpr GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0,
-                               GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+                               GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                               GgmlType::kQ2_K, GgmlType::kQ3_K};
 
 // Weights quantized from Gaussian values, so every block has realistic scales (random bytes
 // would give NaN/inf scales and subnormal arithmetic, which time differently).

@@ -19,7 +19,7 @@
 //      |y - sum_i W[o][i] * xa[r][i]| <= (n_in / B + 6) * 2^-24 * M
 //    with B the weight block size (32 or 256) and M = sum_i (|A[o][i]| + |N[o][i]|) * |xa[r][i]|
 //    where W = A + N splits each weight into its scale part A (d * sc * q) and its min part N
-//    (-dmin * m for q4_K / q5_K; zero for other types).
+//    (-dmin * m for q2_K / q4_K / q5_K; zero for other types).
 //  - No allocation after the first call with a given shape on a given thread.
 #pragma once
 
@@ -37,13 +37,13 @@ void matmul(tensor::GgmlType type, const void* w, int64_t n_in, int64_t n_out, c
             int64_t n_rows, float* y, ThreadPool& pool);
 
 // How matmul treats the activations for a weight type, a promise the f64 test oracles mirror:
-//  - kNone: activations stay f32 (f32, f16, bf16, q4_1, q5_1, q2_K, q3_K, q8_K weights).
+//  - kNone: activations stay f32 (f32, f16, bf16, q4_1, q5_1, q8_K weights).
 //  - kQ8_0: each activation row is quantized to Q8_0 as llama.cpp's x86 quantize_row_q8_0 does
 //    (per 32 elements: d = fp16(amax / 127), q = round-half-even(x * (127 / amax))), then
 //    dotted in integers (q4_0, q5_0, q8_0 weights).
 //  - kQ8_K: likewise to Q8_K as llama.cpp's quantize_row_q8_K (per 256 elements: iscale =
 //    -127 / (the element of largest magnitude, first on ties), q = min(127, round(iscale * x)),
-//    d = 1 / iscale in f32) (q4_K, q5_K, q6_K weights).
+//    d = 1 / iscale in f32) (q2_K, q3_K, q4_K, q5_K, q6_K weights).
 enum class ActivationQuant { kNone, kQ8_0, kQ8_K };
 ActivationQuant matmul_activation_quant(tensor::GgmlType type);
 

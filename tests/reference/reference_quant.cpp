@@ -244,12 +244,24 @@ std::vector<double> dequantize_row(GgmlType type, const void* src, int64_t n) {
 }
 
 std::vector<double> min_part(GgmlType type, const void* src, int64_t n) {
-  if (type != GgmlType::kQ4_K && type != GgmlType::kQ5_K) return std::vector<double>(n);
-  const size_t block_bytes = type == GgmlType::kQ4_K ? 144 : 176;
+  size_t block_bytes = 0, dmin_at = 0;
+  switch (type) {
+    case GgmlType::kQ2_K:
+      block_bytes = 84, dmin_at = 82;
+      break;
+    case GgmlType::kQ4_K:
+      block_bytes = 144, dmin_at = 2;
+      break;
+    case GgmlType::kQ5_K:
+      block_bytes = 176, dmin_at = 2;
+      break;
+    default:
+      return std::vector<double>(n);
+  }
   const size_t bytes = static_cast<size_t>(n / 256) * block_bytes;
   std::vector<uint8_t> no_min(static_cast<const uint8_t*>(src),
                               static_cast<const uint8_t*>(src) + bytes);
-  for (size_t b = 0; b < bytes; b += block_bytes) no_min[b + 2] = no_min[b + 3] = 0;  // dmin@2
+  for (size_t b = 0; b < bytes; b += block_bytes) no_min[b + dmin_at] = no_min[b + dmin_at + 1] = 0;
   const std::vector<double> all = dequantize_row(type, src, n);
   const std::vector<double> scale_part = dequantize_row(type, no_min.data(), n);
   std::vector<double> part(static_cast<size_t>(n));

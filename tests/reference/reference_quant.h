@@ -21,7 +21,7 @@ double fp16_value(uint16_t h);
 std::vector<double> dequantize_row(tensor::GgmlType type, const void* src, int64_t n);
 
 // The min part N of each of those values, for the error bounds of backend/matmul.h (W = A + N with
-// A = d * sc * q and N = -dmin * m): for q4_K / q5_K the values less what the row gives with
+// A = d * sc * q and N = -dmin * m): for q2_K / q4_K / q5_K the values less what the row gives with
 // dmin = 0; zeros for every other type.
 std::vector<double> min_part(tensor::GgmlType type, const void* src, int64_t n);
 

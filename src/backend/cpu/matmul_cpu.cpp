@@ -308,6 +308,8 @@ ActivationQuant matmul_activation_quant(tensor::GgmlType type) {
     case tensor::GgmlType::kQ5_0:
     case tensor::GgmlType::kQ8_0:
       return ActivationQuant::kQ8_0;
+    case tensor::GgmlType::kQ2_K:
+    case tensor::GgmlType::kQ3_K:
     case tensor::GgmlType::kQ4_K:
     case tensor::GgmlType::kQ5_K:
     case tensor::GgmlType::kQ6_K:

@@ -7,7 +7,7 @@
 // The contracts, by weight type (backend::matmul_activation_quant says which applies); they are
 // what makes matmul batch-invariant and ISA-independent.
 //
-// Float contract (f32, f16, bf16, q4_1, q5_1, q2_K, q3_K, q8_K): the weight row is decoded
+// Float contract (f32, f16, bf16, q4_1, q5_1, q8_K): the weight row is decoded
 // exactly to f32 (as tensor::dequantize_row does), then for each output element
 //   acc[j][l] = fma(w[32c + 8j + l], x[32c + 8j + l], acc[j][l])  for chunks c in order,
 //                                                                  j < 4, l < 8, acc from +0
@@ -28,17 +28,18 @@
 // repacked (q4_0 8x8) AVX2 kernels; it lets one vector hold 8 outputs of 8 interleaved weight rows
 // (packed_weights.h) with the unpacked kernels giving the same bits.
 //
-// Block-total contract (q4_K, q5_K, q6_K against Q8_K activations, 256-element super-blocks): the
-// activation row is quantized once per call (q8_activations.h), giving quants xq, one f32 scale
-// dx[b] per block and sums of each 16 quants bsums. Weight block b of output o is w[i] = d *
-// wint[i] - dmin * m(i / 16) with integers wint (sub-block scale times quant, q6_K's -32 offset
-// included) and m (the sub-block mins of q4_K / q5_K; q6_K has none). For each output element,
+// Block-total contract (the k-quants q2_K ... q6_K against Q8_K activations, 256-element
+// super-blocks): the activation row is quantized once per call (q8_activations.h), giving quants
+// xq, one f32 scale dx[b] per block and sums of each 16 quants bsums. Weight block b of output o
+// is w[i] = d * wint[i] - dmin * m(i / 16) with integers wint (sub-block scale times quant, the
+// offsets of q3_K's -4 and q6_K's -32 included) and m (the sub-block mins of q2_K / q4_K / q5_K;
+// q3_K and q6_K have none). For each output element,
 // blocks b in order, acc and accm from +0:
 //   isum = sum over the block's 256 elements of wint[i] * xq[i]                      (exact)
 //   imin = sum over the block's 16-groups g of m(g) * bsums[g]                         (exact)
 //   acc  = fma(float(isum), d * dx[b], acc)
-//   accm = fma(float(imin), dmin * dx[b], accm)                      (q4_K, q5_K)
-//   sum  = acc - accm                                                 (q6_K: sum = acc)
+//   accm = fma(float(imin), dmin * dx[b], accm)                      (q2_K, q4_K, q5_K)
+//   sum  = acc - accm                                                 (q3_K, q6_K: sum = acc)
 // |isum| < 2^31, so the integer is exact; its conversion to f32 rounds once, the same way for
 // every kernel. This is the order of llama.cpp's repacked q4_K (8x8) AVX2 kernels; like the
 // block-sum contract it lets one vector hold 8 outputs of 8 interleaved weight rows. (ggml's

@@ -1,36 +1,62 @@
-// AVX2 matmul kernel for q2_K weights: super-blocks of 256, sub-blocks of 16 with 4-bit scale
-// and min, decoded as d * sc * q - dmin * m.
-#include "backend/cpu/gemm_avx2.h"
+// AVX2 matmul kernel for q2_K weights against Q8_K activations: super-blocks of 256, sub-blocks
+// of 16 with a 4-bit scale and a 4-bit min, w = d * sc * q - dmin * m, q = 2 bits from qs.
+#include "backend/cpu/gemm_q8_avx2.h"
 
 namespace vesper::backend::cpu {
 namespace {
 
-struct DecodeQ2_K {  // scales@0[16], qs@16[64], d@80, dmin@82
-  static constexpr bool kIdentity = false;
+struct KernelQ2_K {  // scales@0[16] (scale | min << 4), qs@16[64], d@80, dmin@82
   static constexpr int64_t kBlock = 256;
   static constexpr int64_t kBytes = 84;
-  static void decode(const uint8_t* src, float* out) {
-    const float d = load_fp16(src + 80);
-    const float dmin = load_fp16(src + 82);
-    const uint8_t* qs = src + 16;
-    const __m256i three = _mm256_set1_epi32(3);
-    for (int sub = 0; sub < 16; ++sub) {
-      const float dl = d * static_cast<float>(src[sub] & 0xF);    // exact
-      const float ml = dmin * static_cast<float>(src[sub] >> 4);  // exact
-      const int h = sub / 8, s = (sub % 8) / 2, l0 = 16 * (sub % 2);
-      for (int l = l0; l < l0 + 16; l += 8) {
-        const __m256i q = _mm256_and_si256(shift_right(widen_u8(qs + 32 * h + l), 2 * s), three);
-        store_affine(q, dl, -ml, out + 128 * h + 32 * s + l);
-      }
+  static constexpr bool kHasMin = true;
+  struct Unpacked {
+    __m256i q[8];   // 32-element chunk k's quants, 0..3
+    __m256i sc[8];  // chunk k's two scales: sub-block 2k in int16 lanes 0-7, 2k + 1 in 8-15
+    __m256i mins;   // the 16 sub-block mins as int16
+    float d, dmin;
+  };
+  static void unpack(const uint8_t* block, Unpacked& u) {
+    u.d = load_fp16(block + 80);
+    u.dmin = load_fp16(block + 82);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block));
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    const __m128i scales = _mm_and_si128(packed, low4);
+    u.mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), low4));
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i bits = load_256(block + 16 + 32 * n);  // chunk 4n + j in bits 2j, 2j + 1
+      // 16-bit shifts move bits across bytes; the mask keeps only each byte's own two bits.
+      for (int j = 0; j < 4; ++j)
+        u.q[4 * n + j] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), three);
+    }
+    for (int k = 0; k < 8; ++k) {
+      // Bytes 2k (x8) then 2k + 1 (x8), widened: one shuffle and one extension per chunk.
+      const __m128i pick =
+          _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * k)),
+                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+      u.sc[k] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales, pick));
     }
   }
-  static void decode_tail(const uint8_t*, int64_t, float*) {}
+  // Quants 0..3 are maddubs' unsigned operand; its int16 pair sums stay within 2 * 3 * 128.
+  static __m256i dot(const Unpacked& u, const int8_t* xq) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i p = _mm256_maddubs_epi16(u.q[k], load_256(xq + 32 * k));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[k]));
+    }
+    return sum;
+  }
+  // The 16 mins against the activation sums of their 16 elements; the driver adds the lanes up.
+  static __m128i min_dot(const Unpacked& u, const int16_t* bsums) {
+    const __m256i p = _mm256_madd_epi16(u.mins, load_256(bsums));
+    return _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  }
 };
 
 }  // namespace
 
 void matmul_q2_k_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scratch) {
-  run_matmul<DecodeQ2_K>(a, o_begin, o_end, scratch);
+  run_q8_matmul<KernelQ2_K>(a, o_begin, o_end, scratch);
 }
 
 }  // namespace vesper::backend::cpu

@@ -1,47 +1,70 @@
-// AVX2 matmul kernel for q3_K weights: super-blocks of 256, sub-blocks of 16 with signed 6-bit
-// scales, decoded as d * (sc - 32) * (low2 + 4 * high - 4).
-#include "backend/cpu/gemm_avx2.h"
+// AVX2 matmul kernel for q3_K weights against Q8_K activations: super-blocks of 256, sub-blocks
+// of 16 with signed 6-bit scales, w = d * sc * q, q = low 2 bits + 4 * third bit - 4 (-4 .. 3).
+#include "backend/cpu/gemm_q8_avx2.h"
+#include "tensor/quant_blocks.h"
 
 namespace vesper::backend::cpu {
 namespace {
 
-// Sub-block j's scale, unbiased (see tensor/quant_blocks.h; restated to keep this ISA's code to
-// itself).
-inline int scale_q3_k(int j, const uint8_t* packed) {
-  const int low = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
-  const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-  return (low | (high << 4)) - 32;
-}
-
-struct DecodeQ3_K {  // hmask@0[32], qs@32[64], scales@96[12], d@108
-  static constexpr bool kIdentity = false;
+struct KernelQ3_K {  // hmask@0[32], qs@32[64], scales@96[12], d@108
   static constexpr int64_t kBlock = 256;
   static constexpr int64_t kBytes = 110;
-  static void decode(const uint8_t* src, float* out) {
-    const float d = load_fp16(src + 108);
-    const uint8_t* hmask = src;
-    const uint8_t* qs = src + 32;
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i three = _mm256_set1_epi32(3);
-    const __m256i four = _mm256_set1_epi32(4);
-    for (int sub = 0; sub < 16; ++sub) {
-      const float dl = d * static_cast<float>(scale_q3_k(sub, src + 96));  // exact
-      const int h = sub / 8, s = (sub % 8) / 2, l0 = 16 * (sub % 2);
-      for (int l = l0; l < l0 + 16; l += 8) {
-        const __m256i low = _mm256_and_si256(shift_right(widen_u8(qs + 32 * h + l), 2 * s), three);
-        const __m256i high = _mm256_and_si256(shift_right(widen_u8(hmask + l), 4 * h + s), one);
-        const __m256i q = _mm256_sub_epi32(_mm256_add_epi32(low, _mm256_slli_epi32(high, 2)), four);
-        store_scaled(q, dl, out + 128 * h + 32 * s + l);
+  static constexpr bool kHasMin = false;
+  struct Unpacked {
+    __m256i q[8];      // 32-element chunk k's quants, -4..3
+    __m256i abs_q[8];  // |q|
+    __m256i sc[8];     // chunk k's two scales: sub-block 2k in int16 lanes 0-7, 2k + 1 in 8-15
+    float d;
+  };
+  static void unpack(const uint8_t* block, Unpacked& u) {
+    u.d = load_fp16(block + 108);
+    const __m256i hmask = load_256(block);  // chunk k's third bits in bit k of each byte
+    const __m256i one = _mm256_set1_epi8(1);
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i four = _mm256_set1_epi8(4);
+    for (int n = 0; n < 2; ++n) {
+      const __m256i bits = load_256(block + 32 + 32 * n);  // chunk 4n + j in bits 2j, 2j + 1
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * n + j;
+        // 16-bit shifts move bits across bytes; the masks keep only each byte's own bits.
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), three);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, k), one);
+        u.q[k] = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 2)), four);
+        u.abs_q[k] = _mm256_abs_epi8(u.q[k]);
       }
     }
+    // The 16 scales (-32 .. 31) unpacked once per block; they are not on the hot path of a
+    // block's 8 x 32 quants.
+    alignas(16) int8_t scales[16];
+    for (int g = 0; g < 16; ++g)
+      scales[g] = static_cast<int8_t>(tensor::unpack_scale_q3_k(g, block + 96));
+    const __m128i all = _mm_load_si128(reinterpret_cast<const __m128i*>(scales));
+    for (int k = 0; k < 8; ++k) {
+      // Bytes 2k (x8) then 2k + 1 (x8), sign-extended.
+      const __m128i pick =
+          _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * k)),
+                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+      u.sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(all, pick));
+    }
   }
-  static void decode_tail(const uint8_t*, int64_t, float*) {}
+  // The sign trick (maddubs wants one unsigned operand): |q| times x with q's sign; int16 pair
+  // sums stay within 2 * 4 * 128.
+  static __m256i dot(const Unpacked& u, const int8_t* xq) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      const __m256i x = _mm256_sign_epi8(load_256(xq + 32 * k), u.q[k]);
+      const __m256i p = _mm256_maddubs_epi16(u.abs_q[k], x);
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[k]));
+    }
+    return sum;
+  }
+  static __m128i min_dot(const Unpacked&, const int16_t*) { return _mm_setzero_si128(); }
 };
 
 }  // namespace
 
 void matmul_q3_k_avx2(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float* scratch) {
-  run_matmul<DecodeQ3_K>(a, o_begin, o_end, scratch);
+  run_q8_matmul<KernelQ3_K>(a, o_begin, o_end, scratch);
 }
 
 }  // namespace vesper::backend::cpu

@@ -64,6 +64,39 @@ struct DecodeQ8_0 {  // d@0, qs@2[32] int8
   }
 };
 
+// q2_K: 16 sub-blocks of 16, element 128n + 32j + l (l < 32) in bits 2j, 2j + 1 of qs[32n + l];
+// sub-block g's scale in the low nibble of scales[g], its min in the high nibble.
+struct DecodeQ2_K {  // scales@0[16], qs@16[64], d@80, dmin@82
+  static constexpr int kBlock = 256, kBytes = 84;
+  static constexpr bool kHasMin = true;
+  static void decode(const uint8_t* b, IntBlock& out) {
+    out.d = half(b + 80);
+    out.dmin = half(b + 82);
+    for (int g = 0; g < 16; ++g) out.min16[g] = b[g] >> 4;
+    for (int i = 0; i < 256; ++i) {
+      const int n = i / 128, j = (i % 128) / 32, l = i % 32;
+      out.wint[i] = (b[i / 16] & 0xF) * ((b[16 + 32 * n + l] >> (2 * j)) & 3);
+    }
+  }
+};
+
+// q3_K: 16 sub-blocks of 16 with signed 6-bit scales; element 128n + 32j + l has its low 2 bits in
+// bits 2j, 2j + 1 of qs[32n + l] and its third bit in bit 4n + j of hmask[l]; the quant is
+// low + 4 * high - 4 (-4 .. 3).
+struct DecodeQ3_K {  // hmask@0[32], qs@32[64], scales@96[12], d@108
+  static constexpr int kBlock = 256, kBytes = 110;
+  static constexpr bool kHasMin = false;
+  static void decode(const uint8_t* b, IntBlock& out) {
+    out.d = half(b + 108);
+    for (int i = 0; i < 256; ++i) {
+      const int n = i / 128, j = (i % 128) / 32, l = i % 32;
+      const int low = (b[32 + 32 * n + l] >> (2 * j)) & 3;
+      const int high = (b[l] >> (4 * n + j)) & 1;
+      out.wint[i] = tensor::unpack_scale_q3_k(i / 16, b + 96) * (low + 4 * high - 4);
+    }
+  }
+};
+
 // q4_K and q5_K: 8 sub-blocks of 32, element 64c + l in the low nibble of qs[32c + l] and
 // 64c + 32 + l in its high nibble; q5_K adds bit (2c or 2c + 1) of qh[l] as the fifth bit.
 template <bool kFifthBit>
@@ -145,6 +178,10 @@ MatmulKernel scalar_q8_kernel(GgmlType type) {
       return matmul_q8_scalar<DecodeQ5_0>;
     case GgmlType::kQ8_0:
       return matmul_q8_scalar<DecodeQ8_0>;
+    case GgmlType::kQ2_K:
+      return matmul_q8_scalar<DecodeQ2_K>;
+    case GgmlType::kQ3_K:
+      return matmul_q8_scalar<DecodeQ3_K>;
     case GgmlType::kQ4_K:
       return matmul_q8_scalar<DecodeK45<false>>;
     case GgmlType::kQ5_K:

@@ -54,10 +54,6 @@ MatmulKernel scalar_kernel(GgmlType type) {
       return matmul_scalar<GgmlType::kQ4_1>;
     case GgmlType::kQ5_1:
       return matmul_scalar<GgmlType::kQ5_1>;
-    case GgmlType::kQ2_K:
-      return matmul_scalar<GgmlType::kQ2_K>;
-    case GgmlType::kQ3_K:
-      return matmul_scalar<GgmlType::kQ3_K>;
     case GgmlType::kQ8_K:
       return matmul_scalar<GgmlType::kQ8_K>;
     default:
