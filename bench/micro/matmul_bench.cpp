@@ -4,6 +4,7 @@
 // bytes streamed, FLOPS = 2 * n_in * n_out * rows per call, items_per_second = activation rows.
 #include <benchmark/benchmark.h>
 
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -87,12 +88,15 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// The types backend::prepare_weights packs.
+constexpr GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
+                                     GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K,
+                                     GgmlType::kQ3_K};
+
 // The same products over weights repacked at load (backend/packed_weights.h), as the model runs
-// q4_0, q8_0, q4_K and q6_K: 1 row (decode), 32 (batched decode) and 512 (prefill, llama-bench's
-// pp512). Args: type (0 q4_0, 1 q8_0, 2 q4_K, 3 q6_K), n_in, n_out, activation rows, threads.
+// them: 1 row (decode), 32 (batched decode) and 512 (prefill, llama-bench's pp512). Args: type
+// (index into kPackedTypes; the label names it), n_in, n_out, activation rows, threads.
 void BM_PackedMatmul(benchmark::State& state) {
-  constexpr GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                       GgmlType::kQ5_K, GgmlType::kQ6_K};
   const GgmlType type = kPackedTypes[state.range(0)];
   const int64_t n_in = state.range(1), n_out = state.range(2), rows = state.range(3);
   const int threads = static_cast<int>(state.range(4));
@@ -114,7 +118,7 @@ void BM_PackedMatmul(benchmark::State& state) {
 void packed_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "n_in", "n_out", "rows", "threads"});
   const int hw = vesper::ThreadPool::hardware_threads();
-  for (int64_t t : {0, 1, 2, 3})
+  for (int64_t t = 0; t < static_cast<int64_t>(std::size(kPackedTypes)); ++t)
     for (int64_t rows : {1, 32, 512})
       for (int64_t threads : {1, hw}) {
         b->Args({t, 2048, 2048, rows, threads});

@@ -1,7 +1,7 @@
 // Matrix multiplication of activations by a weight matrix stored in any ggml type: the op behind
-// every linear layer. Weights are used in place (mmap'd GGUF data) or, for q4_0 / q8_0 / q4_K /
-// q5_K / q6_K, repacked once (backend/packed_weights.h, same results); activations and outputs are
-// f32, row-major.
+// every linear layer. Weights are used in place (mmap'd GGUF data) or, for q4_0 / q8_0 / k-quant,
+// repacked once (backend/packed_weights.h, same results); activations and outputs are f32,
+// row-major.
 //
 // Promises:
 //  - Batch invariance: y[r][o] is bit-identical whatever n_rows is, whatever the other rows of x

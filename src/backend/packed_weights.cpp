@@ -1,6 +1,6 @@
-// Repacking q4_0 / q8_0 / q4_K / q5_K / q6_K weights into 8-row interleaved chunks (layout in
-// packed_weights.h). Runs once per matrix at load, portable: speed matters little next to reading
-// the file.
+// Repacking q4_0 / q8_0 and k-quant (q2_K ... q6_K) weights into 8-row interleaved chunks (layout
+// in packed_weights.h). Runs once per matrix at load, portable: speed matters little next to
+// reading the file.
 #include "backend/packed_weights.h"
 
 #include <cstring>
@@ -77,6 +77,12 @@ void pack_chunk_k45(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta)
   }
 }
 
+// The sub-block byte order of the q2_K / q3_K / q6_K scales (and q2_K's mins): byte 16p + 2j + h
+// is row j's sub-block 2p + h.
+constexpr int sub16_at(int j, int u) {
+  return 16 * (u / 2) + 2 * j + u % 2;
+}
+
 // q6_K: the 8 rows' super-block b, in 8 groups of 32 elements. A group's low nibbles are laid out
 // as a q4_0 chunk's block; its high 2-bit pairs follow in 2 vectors, vector m holding, in byte
 // 4j + t, row j's elements 16m + t (bits 0-1), 16m + 4 + t (2-3), 16m + 8 + t (4-5) and
@@ -86,7 +92,7 @@ void pack_chunk_q6_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta
   for (int j = 0; j < kRows; ++j) {
     const uint8_t* b = rows[j];
     std::memcpy(&meta[j], b + 208, 2);  // d
-    for (int u = 0; u < 16; ++u) sc[16 * (u / 2) + 2 * j + u % 2] = b[192 + u];
+    for (int u = 0; u < 16; ++u) sc[sub16_at(j, u)] = b[192 + u];
     // Element 128h + 32s + l: low 4 bits in nibble s / 2 of ql[64h + 32(s % 2) + l], high 2 bits
     // at bit 2s of qh[32h + l].
     auto low = [b](int e) {
@@ -114,6 +120,71 @@ void pack_chunk_q6_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta
   }
 }
 
+// q3_K: the 8 rows' super-block b in 8 groups of 32 elements. Per group, 2 vectors of the low 2
+// bits of the unsigned quants q = low + 4 * third bit (the weight is sc * (q - 4)): byte 4j + t of
+// vector m holds row j's group elements 16m + t, 16m + 4 + t, 16m + 8 + t and 16m + 12 + t in bits
+// 0-1, 2-3, 4-5 and 6-7; then one vector of the third bits, bit 4m + i of byte 4j + t for element
+// 16m + 4i + t. d and the int8 scales go to `meta`.
+void pack_chunk_q3_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta) {
+  auto* sc = reinterpret_cast<int8_t*>(meta + 8);
+  for (int j = 0; j < kRows; ++j) {
+    const uint8_t* b = rows[j];  // hmask@0[32], qs@32[64], scales@96[12], d@108
+    std::memcpy(&meta[j], b + 108, 2);
+    for (int u = 0; u < 16; ++u)
+      sc[sub16_at(j, u)] = static_cast<int8_t>(tensor::unpack_scale_q3_k(u, b + 96));
+    // Element 128n + 32s + l: low 2 bits at bit 2s of qs[32n + l], third bit at bit 4n + s of
+    // hmask[l].
+    auto low = [b](int e) {
+      return (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    };
+    auto high = [b](int e) { return (b[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1; };
+    for (int g = 0; g < 8; ++g) {
+      uint8_t* group = quants + 96 * g;
+      for (int t = 0; t < 4; ++t) {
+        uint8_t third = 0;
+        for (int m = 0; m < 2; ++m) {
+          uint8_t lows = 0;
+          for (int i = 0; i < 4; ++i) {
+            const int e = 32 * g + 16 * m + 4 * i + t;
+            lows |= static_cast<uint8_t>(low(e) << (2 * i));
+            third |= static_cast<uint8_t>(high(e) << (4 * m + i));
+          }
+          group[32 * m + 4 * j + t] = lows;
+        }
+        group[64 + 4 * j + t] = third;
+      }
+    }
+  }
+}
+
+// q2_K: the 8 rows' super-block b in 8 groups of 32 elements, each 2 vectors of 2-bit quants laid
+// out as q3_K's low bits. d, dmin, the 4-bit scales and the 4-bit mins go to `meta`.
+void pack_chunk_q2_k(const uint8_t* const* rows, uint8_t* quants, uint16_t* meta) {
+  auto* sc = reinterpret_cast<uint8_t*>(meta + 16);
+  uint8_t* mins = sc + 128;
+  for (int j = 0; j < kRows; ++j) {
+    const uint8_t* b = rows[j];  // scales@0[16], qs@16[64], d@80, dmin@82
+    std::memcpy(&meta[j], b + 80, 2);
+    std::memcpy(&meta[8 + j], b + 82, 2);
+    for (int u = 0; u < 16; ++u) {
+      sc[sub16_at(j, u)] = b[u] & 0xF;
+      mins[sub16_at(j, u)] = b[u] >> 4;
+    }
+    // Element 128n + 32s + l at bit 2s of qs[32n + l].
+    auto quant = [b](int e) {
+      return (b[16 + 32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    };
+    for (int g = 0; g < 8; ++g)
+      for (int m = 0; m < 2; ++m)
+        for (int t = 0; t < 4; ++t) {
+          uint8_t byte = 0;
+          for (int i = 0; i < 4; ++i)
+            byte |= static_cast<uint8_t>(quant(32 * g + 16 * m + 4 * i + t) << (2 * i));
+          quants[64 * g + 32 * m + 4 * j + t] = byte;
+        }
+  }
+}
+
 // Everything the layout of one packed type is (packed_weights.h): elements of a row per chunk,
 // bytes of a chunk's quants, uint16 scale entries per chunk, and the function that packs a chunk.
 struct ChunkFormat {
@@ -127,6 +198,8 @@ struct ChunkFormat {
 const ChunkFormat* chunk_format(GgmlType type) {
   static constexpr ChunkFormat kQ4_0{32, 128, 8, pack_chunk_q4_0};
   static constexpr ChunkFormat kQ8_0{32, 256, 8, pack_chunk_q8_0};
+  static constexpr ChunkFormat kQ2_K{256, 512, 144, pack_chunk_q2_k};
+  static constexpr ChunkFormat kQ3_K{256, 768, 72, pack_chunk_q3_k};
   static constexpr ChunkFormat kQ4_K{256, 1024, 80, pack_chunk_k45<false>};
   static constexpr ChunkFormat kQ5_K{256, 1280, 80, pack_chunk_k45<true>};
   static constexpr ChunkFormat kQ6_K{256, 1536, 72, pack_chunk_q6_k};
@@ -135,6 +208,10 @@ const ChunkFormat* chunk_format(GgmlType type) {
       return &kQ4_0;
     case GgmlType::kQ8_0:
       return &kQ8_0;
+    case GgmlType::kQ2_K:
+      return &kQ2_K;
+    case GgmlType::kQ3_K:
+      return &kQ3_K;
     case GgmlType::kQ4_K:
       return &kQ4_K;
     case GgmlType::kQ5_K:

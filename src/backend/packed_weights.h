@@ -2,8 +2,8 @@
 // interleaved, so one 32-byte load of quants feeds 8 output features and the 8 rows' scales
 // convert as one vector (llama.cpp's block_q4_0x8 idea; the GGUF file itself is never modified).
 //
-// Packed: q4_0, q8_0, q4_K, q5_K and q6_K matrices whose n_out is a multiple of 8 (packable() says
-// so). Anything else stays on backend::matmul over the unpacked data.
+// Packed: q4_0, q8_0 and k-quant (q2_K, q3_K, q4_K, q5_K, q6_K) matrices whose n_out is a multiple
+// of 8 (packable() says so). Anything else stays on backend::matmul over the unpacked data.
 //
 // matmul over PackedWeights keeps every promise of backend/matmul.h and gives the same bits as
 // backend::matmul on the unpacked data (both follow the block-sum or block-total contract of
@@ -13,7 +13,7 @@
 // line; G = n_out / 8 groups of rows 8g .. 8g + 7, B = n_in / K blocks per row with
 // K = chunk_block(type) (32, or 256 for the k-quants), chunk (g, b) = the 8 rows' block b):
 //   quants: chunk (g, b) at offset (g * B + b) * Q, Q = chunk_quant_bytes(type): 128 (q4_0),
-//           256 (q8_0), 1024 (q4_K), 1280 (q5_K), 1536 (q6_K)
+//           256 (q8_0), 512 (q2_K), 768 (q3_K), 1024 (q4_K), 1280 (q5_K), 1536 (q6_K)
 //     q4_0: 4 slices of 32 bytes; byte 4j + t of slice k holds row j's element 8k + t in its low
 //           nibble and element 8k + 4 + t in its high nibble, as stored (q, the weight is q - 8)
 //     q8_0: 8 slices of 32 bytes; byte 4j + t of slice k is row j's element 4k + t (int8)
@@ -28,15 +28,21 @@
 //           high 2 bits: byte 4j + t of vector m holds row j's group elements 16m + t, 16m + 4 + t,
 //           16m + 8 + t and 16m + 12 + t in bits 0-1, 2-3, 4-5 and 6-7 (the bits that complete
 //           slices 2m and 2m + 1)
+//     q3_K: 8 groups of 32 elements, 96 bytes each: 2 vectors of the low 2 bits of the unsigned
+//           quants q (0..7, the weight is q - 4) laid out as q6_K's high bits, then one vector of
+//           their third bits: bit 4m + i of byte 4j + t for row j's group element 16m + 4i + t
+//     q2_K: 8 groups of 32 elements, 64 bytes each: 2 vectors of the quants (0..3) laid out as
+//           q6_K's high bits
 //     so each 32-bit lane j of a slice is row j's, against 4 activation bytes broadcast
 //   scales: after the quants, S = chunk_scale_count(type) uint16 per chunk, at (g * B + b) * S:
 //     q4_0, q8_0: the 8 rows' fp16 scales d (row j at j)
 //     q4_K, q5_K: fp16 d of rows 0-7, fp16 dmin of rows 0-7, then 64 bytes of 6-bit sub-block
-//     scales
-//           (byte 8s + j: row j's sub-block s) and 64 bytes of mins (byte 16p + 2j + h: row j's
-//           sub-block 2p + h), so that mins widen into int16 pairs for _mm256_madd_epi16
-//     q6_K: fp16 d of rows 0-7, then 128 bytes of int8 16-element sub-block scales (byte
+//           scales (byte 8s + j: row j's sub-block s) and 64 bytes of mins (byte 16p + 2j + h:
+//           row j's sub-block 2p + h), so that mins widen into int16 pairs for _mm256_madd_epi16
+//     q3_K, q6_K: fp16 d of rows 0-7, then 128 bytes of int8 16-element sub-block scales (byte
 //           16p + 2j + h: row j's sub-block 2p + h)
+//     q2_K: fp16 d of rows 0-7, fp16 dmin of rows 0-7, then 128 bytes of 4-bit sub-block scales
+//           and 128 bytes of 4-bit mins, one byte each, in q6_K's scale order
 #pragma once
 
 #include <cstdint>
@@ -64,7 +70,7 @@ class PackedWeights {
 
   // Elements of a row per chunk (32, or 256 for the k-quants), bytes of one chunk's quants (8 rows
   // x one such block) and uint16 scale entries per chunk (layout above), for a packed type
-  // (q4_0, q8_0, q4_K, q5_K, q6_K; any other type is a programming error and aborts).
+  // (q4_0, q8_0, q2_K ... q6_K; any other type is a programming error and aborts).
   static int64_t chunk_block(tensor::GgmlType type);
   static int64_t chunk_quant_bytes(tensor::GgmlType type);
   static int64_t chunk_scale_count(tensor::GgmlType type);
@@ -78,7 +84,7 @@ class PackedWeights {
   int64_t n_out_ = 0;
 };
 
-// Whether weights of `type` and this shape can be packed: q4_0, q8_0, q4_K, q5_K or q6_K, n_in a
+// Whether weights of `type` and this shape can be packed: q4_0, q8_0 or q2_K ... q6_K, n_in a
 // positive multiple of the type's block size, n_out a positive multiple of 8.
 bool packable(tensor::GgmlType type, int64_t n_in, int64_t n_out);
 

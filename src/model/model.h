@@ -20,7 +20,7 @@
 namespace vesper::model {
 
 // A weight matrix of n_out rows x n_in columns (GGUF shape [n_in, n_out]) in the mapping, and,
-// for q4_0 / q8_0 / q4_K / q5_K / q6_K matrices with n_out a multiple of 8, the same weights
+// for q4_0 / q8_0 / k-quant (q2_K ... q6_K) matrices with n_out a multiple of 8, the same weights
 // repacked at load into 8-row interleaved chunks (backend/packed_weights.h) that matmul reads
 // instead; the mapped pages of a packed matrix are then released and not touched again (except
 // token_embd's rows when the output matrix is tied to it).

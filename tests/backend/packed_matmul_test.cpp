@@ -1,5 +1,5 @@
-// Tests of backend/packed_weights.h: matmul over 8-row packed q4_0 / q8_0 / q4_K / q5_K / q6_K
-// weights
+// Tests of backend/packed_weights.h: matmul over 8-row packed q4_0 / q8_0 and k-quant (q2_K ...
+// q6_K) weights
 // gives the same bits as matmul over the unpacked data (portable kernel) on every instruction set,
 // batch size and thread count, and stays within the documented bound of the f64 reference.
 #include "backend/packed_weights.h"
@@ -46,15 +46,32 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, st
     uint8_t* row = w.data() + o * row_bytes;
     if (o % 5 == 4) {
       for (size_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(rng());
-      // A finite, moderate fp16 scale (and q4_K min scale) per block (random bits could give inf
+      // A finite, moderate fp16 scale (and min scale) per block (random bits could give inf
       // or NaN).
       for (size_t b = 0; b < row_bytes; b += tensor::traits(type).type_size) {
-        const size_t d_at = type == GgmlType::kQ6_K ? 208 : 0;
-        row[b + d_at] = static_cast<uint8_t>(rng());
-        row[b + d_at + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
-        if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {  // dmin@2
-          row[b + 2] = static_cast<uint8_t>(rng());
-          row[b + 3] = static_cast<uint8_t>(0x20 + rng() % 0x10);
+        auto set_scale = [&](size_t at) {
+          row[b + at] = static_cast<uint8_t>(rng());
+          row[b + at + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
+        };
+        switch (type) {
+          case GgmlType::kQ2_K:  // d@80, dmin@82
+            set_scale(80);
+            set_scale(82);
+            break;
+          case GgmlType::kQ3_K:
+            set_scale(108);
+            break;
+          case GgmlType::kQ4_K:  // d@0, dmin@2
+          case GgmlType::kQ5_K:
+            set_scale(0);
+            set_scale(2);
+            break;
+          case GgmlType::kQ6_K:
+            set_scale(208);
+            break;
+          default:  // q4_0, q8_0: d@0
+            set_scale(0);
+            break;
         }
       }
       continue;
@@ -112,12 +129,16 @@ void expect_near_reference(GgmlType type, const std::vector<uint8_t>& w, int64_t
   }
 }
 
-TEST(PackedWeights, PacksOnlyQ4_0Q8_0Q4_KQ5_KAndQ6_KWithWholeGroupsOfEightRows) {
+TEST(PackedWeights, PacksOnlyQ4_0Q8_0AndKQuantsWithWholeGroupsOfEightRows) {
   EXPECT_TRUE(packable(GgmlType::kQ4_0, 64, 8));
   EXPECT_TRUE(packable(GgmlType::kQ8_0, 32, 200));
   EXPECT_TRUE(packable(GgmlType::kQ4_K, 512, 16));
   EXPECT_FALSE(packable(GgmlType::kQ4_K, 256, 12));
   EXPECT_TRUE(packable(GgmlType::kQ5_K, 256, 8));
+  EXPECT_TRUE(packable(GgmlType::kQ2_K, 256, 8));
+  EXPECT_TRUE(packable(GgmlType::kQ3_K, 512, 24));
+  EXPECT_FALSE(packable(GgmlType::kQ3_K, 256, 20));
+  EXPECT_FALSE(packable(GgmlType::kQ8_K, 256, 8));
   EXPECT_FALSE(packable(GgmlType::kQ5_K, 256, 4));
   EXPECT_TRUE(packable(GgmlType::kQ6_K, 256, 8));
   EXPECT_FALSE(packable(GgmlType::kQ6_K, 128, 8));
@@ -141,6 +162,10 @@ TEST(PackedWeights, PacksOnlyQ4_0Q8_0Q4_KQ5_KAndQ6_KWithWholeGroupsOfEightRows) 
   EXPECT_EQ(pk.bytes(), 4u * (1024 + 160));  // 2 groups x 2 super-blocks
   const std::vector<uint8_t> w5 = make_weights(GgmlType::kQ5_K, 256, 8, rng);
   EXPECT_EQ(prepare_weights(GgmlType::kQ5_K, w5.data(), 256, 8).bytes(), 1280u + 160);
+  const std::vector<uint8_t> w2 = make_weights(GgmlType::kQ2_K, 256, 8, rng);
+  EXPECT_EQ(prepare_weights(GgmlType::kQ2_K, w2.data(), 256, 8).bytes(), 512u + 288);
+  const std::vector<uint8_t> w3 = make_weights(GgmlType::kQ3_K, 256, 8, rng);
+  EXPECT_EQ(prepare_weights(GgmlType::kQ3_K, w3.data(), 256, 8).bytes(), 768u + 144);
   const std::vector<uint8_t> w6 = make_weights(GgmlType::kQ6_K, 256, 8, rng);
   EXPECT_EQ(prepare_weights(GgmlType::kQ6_K, w6.data(), 256, 8).bytes(), 1536u + 144);
 }
@@ -244,8 +269,8 @@ TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
   if (!cpu::isa_available(Isa::kAvx2)) GTEST_SKIP() << "the emulation is built on AVX2";
   std::mt19937 rng(515);
   ThreadPool pool1(1), pool3(3);
-  for (GgmlType type :
-       {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ2_K, GgmlType::kQ3_K,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const cpu::MatmulKernel kernel = cpu::emulated_vnni_packed_kernel(type);
     ASSERT_NE(kernel, nullptr) << tensor::type_name(type);
     const int64_t block = PackedWeights::chunk_block(type);
@@ -277,8 +302,9 @@ TEST(PackedMatmulVnni, EmulatedKernelsEqualUnpackedBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedMatmul,
-                         ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                           GgmlType::kQ5_K, GgmlType::kQ6_K),
+                         ::testing::Values(GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ2_K,
+                                           GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                                           GgmlType::kQ6_K),
                          [](const ::testing::TestParamInfo<GgmlType>& info) {
                            return std::string(tensor::type_name(info.param));
                          });

@@ -19,8 +19,8 @@
 namespace vesper::backend::cpu {
 
 // Instruction sets, each a superset of the one before. An op without a kernel of its own for an
-// instruction set runs the next lower one's (AVX-512 VNNI has packed q4_0 / q8_0 / q4_K / q5_K /
-// q6_K matmul kernels; everything else there runs the AVX2 kernels).
+// instruction set runs the next lower one's (AVX-512 VNNI has packed q4_0 / q8_0 / k-quant matmul
+// kernels; everything else there runs the AVX2 kernels).
 enum class Isa {
   kScalar,      // portable C++ (matmul_scalar.cpp)
   kAvx2,        // AVX2 + FMA + F16C (*_avx2.cpp)

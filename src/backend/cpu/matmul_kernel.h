@@ -93,7 +93,7 @@ MatmulKernel scalar_kernel(tensor::GgmlType type);
 // float contract.
 MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
 
-// Kernels over 8-row packed weights (packed_weights.h) for q4_0, q8_0, q4_K, q5_K and q6_K,
+// Kernels over 8-row packed weights (packed_weights.h) for q4_0, q8_0 and q2_K ... q6_K,
 // portable (matmul_packed_scalar.cpp) and AVX2 (matmul_packed_avx2.cpp); o_begin and o_end are
 // multiples of 8. nullptr for other types. Bit-identical to the unpacked kernels (block-sum and
 // block-total contracts). They read activations quantized in tiles of kPackedRowTile rows
@@ -101,8 +101,8 @@ MatmulKernel scalar_q8_kernel(tensor::GgmlType type);
 inline constexpr int64_t kPackedRowTile = 4;
 MatmulKernel scalar_packed_kernel(tensor::GgmlType type);
 MatmulKernel avx2_packed_kernel(tensor::GgmlType type);
-// AVX-512 VNNI kernels (matmul_packed_avx512_vnni.cpp): every packed type (q4_0, q8_0, q4_K,
-// q5_K, q6_K); nullptr for any other.
+// AVX-512 VNNI kernels (matmul_packed_avx512_vnni.cpp): every packed type (q4_0, q8_0, q2_K ...
+// q6_K); nullptr for any other.
 MatmulKernel avx512_vnni_packed_kernel(tensor::GgmlType type);
 
 // AVX2 + FMA + F16C kernels, one per weight type, each in its own matmul_<type>_avx2.cpp

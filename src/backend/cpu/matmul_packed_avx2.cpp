@@ -1,4 +1,4 @@
-// AVX2 kernels over 8-row packed q4_0 / q8_0 / q4_K / q5_K / q6_K weights
+// AVX2 kernels over 8-row packed q4_0 / q8_0 and k-quant (q2_K ... q6_K) weights
 // (backend/packed_weights.h): each 32-byte slice of a chunk holds 4 weights of each of 8 rows (one
 // 32-bit lane per row), so a broadcast of 4 activation bytes and one maddubs serve 8 output
 // features, and the lanes of the integer sums end up as the 8 rows' block sums without a horizontal
@@ -138,11 +138,11 @@ struct MaddubsDot {
     }
   }
 
-  // A q6_K sub-block: two slices' int16 pair sums stay below 2 * 2 * 63 * 128 = 32256, so each
-  // pair of slices is widened and scaled by one madd.
+  // A sub-block of 16 (q2_K, q3_K, q6_K): two slices' int16 pair sums stay below
+  // 2 * 2 * 63 * 128 = 32256, so each pair of slices is widened and scaled by one madd.
   template <int R>
-  static inline void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
-                          bool first, __m256i (&isum)[R]) {
+  static inline void sub16(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
+                           bool first, __m256i (&isum)[R]) {
     // Byte 2j + m (row j's scale) in both int16 halves of lane j.
     const __m128i pick = m == 0
                              ? _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14)
@@ -171,6 +171,10 @@ MatmulKernel avx2_packed_kernel(tensor::GgmlType type) {
       return run_packed<PackedQ4_0>;
     case tensor::GgmlType::kQ8_0:
       return run_packed<PackedQ8_0>;
+    case tensor::GgmlType::kQ2_K:
+      return run_packed<PackedQ2_K<MaddubsDot>>;
+    case tensor::GgmlType::kQ3_K:
+      return run_packed<PackedQ3_K<MaddubsDot>>;
     case tensor::GgmlType::kQ4_K:
       return run_packed<PackedQ4_K<MaddubsDot>>;
     case tensor::GgmlType::kQ5_K:

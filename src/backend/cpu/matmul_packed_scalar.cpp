@@ -1,4 +1,4 @@
-// The portable kernels over 8-row packed q4_0 / q8_0 / q4_K / q5_K / q6_K weights
+// The portable kernels over 8-row packed q4_0 / q8_0 and k-quant (q2_K ... q6_K) weights
 // (backend/packed_weights.h): each chunk is decoded back to 8 rows of integers and each row's block
 // dotted exactly, then scaled and accumulated in the block-sum / block-total order of
 // matmul_kernel.h. The reference the AVX2 packed kernels are tested against, and the fallback on
@@ -109,38 +109,72 @@ void matmul_packed_k45_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_en
   }
 }
 
-// q6_K chunks in the block-total order: per row and block, the exact integer total of
-// sc * (q - 32) * x over the 16 sub-blocks.
-void matmul_packed_q6_k_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+// Row j's unsigned quant of group element i (0..31) of a q6_K / q3_K / q2_K group (layout in
+// packed_weights.h), and the type's offset (the weight is sc * (q - offset)).
+struct GroupQ6_K {
+  static constexpr int64_t kGroupBytes = 192, kScaleCount = 72, kOffset = 32;
+  static constexpr bool kHasMin = false;
+  static int quant(const uint8_t* group, int j, int i) {
+    const int kk = i / 8, t = i % 4, upper = (i % 8) / 4;
+    const uint8_t lo = group[32 * kk + 4 * j + t];
+    const uint8_t hi = group[128 + 32 * (kk / 2) + 4 * j + t];
+    return (upper ? lo >> 4 : lo & 0xF) | (((hi >> (2 * (2 * (kk % 2) + upper))) & 3) << 4);
+  }
+};
+struct GroupQ3_K {
+  static constexpr int64_t kGroupBytes = 96, kScaleCount = 72, kOffset = 4;
+  static constexpr bool kHasMin = false;
+  static int quant(const uint8_t* group, int j, int i) {
+    const int m = i / 16, s = (i % 16) / 4, t = i % 4;  // element 16m + 4s + t
+    const int low = (group[32 * m + 4 * j + t] >> (2 * s)) & 3;
+    const int third = (group[64 + 4 * j + t] >> (4 * m + s)) & 1;
+    return low + 4 * third;
+  }
+};
+struct GroupQ2_K {
+  static constexpr int64_t kGroupBytes = 64, kScaleCount = 144, kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static int quant(const uint8_t* group, int j, int i) {
+    const int m = i / 16, s = (i % 16) / 4, t = i % 4;
+    return (group[32 * m + 4 * j + t] >> (2 * s)) & 3;
+  }
+};
+
+// k-quant chunks with 16-element sub-blocks (q2_K, q3_K, q6_K) in the block-total order: per row
+// and block, the exact integer totals of sc * (q - offset) * x over the 16 sub-blocks and (q2_K)
+// of m * (sum of x) over them.
+template <class G>
+void matmul_packed_sub16_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
   const Q8Rows& x = *a.xq;
   const int64_t n_blocks = a.n_in / 256;
   for (int64_t g = o_begin / 8; g < o_end / 8; ++g) {
     for (int64_t r = 0; r < a.n_rows; ++r) {
-      float acc[8] = {};
+      float acc[8] = {}, accm[8] = {};
       for (int64_t b = 0; b < n_blocks; ++b) {
         const int64_t c = g * n_blocks + b;
-        const uint8_t* quants = a.w + c * 1536;
-        const uint16_t* meta = a.w_scales + c * 72;
-        const auto* sc = reinterpret_cast<const int8_t*>(meta + 8);
+        const uint8_t* quants = a.w + c * 8 * G::kGroupBytes;
+        const uint16_t* meta = a.w_scales + c * G::kScaleCount;
+        const auto* sc = reinterpret_cast<const int8_t*>(meta + (G::kHasMin ? 16 : 8));
+        const auto* mins = reinterpret_cast<const uint8_t*>(sc + 128);  // q2_K only
         const int64_t k = x.block_index(r, b);
         const int8_t* xq = x.qs + k * 256;
+        const int16_t* bsums = x.bsums + k * 16;
         for (int j = 0; j < 8; ++j) {
-          int32_t isum = 0;
+          int32_t isum = 0, imin = 0;
           for (int e = 0; e < 256; ++e) {
-            // Element e: group e / 32; within it, slice kk = i / 8, nibble (i % 8) / 4.
-            const uint8_t* group = quants + 192 * (e / 32);
-            const int i = e % 32, kk = i / 8, t = i % 4, upper = (i % 8) / 4;
-            const uint8_t lo = group[32 * kk + 4 * j + t];
-            const uint8_t hi = group[128 + 32 * (kk / 2) + 4 * j + t];
-            const int q =
-                (upper ? lo >> 4 : lo & 0xF) | (((hi >> (2 * (2 * (kk % 2) + upper))) & 3) << 4);
-            const int u = e / 16;
-            isum += sc[16 * (u / 2) + 2 * j + u % 2] * (q - 32) * xq[e];
+            const int u = e / 16, at = 16 * (u / 2) + 2 * j + u % 2;
+            const int q = G::quant(quants + G::kGroupBytes * (e / 32), j, e % 32);
+            isum += sc[at] * (q - static_cast<int>(G::kOffset)) * xq[e];
+            if (G::kHasMin && e % 16 == 0) imin += mins[at] * bsums[u];
           }
-          acc[j] = std::fma(static_cast<float>(isum), fp16_to_f32(meta[j]) * x.d[k], acc[j]);
+          const float dx = x.d[k];
+          acc[j] = std::fma(static_cast<float>(isum), fp16_to_f32(meta[j]) * dx, acc[j]);
+          if (G::kHasMin)
+            accm[j] = std::fma(static_cast<float>(imin), fp16_to_f32(meta[8 + j]) * dx, accm[j]);
         }
       }
-      for (int j = 0; j < 8; ++j) a.y[r * a.n_out + 8 * g + j] = acc[j];
+      for (int j = 0; j < 8; ++j)
+        a.y[r * a.n_out + 8 * g + j] = G::kHasMin ? acc[j] - accm[j] : acc[j];
     }
   }
 }
@@ -158,7 +192,11 @@ MatmulKernel scalar_packed_kernel(GgmlType type) {
     case GgmlType::kQ5_K:
       return matmul_packed_k45_scalar<true>;
     case GgmlType::kQ6_K:
-      return matmul_packed_q6_k_scalar;
+      return matmul_packed_sub16_scalar<GroupQ6_K>;
+    case GgmlType::kQ3_K:
+      return matmul_packed_sub16_scalar<GroupQ3_K>;
+    case GgmlType::kQ2_K:
+      return matmul_packed_sub16_scalar<GroupQ2_K>;
     default:
       return nullptr;
   }

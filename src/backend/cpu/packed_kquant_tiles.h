@@ -1,6 +1,6 @@
-// Register tiles of the packed q4_K, q5_K and q6_K matmul kernels (backend/packed_weights.h),
+// Register tiles of the packed k-quant matmul kernels (backend/packed_weights.h),
 // shared by the AVX2 and AVX-512 VNNI kernel files: the unpacking of a chunk's quants, the
-// per-block corrections (the mins of q4_K / q5_K, q6_K's -32 offset) and the block-total
+// per-block corrections (the mins, the offsets of q3_K and q6_K) and the block-total
 // accumulation of matmul_kernel.h. What differs between instruction sets is only how one
 // sub-block's quants meet the activation bytes and are scaled: the integer-dot policy `Dot`, which
 // must give the same exact int32 totals (so every policy's results are the same bits):
@@ -15,10 +15,11 @@
 //   // gives a slice's quants).
 //   template <int R> static void q5_k(const uint8_t* chunk, const int8_t* x, const uint8_t* sc,
 //                                     bool first, __m256i (&isum)[R]);
-//   // q6_K sub-block of 16: unsigned quants q[0..3] (slice i: elements 4i + t), tile row r's 16
-//   // activations at x + 256 r; row j's int8 scale is byte 2j + m of scales16. Adds as above.
-//   template <int R> static void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16,
-//                                     int m, bool first, __m256i (&isum)[R]);
+//   // A sub-block of 16 (q2_K, q3_K, q6_K): unsigned quants q[0..3] (< 64; slice i: elements
+//   // 4i + t), tile row r's 16 activations at x + 256 r; row j's int8 scale is byte 2j + m of
+//   // scales16. Adds as above.
+//   template <int R> static void sub16(const __m256i (&q)[4], const int8_t* x, __m128i scales16,
+//                                      int m, bool first, __m256i (&isum)[R]);
 //
 // Include after packed_gemm_avx2.h, from files compiled with at least -mavx2 -mfma -mf16c.
 #pragma once
@@ -127,63 +128,80 @@ using PackedQ4_K = PackedScaleMinK<Dot, false>;
 template <class Dot>
 using PackedQ5_K = PackedScaleMinK<Dot, true>;
 
-// q6_K: 256-element super-blocks in 8 groups of 32 (packed_weights.h): low nibbles laid out as a
-// q4_0 chunk, high 2-bit pairs in 2 vectors per group, each completing one 16-element sub-block.
-// The unsigned quants q (0..63) go to the Dot policy; the -32 offset is taken out once per block
-// from the activation sums of 16 (which Q8_K keeps per sub-block):
-// sum sc (q - 32) x = sum sc q x - 32 sum sc bsum, exact.
-template <class Dot>
-struct PackedQ6_K {
-  static constexpr int64_t kBlock = 256, kChunkBytes = 1536, kScaleCount = 72;
+// The k-quants with 16-element sub-blocks (q2_K, q3_K, q6_K): 256-element super-blocks in 8
+// groups of 32 (packed_weights.h), each group's quants unpacked by the format F into unsigned
+// quants q (< 64) for the Dot policy, per sub-block of 16. An offset (q6_K's 32, q3_K's 4: the
+// weight is sc * (q - offset)) is taken out once per block from the activation sums of 16 (which
+// Q8_K keeps per sub-block): sum sc (q - o) x = sum sc q x - o sum sc bsum, exact. q2_K's mins
+// take a second accumulator, as q4_K's.
+//
+// F supplies:
+//   static constexpr int64_t kGroupBytes;  // bytes of one group's quants (8 rows x 32)
+//   static constexpr int64_t kScaleCount;  // uint16 entries of a chunk's meta
+//   static constexpr int kOffsetShift;     // log2 of the offset; -1 for none
+//   static constexpr bool kHasMin;         // meta: d[8], dmin[8], scales[128], mins[128]; else
+//                                          // d[8], scales[128]
+//   static void unpack(const uint8_t* group, int m, __m256i (&q)[4]);  // sub-block m (0, 1)
+template <class Dot, class F>
+struct PackedSub16K {
+  static constexpr int64_t kBlock = 256, kChunkBytes = 8 * F::kGroupBytes;
+  static constexpr int64_t kScaleCount = F::kScaleCount;
+
+  // Lane j: sum over the block's 16 sub-blocks u of v(j, u) * bsums[u], for the 128 bytes v at
+  // `bytes` (byte 16p + 2j + h: row j's sub-block 2p + h; signed or unsigned), pairs of
+  // sub-blocks at a time.
+  template <bool kSigned>
+  static inline __m256i sub_block_sums(const uint8_t* bytes, const int16_t* xs) {
+    __m256i sum = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 16 * p));
+      const __m256i v16 = kSigned ? _mm256_cvtepi8_epi16(raw) : _mm256_cvtepu8_epi16(raw);
+      int32_t pair;
+      std::memcpy(&pair, xs + 2 * p, 4);
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(v16, _mm256_set1_epi32(pair)));
+    }
+    return sum;
+  }
 
   template <int R>
   __attribute__((noinline)) static void tile(const uint8_t* chunk, const uint16_t* meta,
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
                                              const int16_t* xs, float* y, int64_t y_stride) {
-    __m256 acc[R];
+    constexpr int kScalesAt = F::kHasMin ? 16 : 8;  // uint16 entries before the scale bytes
+    __m256 acc[R], accm[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const auto* sc = reinterpret_cast<const uint8_t*>(meta + 8);
+      const auto* sc = reinterpret_cast<const uint8_t*>(meta + kScalesAt);
       __m256i isum[R];
       for (int g = 0; g < 8; ++g) {
-        if constexpr (R == 1) prefetch_ahead(chunk, 192);
+        if constexpr (R == 1) prefetch_ahead(chunk, F::kGroupBytes);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * g));
 #pragma GCC unroll 2
         for (int m = 0; m < 2; ++m) {
-          const __m256i v0 = load_256(chunk + 64 * m);
-          const __m256i v1 = load_256(chunk + 64 * m + 32);
-          const __m256i h = load_256(chunk + 128 + 32 * m);
-          // 16-bit shifts move bits across bytes; the masks keep only each byte's own bits.
-          const __m256i q[4] = {
-              _mm256_or_si256(_mm256_and_si256(v0, low4),
-                              _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4),
-                              _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45)),
-              _mm256_or_si256(_mm256_and_si256(v1, low4), _mm256_and_si256(h, bits45)),
-              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4),
-                              _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45))};
-          Dot::template q6_k<R>(q, xq + 32 * g + 16 * m, sc8, m, g == 0 && m == 0, isum);
+          __m256i q[4];
+          F::unpack(chunk, m, q);
+          Dot::template sub16<R>(q, xq + 32 * g + 16 * m, sc8, m, g == 0 && m == 0, isum);
         }
-        chunk += 192;
+        chunk += F::kGroupBytes;
       }
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta)));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        // Lane j: sum over sub-blocks u of sc(j, u) * bsums[u], pairs of sub-blocks at a time.
-        __m256i corr = _mm256_setzero_si256();
-        for (int p = 0; p < 8; ++p) {
-          const __m256i sc16 =
-              _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * p)));
-          int32_t pair;
-          std::memcpy(&pair, xs + 2 * p, 4);
-          corr = _mm256_add_epi32(corr, _mm256_madd_epi16(sc16, _mm256_set1_epi32(pair)));
+        __m256i total = isum[r];
+        if constexpr (F::kOffsetShift >= 0) {
+          // Signed scales (q3_K, q6_K).
+          const __m256i corr = sub_block_sums<true>(sc, xs);
+          total = _mm256_sub_epi32(total, _mm256_slli_epi32(corr, F::kOffsetShift));
         }
-        const __m256i total = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(corr, 5));
         const __m256 dx = _mm256_broadcast_ss(xd + r);
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, dx), acc[r]);
+        if constexpr (F::kHasMin) {
+          const __m256 dmin =
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + 8)));
+          const __m256i imin = sub_block_sums<false>(sc + 128, xs);
+          accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, dx), accm[r]);
+        }
         xs += 16;
       }
       xs += 16 * (kTile - R);
@@ -192,9 +210,82 @@ struct PackedQ6_K {
       xd += kTile;
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * y_stride, acc[r]);
+    for (int r = 0; r < R; ++r) {
+      _mm256_storeu_ps(y + r * y_stride, F::kHasMin ? _mm256_sub_ps(acc[r], accm[r]) : acc[r]);
+    }
   }
 };
+
+// q6_K groups: the low 4 bits of the quants laid out as a q4_0 chunk, then 2 vectors of their high
+// 2 bits, each completing one 16-element sub-block.
+struct Q6Groups {
+  static constexpr int64_t kGroupBytes = 192, kScaleCount = 72;
+  static constexpr int kOffsetShift = 5;  // q - 32
+  static constexpr bool kHasMin = false;
+  static inline void unpack(const uint8_t* group, int m, __m256i (&q)[4]) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    const __m256i v0 = load_256(group + 64 * m);
+    const __m256i v1 = load_256(group + 64 * m + 32);
+    const __m256i h = load_256(group + 128 + 32 * m);
+    // 16-bit shifts move bits across bytes; the masks keep only each byte's own bits.
+    q[0] = _mm256_or_si256(_mm256_and_si256(v0, low4),
+                           _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
+    q[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4),
+                           _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
+    q[2] = _mm256_or_si256(_mm256_and_si256(v1, low4), _mm256_and_si256(h, bits45));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+  }
+};
+
+// q3_K groups: 2 vectors of the quants' low 2 bits (one per sub-block, laid out as q6_K's high
+// bits), then one vector of their third bits (bit 4m + i of byte 4j + t: row j's element
+// 16m + 4i + t). The unsigned quant is low + 4 * third bit (0..7); the weight is sc * (q - 4).
+struct Q3Groups {
+  static constexpr int64_t kGroupBytes = 96, kScaleCount = 72;
+  static constexpr int kOffsetShift = 2;  // q - 4
+  static constexpr bool kHasMin = false;
+  static inline void unpack(const uint8_t* group, int m, __m256i (&q)[4]) {
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i bit2 = _mm256_set1_epi8(4);
+    const __m256i low = load_256(group + 32 * m);
+    const __m256i high = load_256(group + 64);
+    // Third bit 4m + i moved to bit 2. 16-bit shifts of at most 5 places cannot carry another
+    // byte's bit onto bit 0-1 or bit 2, which the masks keep.
+    const __m256i h = m == 0 ? _mm256_slli_epi16(high, 2) : _mm256_srli_epi16(high, 2);
+    q[0] = _mm256_or_si256(_mm256_and_si256(low, three), _mm256_and_si256(h, bit2));
+    q[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 2), three),
+                           _mm256_and_si256(_mm256_srli_epi16(h, 1), bit2));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 4), three),
+                           _mm256_and_si256(_mm256_srli_epi16(h, 2), bit2));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 6), three),
+                           _mm256_and_si256(_mm256_srli_epi16(h, 3), bit2));
+  }
+};
+
+// q2_K groups: 2 vectors of 2-bit quants (0..3), one per sub-block, laid out as q6_K's high bits;
+// 4-bit sub-block scales and mins.
+struct Q2Groups {
+  static constexpr int64_t kGroupBytes = 64, kScaleCount = 144;
+  static constexpr int kOffsetShift = -1;
+  static constexpr bool kHasMin = true;
+  static inline void unpack(const uint8_t* group, int m, __m256i (&q)[4]) {
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i v = load_256(group + 32 * m);
+    q[0] = _mm256_and_si256(v, three);
+    q[1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), three);
+    q[2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), three);
+    q[3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), three);
+  }
+};
+
+template <class Dot>
+using PackedQ2_K = PackedSub16K<Dot, Q2Groups>;
+template <class Dot>
+using PackedQ3_K = PackedSub16K<Dot, Q3Groups>;
+template <class Dot>
+using PackedQ6_K = PackedSub16K<Dot, Q6Groups>;
 
 }  // namespace
 }  // namespace vesper::backend::cpu

@@ -1,4 +1,4 @@
-// Packed q4_0 / q8_0 / q4_K / q5_K / q6_K matmul kernels for AVX-512 VNNI (on 256-bit vectors,
+// Packed q4_0 / q8_0 / k-quant (q2_K ... q6_K) matmul kernels for AVX-512 VNNI (on 256-bit vectors,
 // AVX512VL): the AVX2 kernels' layout and tiling (packed_gemm_avx2.h, packed_kquant_tiles.h), with
 // each slice's 4-byte dot products accumulated straight into int32 lanes by one vpdpbusd
 // (unsigned weight bytes x signed activation bytes) instead of maddubs + add + madd. Integer sums
@@ -69,7 +69,8 @@ struct VnniQ8_0 {
 
 // The k-quant sub-block dot (packed_kquant_tiles.h): a sub-block's exact int32 dot per row from
 // vpdpbusd, then one vpmulld by the 8 rows' scales. Totals stay far below 2^31 (q4_K:
-// 8 x 63 x 32 x 15 x 128 per block; q5_K: 8 x 63 x 32 x 31 x 128; q6_K: 16 x 128 x 16 x 63 x 128).
+// 8 x 63 x 32 x 15 x 128 per block; q5_K: 8 x 63 x 32 x 31 x 128; q2_K / q3_K / q6_K at most
+// 16 x 128 x 16 x 63 x 128).
 // (Its q4_k nibble loop is VnniQ4_0::dot's, written out again: a shared helper taking a lambda
 // made GCC keep the tiles' accumulators on the stack.)
 struct VnniDot {
@@ -136,8 +137,8 @@ struct VnniDot {
   }
 
   template <int R>
-  static inline void q6_k(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
-                          bool first, __m256i (&isum)[R]) {
+  static inline void sub16(const __m256i (&q)[4], const int8_t* x, __m128i scales16, int m,
+                           bool first, __m256i (&isum)[R]) {
     // Byte 2j + m (row j's scale), sign-extended to lane j.
     const __m128i pick =
         m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1)
@@ -163,6 +164,10 @@ MatmulKernel vnni_packed_kernel(tensor::GgmlType type) {
       return run_packed<VnniQ4_0>;
     case tensor::GgmlType::kQ8_0:
       return run_packed<VnniQ8_0>;
+    case tensor::GgmlType::kQ2_K:
+      return run_packed<PackedQ2_K<VnniDot>>;
+    case tensor::GgmlType::kQ3_K:
+      return run_packed<PackedQ3_K<VnniDot>>;
     case tensor::GgmlType::kQ4_K:
       return run_packed<PackedQ4_K<VnniDot>>;
     case tensor::GgmlType::kQ5_K:
