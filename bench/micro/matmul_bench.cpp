@@ -89,8 +89,9 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The types backend::prepare_weights packs.
+// New types go at the end, so that earlier results keep their indices.
 constexpr GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                     GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ2_K,
+                                     GgmlType::kQ6_K, GgmlType::kQ5_K, GgmlType::kQ2_K,
                                      GgmlType::kQ3_K};
 
 // The same products over weights repacked at load (backend/packed_weights.h), as the model runs

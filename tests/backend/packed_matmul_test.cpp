@@ -37,6 +37,37 @@ std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
   return x;
 }
 
+// Gives every block of a row of `row_bytes` bytes a finite, moderate fp16 scale (and min scale),
+// which random or constant bytes could make inf or NaN.
+void set_block_scales(GgmlType type, uint8_t* row, size_t row_bytes, std::mt19937& rng) {
+  for (size_t b = 0; b < row_bytes; b += tensor::traits(type).type_size) {
+    auto set_scale = [&](size_t at) {
+      row[b + at] = static_cast<uint8_t>(rng());
+      row[b + at + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
+    };
+    switch (type) {
+      case GgmlType::kQ2_K:  // d@80, dmin@82
+        set_scale(80);
+        set_scale(82);
+        break;
+      case GgmlType::kQ3_K:
+        set_scale(108);
+        break;
+      case GgmlType::kQ4_K:  // d@0, dmin@2
+      case GgmlType::kQ5_K:
+        set_scale(0);
+        set_scale(2);
+        break;
+      case GgmlType::kQ6_K:
+        set_scale(208);
+        break;
+      default:  // q4_0, q8_0: d@0
+        set_scale(0);
+        break;
+    }
+  }
+}
+
 // Quantized from Gaussian values; every 5th row from random bytes instead (any scale, any
 // quants: q8_0's -128 included), since kernels must be exact for every bit pattern.
 std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng) {
@@ -46,34 +77,7 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, st
     uint8_t* row = w.data() + o * row_bytes;
     if (o % 5 == 4) {
       for (size_t i = 0; i < row_bytes; ++i) row[i] = static_cast<uint8_t>(rng());
-      // A finite, moderate fp16 scale (and min scale) per block (random bits could give inf
-      // or NaN).
-      for (size_t b = 0; b < row_bytes; b += tensor::traits(type).type_size) {
-        auto set_scale = [&](size_t at) {
-          row[b + at] = static_cast<uint8_t>(rng());
-          row[b + at + 1] = static_cast<uint8_t>(0x20 + rng() % 0x10);
-        };
-        switch (type) {
-          case GgmlType::kQ2_K:  // d@80, dmin@82
-            set_scale(80);
-            set_scale(82);
-            break;
-          case GgmlType::kQ3_K:
-            set_scale(108);
-            break;
-          case GgmlType::kQ4_K:  // d@0, dmin@2
-          case GgmlType::kQ5_K:
-            set_scale(0);
-            set_scale(2);
-            break;
-          case GgmlType::kQ6_K:
-            set_scale(208);
-            break;
-          default:  // q4_0, q8_0: d@0
-            set_scale(0);
-            break;
-        }
-      }
+      set_block_scales(type, row, row_bytes, rng);
       continue;
     }
     const std::vector<float> values = gaussian(n_in, rng);
@@ -258,6 +262,49 @@ TEST_P(PackedMatmul, RowAloneEqualsRowInBatch) {
             << "row " << r << " out " << o;
       }
     }
+  }
+}
+
+// The integer sums' worst cases: every quant byte 0xFF, 0x80 or 0x7F (the largest unsigned
+// quants of every type, q8_0's -128 and +127) against activations whose quants are all +127 or
+// all -127 (constant rows), where int16 partial sums come closest to overflowing. Packed kernels
+// on every ISA (and the emulated VNNI ones) equal the portable unpacked kernel bit for bit, and the
+// AVX2 unpacked kernel does too.
+TEST_P(PackedMatmul, ExtremeQuantsAndActivationsStayExact) {
+  const GgmlType type = GetParam();
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  const int64_t n_in = PackedWeights::chunk_block(type) * 3, n_out = 16, n_rows = 5;
+  std::vector<float> x(static_cast<size_t>(n_in * n_rows));
+  for (int64_t r = 0; r < n_rows; ++r)
+    for (int64_t i = 0; i < n_in; ++i) x[r * n_in + i] = r % 2 == 0 ? 1.5f : -0.75f;
+  const cpu::MatmulKernel vnni = cpu::emulated_vnni_packed_kernel(type);
+  ASSERT_NE(vnni, nullptr);
+  for (uint8_t fill : {uint8_t{0xFF}, uint8_t{0x80}, uint8_t{0x7F}}) {
+    const size_t row_bytes = tensor::row_size(type, n_in);
+    std::vector<uint8_t> w(row_bytes * n_out, fill);
+    for (int64_t o = 0; o < n_out; ++o)
+      set_block_scales(type, w.data() + o * row_bytes, row_bytes, rng);
+    const PackedWeights p = prepare_weights(type, w.data(), n_in, n_out);
+    const std::vector<float> want = run_unpacked(type, w, n_in, n_out, x, n_rows, pool);
+    expect_near_reference(type, w, n_in, n_out, x, n_rows, want, "fill " + std::to_string(fill));
+    std::vector<std::pair<std::string, std::vector<float>>> got;
+    for (Isa isa : cpu::available_isas()) {
+      got.emplace_back("packed " + std::string(cpu::isa_name(isa)),
+                       run_packed(isa, p, x.data(), n_rows, pool));
+      std::vector<float> y(static_cast<size_t>(n_rows * n_out));
+      cpu::matmul_with_isa(isa, type, w.data(), n_in, n_out, x.data(), n_rows, y.data(), pool);
+      got.emplace_back("unpacked " + std::string(cpu::isa_name(isa)), y);
+    }
+    if (cpu::isa_available(Isa::kAvx2)) {
+      std::vector<float> y(static_cast<size_t>(n_rows * n_out), std::nanf(""));
+      cpu::matmul_packed_with_kernel(Isa::kAvx2, vnni, p, x.data(), n_rows, y.data(), pool);
+      got.emplace_back("emulated VNNI", y);
+    }
+    for (const auto& [name, y] : got)
+      for (int64_t k = 0; k < n_rows * n_out; ++k)
+        ASSERT_TRUE(same_bits(y[k], want[k])) << name << " fill " << int{fill} << " element " << k
+                                              << ": " << y[k] << " vs " << want[k];
   }
 }
 

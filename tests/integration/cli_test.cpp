@@ -357,12 +357,12 @@ TEST(CliQuantize, F16AndBf16ModelsKeepGreedyOutputAloneAndBatched) {
   std::remove(prompts_path.c_str());
 }
 
-// The packed k-quant kernels (q4_K, q5_K, q6_K: every matrix of this shape is repacked at load)
+// The packed k-quant kernels (q2_K ... q6_K: every matrix of this shape is repacked at load)
 // through `vesper generate`: each prompt's greedy tokens are the same alone (the one-row GEMV)
 // and in a batch of three (the 4-row register tiles), on models `vesper synth` writes.
 TEST(CliSynth, PackedKQuantModelsGiveEachPromptItsTokensAloneAndBatched) {
   const std::string prompts_path = write_three_prompts("vesper_prompts_kquant.txt");
-  for (const std::string type : {"q4_k", "q5_k", "q6_k"}) {
+  for (const std::string type : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {
     SCOPED_TRACE(type);
     const std::string path = ::testing::TempDir() + "vesper_packed_" + type + ".gguf";
     auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--vocab-from", kStories, "--context-length", "512", "--type", type, "-o", path});

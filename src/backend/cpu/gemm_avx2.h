@@ -80,11 +80,6 @@ inline __m256i widen_i8(const uint8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Lanes shifted right by a run-time count that is the same for all lanes.
-inline __m256i shift_right(__m256i v, int count) {
-  return _mm256_srl_epi32(v, _mm_cvtsi32_si128(count));
-}
-
 // out[0..8) = q * d, one rounding of an exact product.
 inline void store_scaled(__m256i q, float d, float* out) {
   _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d)));

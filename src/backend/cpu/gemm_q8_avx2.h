@@ -137,11 +137,11 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
     }
     for (int r = 0; r < R; ++r) out[r] = _mm_cvtss_f32(accs[r]);
   } else {
-    // k-quants, block-total order (q4_K, q5_K, q6_K): each block's exact integer totals of the
+    // k-quants, block-total order (q2_K ... q6_K): each block's exact integer totals of the
     // scale part and of the mins, one scalar FMA each per block, as the packed kernels compute.
     __m128 accs[R], accms[R];
     for (int r = 0; r < R; ++r) accs[r] = accms[r] = _mm_setzero_ps();
-    for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd, xs += K::kBlock / 16) {
+    for (int64_t b = 0; b < n_blocks; ++b, xq += K::kBlock, ++xd) {
       typename K::Unpacked u;
       unpack_block<K, R>(wrow + b * K::kBytes, u);
       for (int r = 0; r < R; ++r) {
@@ -155,6 +155,7 @@ inline void dot_rows(const uint8_t* wrow, const Q8Rows& x, int64_t r0, float* ou
                                   accms[r]);
         }
       }
+      if constexpr (K::kHasMin) xs += K::kBlock / 16;  // (null without mins)
     }
     for (int r = 0; r < R; ++r) {
       out[r] = K::kHasMin ? _mm_cvtss_f32(_mm_sub_ss(accs[r], accms[r])) : _mm_cvtss_f32(accs[r]);

@@ -1,10 +1,18 @@
 // AVX2 matmul kernel for q3_K weights against Q8_K activations: super-blocks of 256, sub-blocks
 // of 16 with signed 6-bit scales, w = d * sc * q, q = low 2 bits + 4 * third bit - 4 (-4 .. 3).
 #include "backend/cpu/gemm_q8_avx2.h"
-#include "tensor/quant_blocks.h"
 
 namespace vesper::backend::cpu {
 namespace {
+
+// Sub-block j's scale, unbiased (-32 .. 31), as tensor/quant_blocks.h's unpack_scale_q3_k:
+// restated here because an inline function with external linkage must not be compiled with this
+// file's AVX2 flags (see gemm_avx2.h).
+inline int scale_q3_k(int j, const uint8_t* packed) {
+  const int low = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
+  const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
 
 struct KernelQ3_K {  // hmask@0[32], qs@32[64], scales@96[12], d@108
   static constexpr int64_t kBlock = 256;
@@ -36,8 +44,7 @@ struct KernelQ3_K {  // hmask@0[32], qs@32[64], scales@96[12], d@108
     // The 16 scales (-32 .. 31) unpacked once per block; they are not on the hot path of a
     // block's 8 x 32 quants.
     alignas(16) int8_t scales[16];
-    for (int g = 0; g < 16; ++g)
-      scales[g] = static_cast<int8_t>(tensor::unpack_scale_q3_k(g, block + 96));
+    for (int g = 0; g < 16; ++g) scales[g] = static_cast<int8_t>(scale_q3_k(g, block + 96));
     const __m128i all = _mm_load_si128(reinterpret_cast<const __m128i*>(scales));
     for (int k = 0; k < 8; ++k) {
       // Bytes 2k (x8) then 2k + 1 (x8), sign-extended.

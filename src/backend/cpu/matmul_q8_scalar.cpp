@@ -155,7 +155,7 @@ void matmul_q8_scalar(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float
         for (int i = 0; i < D::kBlock; ++i) total += blk.wint[i] * xb[i];
         acc = std::fma(static_cast<float>(total), blk.d * x.d[k], acc);
         if constexpr (D::kHasMin) {
-          // Block totals of the mins (q4_K, q5_K), one FMA per block.
+          // Block totals of the mins (q2_K, q4_K, q5_K), one FMA per block.
           const int16_t* bsums = x.bsums + k * (D::kBlock / 16);
           int32_t imin = 0;
           for (int g = 0; g < D::kBlock / 16; ++g) imin += blk.min16[g] * bsums[g];
