@@ -33,39 +33,40 @@ void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng) {
       }
 }
 
-// Args: cached tokens per sequence, sequences, query heads, KV heads, threads.
-void BM_PagedAttentionDecode(benchmark::State& state) {
-  const int64_t context = state.range(0), seqs = state.range(1);
-  const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
-  const int threads = static_cast<int>(state.range(4));
-  const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+// One layer of 16-token blocks of kHeadDim, n_kv_heads heads.
+vesper::backend::KvCacheShape cache_shape(int64_t n_blocks, int64_t n_kv_heads) {
   vesper::backend::KvCacheShape shape;
   shape.n_layers = 1;
-  shape.n_blocks = blocks_per_seq * seqs;
+  shape.n_blocks = n_blocks;
   shape.block_size = kBlockSize;
   shape.n_kv_heads = n_kv_heads;
   shape.head_dim = kHeadDim;
-  vesper::backend::KvCache cache(shape);
-  std::mt19937 rng(1);
+  return shape;
+}
+
+// A batch's arrays, and the AttentionBatch that points into them.
+struct BatchArrays {
+  std::vector<int32_t> positions, token_seq, tables, offsets;
+  std::vector<int64_t> slots;
+  vesper::backend::AttentionBatch batch() const {
+    vesper::backend::AttentionBatch b;
+    b.num_tokens = static_cast<int64_t>(positions.size());
+    b.positions = positions.data();
+    b.token_seq = token_seq.data();
+    b.slot_mapping = slots.data();
+    b.block_tables = tables.data();
+    b.table_offsets = offsets.data();
+    return b;
+  }
+};
+
+// Times paged_attention over `arrays` on `threads` threads, with queries (n_heads per token)
+// uniform in [-1, 1).
+void time_attention(benchmark::State& state, const vesper::backend::KvCache& cache,
+                    const BatchArrays& arrays, int64_t n_heads, int threads, std::mt19937& rng) {
+  const vesper::backend::AttentionBatch batch = arrays.batch();
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  fill_cache(cache, rng);
-  // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
-  // last of `context` positions, so it reads all of them.
-  std::vector<int32_t> positions(seqs, static_cast<int32_t>(context - 1)), token_seq(seqs);
-  std::iota(token_seq.begin(), token_seq.end(), 0);
-  std::vector<int64_t> slots(seqs);
-  std::vector<int32_t> tables(shape.n_blocks), offsets(seqs + 1);
-  std::iota(tables.begin(), tables.end(), 0);
-  for (int64_t s = 0; s < seqs; ++s) slots[s] = s * blocks_per_seq * kBlockSize + context - 1;
-  for (int64_t s = 0; s <= seqs; ++s) offsets[s] = static_cast<int32_t>(s * blocks_per_seq);
-  vesper::backend::AttentionBatch batch;
-  batch.num_tokens = seqs;
-  batch.positions = positions.data();
-  batch.token_seq = token_seq.data();
-  batch.slot_mapping = slots.data();
-  batch.block_tables = tables.data();
-  batch.table_offsets = offsets.data();
-  std::vector<float> q(seqs * n_heads * kHeadDim), out(q.size());
+  std::vector<float> q(batch.num_tokens * n_heads * kHeadDim), out(q.size());
   for (auto& v : q) v = dist(rng);
   vesper::ThreadPool pool(threads);
   const float scale = 1.0f / 8.0f;  // 1 / sqrt(head_dim)
@@ -74,6 +75,30 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
+}
+
+// Args: cached tokens per sequence, sequences, query heads, KV heads, threads.
+void BM_PagedAttentionDecode(benchmark::State& state) {
+  const int64_t context = state.range(0), seqs = state.range(1);
+  const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
+  vesper::backend::KvCache cache(cache_shape(blocks_per_seq * seqs, n_kv_heads));
+  std::mt19937 rng(1);
+  fill_cache(cache, rng);
+  // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
+  // last of `context` positions, so it reads all of them.
+  BatchArrays a;
+  a.positions.assign(seqs, static_cast<int32_t>(context - 1));
+  a.token_seq.resize(seqs);
+  std::iota(a.token_seq.begin(), a.token_seq.end(), 0);
+  a.slots.resize(seqs);
+  for (int64_t s = 0; s < seqs; ++s) a.slots[s] = s * blocks_per_seq * kBlockSize + context - 1;
+  a.tables.resize(blocks_per_seq * seqs);
+  std::iota(a.tables.begin(), a.tables.end(), 0);
+  a.offsets.resize(seqs + 1);
+  for (int64_t s = 0; s <= seqs; ++s) a.offsets[s] = static_cast<int32_t>(s * blocks_per_seq);
+  time_attention(state, cache, a, n_heads, threads, rng);
   const int64_t kv_bytes =
       2 * seqs * context * n_kv_heads * kHeadDim * static_cast<int64_t>(sizeof(float));
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
@@ -85,39 +110,21 @@ void BM_PagedAttentionPrefill(benchmark::State& state) {
   const int64_t tokens = state.range(0);
   const int64_t n_heads = state.range(1), n_kv_heads = state.range(2);
   const int threads = static_cast<int>(state.range(3));
-  vesper::backend::KvCacheShape shape;
-  shape.n_layers = 1;
-  shape.n_blocks = (tokens + kBlockSize - 1) / kBlockSize;
-  shape.block_size = kBlockSize;
-  shape.n_kv_heads = n_kv_heads;
-  shape.head_dim = kHeadDim;
-  vesper::backend::KvCache cache(shape);
+  const int64_t n_blocks = (tokens + kBlockSize - 1) / kBlockSize;
+  vesper::backend::KvCache cache(cache_shape(n_blocks, n_kv_heads));
   std::mt19937 rng(2);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   fill_cache(cache, rng);
   // One sequence owning blocks 0 .. n_blocks - 1; token t is at position t.
-  std::vector<int32_t> positions(tokens), token_seq(tokens, 0);
-  std::iota(positions.begin(), positions.end(), 0);
-  std::vector<int64_t> slots(tokens);
-  std::iota(slots.begin(), slots.end(), 0);
-  std::vector<int32_t> tables(shape.n_blocks), offsets = {0, static_cast<int32_t>(shape.n_blocks)};
-  std::iota(tables.begin(), tables.end(), 0);
-  vesper::backend::AttentionBatch batch;
-  batch.num_tokens = tokens;
-  batch.positions = positions.data();
-  batch.token_seq = token_seq.data();
-  batch.slot_mapping = slots.data();
-  batch.block_tables = tables.data();
-  batch.table_offsets = offsets.data();
-  std::vector<float> q(tokens * n_heads * kHeadDim), out(q.size());
-  for (auto& v : q) v = dist(rng);
-  vesper::ThreadPool pool(threads);
-  const float scale = 1.0f / 8.0f;
-  for (auto _ : state) {
-    vesper::backend::paged_attention(cache, 0, batch, q.data(), n_heads, scale, out.data(), pool);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
+  BatchArrays a;
+  a.positions.resize(tokens);
+  std::iota(a.positions.begin(), a.positions.end(), 0);
+  a.token_seq.assign(tokens, 0);
+  a.slots.resize(tokens);
+  std::iota(a.slots.begin(), a.slots.end(), 0);
+  a.tables.resize(n_blocks);
+  std::iota(a.tables.begin(), a.tables.end(), 0);
+  a.offsets = {0, static_cast<int32_t>(n_blocks)};
+  time_attention(state, cache, a, n_heads, threads, rng);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * tokens);
   // Token t reads t + 1 keys: tokens (tokens + 1) / 2 (query, key) pairs per head.
   const double pairs = static_cast<double>(tokens) * static_cast<double>(tokens + 1) / 2.0;

@@ -248,15 +248,42 @@ inline void unpack_scales_mins_k4(const uint8_t* packed, __m256i* sc, __m128i* m
         _mm256_shuffle_epi8(scales2, _mm256_set1_epi16(static_cast<int16_t>(0x0100 + 0x0202 * j)));
 }
 
-// Lanes of sum over 8 sub-blocks of 32 of sc[j] * q[j] . x[j], for unsigned quants q (< 128)
-// with 16-bit sub-block scales: the k-quant dot of q4_K and q5_K.
-inline __m256i dot_subblocks_32(const __m256i* q, const __m256i* sc, const int8_t* xq) {
+// Lanes of sum over a block's 8 chunks of 32 of sc[j] * q[j] . x[j], for unsigned quants q
+// (< 128) and int16 scales per pair of elements (one scale per chunk for q4_K / q5_K, two for the
+// 16-element sub-blocks of q2_K: sub16_scales): the unsigned k-quant dot.
+inline __m256i dot_unsigned_chunks(const __m256i* q, const __m256i* sc, const int8_t* xq) {
   __m256i sum = _mm256_setzero_si256();
   for (int j = 0; j < 8; ++j) {
     const __m256i p = _mm256_maddubs_epi16(q[j], load_256(xq + 32 * j));
     sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sc[j]));
   }
   return sum;
+}
+
+// As dot_unsigned_chunks for signed quants q (q3_K, q6_K), by the sign trick (maddubs wants one
+// unsigned operand): |q| times x with q's sign. The int16 pair sums are the exact q0 x0 + q1 x1
+// (|x| <= 127, so the negation cannot overflow).
+inline __m256i dot_signed_chunks(const __m256i* q, const __m256i* abs_q, const __m256i* sc,
+                                 const int8_t* xq) {
+  __m256i sum = _mm256_setzero_si256();
+  for (int j = 0; j < 8; ++j) {
+    const __m256i x = _mm256_sign_epi8(load_256(xq + 32 * j), q[j]);
+    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(abs_q[j], x), sc[j]));
+  }
+  return sum;
+}
+
+// The 16 int8 scales of 16-element sub-blocks (q2_K, q3_K, q6_K) laid out for the chunk dots:
+// sc[k] holds sub-block 2k's scale in int16 lanes 0-7 and 2k + 1's in lanes 8-15, which are the
+// lanes maddubs fills from the chunk's first and second 16 bytes. One shuffle and one sign
+// extension per chunk.
+inline void sub16_scales(__m128i scales, __m256i* sc) {
+  for (int k = 0; k < 8; ++k) {
+    const __m128i pick =
+        _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * k)),
+                     _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+  }
 }
 
 // Lane k of mins[2k] * (bsums[4k] + bsums[4k + 1]) + mins[2k + 1] * (bsums[4k + 2] + bsums[4k +

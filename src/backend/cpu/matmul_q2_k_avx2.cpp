@@ -29,22 +29,11 @@ struct KernelQ2_K {  // scales@0[16] (scale | min << 4), qs@16[64], d@80, dmin@8
       for (int j = 0; j < 4; ++j)
         u.q[4 * n + j] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), three);
     }
-    for (int k = 0; k < 8; ++k) {
-      // Bytes 2k (x8) then 2k + 1 (x8), widened: one shuffle and one extension per chunk.
-      const __m128i pick =
-          _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * k)),
-                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-      u.sc[k] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales, pick));
-    }
+    sub16_scales(scales, u.sc);  // 0..15: the same as int8
   }
   // Quants 0..3 are maddubs' unsigned operand; its int16 pair sums stay within 2 * 3 * 128.
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
-    __m256i sum = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-      const __m256i p = _mm256_maddubs_epi16(u.q[k], load_256(xq + 32 * k));
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[k]));
-    }
-    return sum;
+    return dot_unsigned_chunks(u.q, u.sc, xq);
   }
   // The 16 mins against the activation sums of their 16 elements; the driver adds the lanes up.
   static __m128i min_dot(const Unpacked& u, const int16_t* bsums) {

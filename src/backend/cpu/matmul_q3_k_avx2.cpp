@@ -45,25 +45,11 @@ struct KernelQ3_K {  // hmask@0[32], qs@32[64], scales@96[12], d@108
     // block's 8 x 32 quants.
     alignas(16) int8_t scales[16];
     for (int g = 0; g < 16; ++g) scales[g] = static_cast<int8_t>(scale_q3_k(g, block + 96));
-    const __m128i all = _mm_load_si128(reinterpret_cast<const __m128i*>(scales));
-    for (int k = 0; k < 8; ++k) {
-      // Bytes 2k (x8) then 2k + 1 (x8), sign-extended.
-      const __m128i pick =
-          _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * k)),
-                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-      u.sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(all, pick));
-    }
+    sub16_scales(_mm_load_si128(reinterpret_cast<const __m128i*>(scales)), u.sc);
   }
-  // The sign trick (maddubs wants one unsigned operand): |q| times x with q's sign; int16 pair
-  // sums stay within 2 * 4 * 128.
+  // Int16 pair sums stay within 2 * 4 * 127.
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
-    __m256i sum = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-      const __m256i x = _mm256_sign_epi8(load_256(xq + 32 * k), u.q[k]);
-      const __m256i p = _mm256_maddubs_epi16(u.abs_q[k], x);
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[k]));
-    }
-    return sum;
+    return dot_signed_chunks(u.q, u.abs_q, u.sc, xq);
   }
   static __m128i min_dot(const Unpacked&, const int16_t*) { return _mm_setzero_si128(); }
 };

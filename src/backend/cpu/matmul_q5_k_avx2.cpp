@@ -33,7 +33,7 @@ struct KernelQ5_K {  // d@0, dmin@2, scales@4[12], qh@16[32], qs@48[128]
     }
   }
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
-    return dot_subblocks_32(u.q, u.sc, xq);
+    return dot_unsigned_chunks(u.q, u.sc, xq);
   }
   // Four lanes (lane k: sub-blocks 2k and 2k + 1); the driver adds them up.
   static __m128i min_dot(const Unpacked& u, const int16_t* bsums) {

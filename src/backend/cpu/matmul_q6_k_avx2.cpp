@@ -33,14 +33,7 @@ struct KernelQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
       u.q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4), high(2));
       u.q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4), high(3));
     }
-    const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
-    for (int k = 0; k < 8; ++k) {
-      // Bytes 2k (x8) then 2k + 1 (x8), widened: one shuffle and one extension per chunk.
-      const __m128i pick =
-          _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * k)),
-                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-      u.sc[k] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-    }
+    sub16_scales(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192)), u.sc);
   }
   // For several activation rows: the offset is taken out once per block here rather than per row
   // in dot().
@@ -70,13 +63,7 @@ struct KernelQ6_K {  // ql@0[128], qh@128[64], scales@192[16] int8, d@208
   // (at most 2 * 32 * 127 in magnitude), the same integers as ggml's q * x - 32 * x, so every lane
   // matches ggml's q6_K dot; one operation fewer per chunk and row.
   static __m256i dot(const Unpacked& u, const int8_t* xq) {
-    __m256i sum = _mm256_setzero_si256();
-    for (int k = 0; k < 8; ++k) {
-      const __m256i x = _mm256_sign_epi8(load_256(xq + 32 * k), u.q[k]);
-      const __m256i p = _mm256_maddubs_epi16(u.abs_q[k], x);
-      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, u.sc[k]));
-    }
-    return sum;
+    return dot_signed_chunks(u.q, u.abs_q, u.sc, xq);
   }
   static __m128i min_dot(const Unpacked&, const int16_t*) { return _mm_setzero_si128(); }
 };
