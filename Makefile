@@ -1,11 +1,14 @@
 # Entry points for people and CI. Everything builds with CMake presets (CMakePresets.json).
 #   make run   install missing Debian packages, build, and run the main job on the default model
-#   make test  install missing packages, build with -Werror, run every test (then again under ASan+UBSan)
+#   make test  install missing packages, build with -Werror, run every test, then again under
+#              ASan+UBSan, the engine and server tests under TSan, and each fuzz target for 60 s
+#   make fuzz  build the libFuzzer targets (clang) and run each for FUZZ_SECONDS (tests/fuzz/README.md)
 MODEL ?= ../shared/models/stories260K-f32.gguf
 PORT ?= 8000
 JOBS ?= 2
+FUZZ_SECONDS ?= 60
 
-.PHONY: deps node-deps build run test test-release test-asan clean
+.PHONY: deps node-deps build run test test-release test-asan test-tsan test-fuzz fuzz clean
 
 deps:
 	./scripts/install-deps.sh
@@ -31,7 +34,20 @@ test-asan: node-deps
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
 
-test: test-release test-asan
+# ThreadSanitizer: the engine, async-engine and server tests (the tsan presets pick them).
+test-tsan: node-deps
+	cmake --preset tsan >/dev/null
+	cmake --build --preset tsan -j $(JOBS)
+	ctest --preset tsan -j $(JOBS)
+
+# Every fuzz target for FUZZ_SECONDS, JOBS at a time.
+test-fuzz: deps
+	FUZZ_PARALLEL=$(JOBS) JOBS=$(JOBS) tests/fuzz/run-fuzzers $(FUZZ_SECONDS)
+
+test: test-release test-asan test-tsan test-fuzz
+
+fuzz: deps
+	JOBS=$(JOBS) tests/fuzz/run-fuzzers $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-ci build-asan build-debug
+	rm -rf build build-ci build-asan build-debug build-fuzz build-tsan

@@ -1,6 +1,7 @@
 // `vesper serve MODEL.gguf`: the OpenAI-compatible HTTP server (see server/http_server.h).
 #include <sys/resource.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -22,7 +23,8 @@ struct ServeOptions {
   std::string max_request_body = "32M";
 };
 
-Result<tokenizer::ChatTemplate> load_chat_template(const std::string& path, const gguf::GgufFile& model) {
+Result<tokenizer::ChatTemplate> load_chat_template(const std::string& path,
+                                                   const gguf::GgufFile& model) {
   std::string source;
   std::string origin;
   if (!path.empty()) {
@@ -33,7 +35,8 @@ Result<tokenizer::ChatTemplate> load_chat_template(const std::string& path, cons
     source = ss.str();
     origin = path;
   } else {
-    VESPER_ASSIGN_OR_RETURN(std::optional<std::string> from_model, model.get_string("tokenizer.chat_template"));
+    VESPER_ASSIGN_OR_RETURN(std::optional<std::string> from_model,
+                            model.get_string("tokenizer.chat_template"));
     if (from_model) {
       source = *from_model;
       origin = model.path() + " (tokenizer.chat_template)";
@@ -57,13 +60,20 @@ void raise_fd_limit() {
     setrlimit(RLIMIT_NOFILE, &lim);
   }
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0)
-    log_info("open files limit: %llu (each client connection takes one)", static_cast<unsigned long long>(lim.rlim_cur));
+    log_info("open files limit: %llu (each client connection takes one)",
+             static_cast<unsigned long long>(lim.rlim_cur));
 }
 
 int run_serve(ServeOptions& o) {
   raise_fd_limit();
+  // As vLLM reads VLLM_API_KEY: a key in the environment stays out of `ps` and shell history.
+  if (o.server.api_key.empty())
+    if (const char* key = std::getenv("VESPER_API_KEY"); key != nullptr && *key != '\0')
+      o.server.api_key = key;
   auto body_limit = engine::parse_byte_size(o.max_request_body);
-  if (!body_limit || *body_limit <= 0) return fail("--max-request-body: " + (body_limit ? std::string("must be positive") : body_limit.error().message));
+  if (!body_limit || *body_limit <= 0)
+    return fail("--max-request-body: " +
+                (body_limit ? std::string("must be positive") : body_limit.error().message));
   o.server.max_body_bytes = static_cast<size_t>(*body_limit);
   if (o.server.served_model_name.empty())
     o.server.served_model_name = std::filesystem::path(o.engine.model_path).stem().string();
@@ -76,15 +86,18 @@ int run_serve(ServeOptions& o) {
 
   engine::AsyncEngine engine(std::move(*created));
   server::Metrics metrics(o.server.served_model_name, [&engine] { return engine.stats(); });
-  engine.set_step_observer([&metrics](const std::vector<engine::RequestOutput>& outs, const engine::EngineStats& st) {
-    metrics.on_step(outs, st);
-  });
+  engine.set_step_observer(
+      [&metrics](const std::vector<engine::RequestOutput>& outs, const engine::EngineStats& st) {
+        metrics.on_step(outs, st);
+      });
   server::OpenAiService service(o.server, engine, metrics, std::move(*tmpl));
   server::HttpServer http(o.server, service, engine);
   if (auto st = http.listen(); !st) return fail(st.error().message);
-  log_info("serving \"%s\" on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions, /v1/models; "
-           "also /health, /metrics, /tokenize, /detokenize)",
-           o.server.served_model_name.c_str(), o.server.host.c_str(), http.port());
+  log_info(
+      "serving \"%s\" on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions, "
+      "/v1/models; "
+      "also /health, /metrics, /tokenize, /detokenize)",
+      o.server.served_model_name.c_str(), o.server.host.c_str(), http.port());
   http.run();
   log_info("server stopped");
   return 0;
@@ -98,17 +111,31 @@ CommandRunner add_serve_command(CLI::App& app) {
   add_engine_flags(cmd, o->engine);
   auto& s = o->server;
   cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", s.port, "Port to listen on (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", s.api_key, "Require \"Authorization: Bearer KEY\" on API requests");
-  cmd->add_option("--served-model-name", s.served_model_name, "Model name in the API (default: the file name without .gguf)");
+  cmd->add_option("--port", s.port, "Port to listen on (0: any free port)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", s.api_key,
+                  "Require \"Authorization: Bearer KEY\" on API requests (default: the "
+                  "VESPER_API_KEY environment "
+                  "variable; /health and /metrics stay open)");
+  cmd->add_option("--served-model-name", s.served_model_name,
+                  "Model name in the API (default: the file name without .gguf)");
   cmd->add_option("--max-num-waiting", s.max_num_waiting,
                   "Queued requests beyond which new ones get HTTP 503 (admission control)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--chat-template", s.chat_template_path, "Jinja chat template file (overrides the model's)");
-  cmd->add_option("--io-threads", s.io_threads, "Threads serving connections")->capture_default_str()->check(CLI::Range(1, 64));
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--chat-template", s.chat_template_path,
+                  "Jinja chat template file (overrides the model's)");
+  cmd->add_option("--io-threads", s.io_threads, "Threads serving connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--shutdown-timeout", s.shutdown_timeout_s,
-                  "Seconds in-flight requests get to finish on SIGINT/SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-request-body", o->max_request_body, "Largest request body accepted (e.g. 32M)")->capture_default_str();
+                  "Seconds in-flight requests get to finish on SIGINT/SIGTERM")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-request-body", o->max_request_body,
+                  "Largest request body accepted (e.g. 32M)")
+      ->capture_default_str();
   return [o] { return run_serve(*o); };
 }
 

@@ -1,6 +1,9 @@
 #include "engine/async_engine.h"
 
+#include <algorithm>
 #include <chrono>
+
+#include "core/logging.h"
 
 namespace vesper::engine {
 namespace {
@@ -14,22 +17,42 @@ AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(eng
   thread_ = std::thread([this] { loop(); });
 }
 
-AsyncEngine::~AsyncEngine() { shutdown(0); }
+AsyncEngine::~AsyncEngine() {
+  shutdown(0);
+}
 
-void AsyncEngine::add_request(std::string request_id, std::vector<int32_t> prompt, sample::SamplingParams params,
-                              int32_t priority, OutputCallback on_output, ErrorCallback on_error) {
+void AsyncEngine::add_request(std::string request_id, std::vector<int32_t> prompt,
+                              sample::SamplingParams params, int32_t priority,
+                              OutputCallback on_output, ErrorCallback on_error) {
+  bool refused = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || draining_) {
-      if (on_error) on_error("the server is shutting down");
-      return;
+      refused = true;
+    } else {
+      Command c{Command::kAdd, std::move(request_id), std::move(prompt),  std::move(params),
+                priority,      std::move(on_output),  std::move(on_error)};
+      commands_.push_back(std::move(c));
+      pending_.fetch_add(1);
     }
-    Command c{Command::kAdd, std::move(request_id), std::move(prompt), std::move(params), priority,
-              std::move(on_output), std::move(on_error)};
-    commands_.push_back(std::move(c));
-    pending_.fetch_add(1);
+  }
+  if (refused) {
+    // Outside the lock: the handler may well call abort() for the request's siblings.
+    if (on_error) on_error({RequestError::Kind::kShuttingDown, "the server is shutting down"});
+    return;
   }
   wake_.notify_one();
+}
+
+bool AsyncEngine::accepting() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !stopping_ && !draining_;
+}
+
+int64_t AsyncEngine::num_waiting() const {
+  const int64_t free_seats =
+      std::max<int64_t>(0, engine_->scheduler_config().max_num_seqs - running_.load());
+  return std::max<int64_t>(0, pending_.load() + waiting_.load() - free_seats);
 }
 
 void AsyncEngine::abort(const std::string& request_id) {
@@ -61,7 +84,7 @@ void AsyncEngine::apply(Command& cmd) {
   pending_.fetch_sub(1);
   auto st = engine_->add_request(cmd.request_id, std::move(cmd.prompt), cmd.params, cmd.priority);
   if (!st) {
-    if (cmd.on_error) cmd.on_error(st.error().message);
+    if (cmd.on_error) cmd.on_error({RequestError::Kind::kInvalid, st.error().message});
     return;
   }
   unfinished_.fetch_add(1);
@@ -71,27 +94,26 @@ void AsyncEngine::apply(Command& cmd) {
 void AsyncEngine::loop() {
   std::deque<Command> batch;
   for (;;) {
+    bool draining = false;
+    double deadline = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !commands_.empty() || engine_->has_unfinished() || draining_; });
+      wake_.wait(lock, [&] {
+        return stopping_ || !commands_.empty() || engine_->has_unfinished() || draining_;
+      });
       batch.swap(commands_);
       if (stopping_ && batch.empty()) break;
+      draining = draining_;
+      deadline = drain_deadline_;
     }
     for (Command& c : batch) apply(c);
     batch.clear();
-    if (draining_ && now_s() > drain_deadline_) {
-      // Out of time: abort what is left.
-      std::vector<std::string> ids;
-      for (const auto& [id, cb] : callbacks_) ids.push_back(id);
-      for (const auto& id : ids) {
-        if (engine_->abort(id)) unfinished_.fetch_sub(1);
-        callbacks_.erase(id);
-      }
-    }
+    if (draining && now_s() > deadline) abort_all_with_outputs();
     if (!engine_->has_unfinished()) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_ = engine_->stats();
       waiting_.store(0);
+      running_.store(0);
       if (draining_) stopping_ = true;
       continue;
     }
@@ -104,16 +126,41 @@ void AsyncEngine::loop() {
       observer = observer_;
     }
     waiting_.store(st.num_waiting);
-    for (const RequestOutput& out : outputs) {
-      auto it = callbacks_.find(out.request_id);
-      if (it == callbacks_.end()) continue;
-      it->second(out);
-      if (out.finished) {
-        callbacks_.erase(it);
-        unfinished_.fetch_sub(1);
-      }
-    }
+    running_.store(st.num_running);
+    for (const RequestOutput& out : outputs) deliver(out);
     if (observer) observer(outputs, st);
+  }
+}
+
+void AsyncEngine::deliver(const RequestOutput& out) {
+  auto it = callbacks_.find(out.request_id);
+  if (it == callbacks_.end()) return;
+  bool failed = false;
+  try {
+    it->second(out);
+  } catch (const std::exception& e) {
+    log_error("request %s: output callback failed: %s; request aborted", out.request_id.c_str(),
+              e.what());
+    failed = true;
+  } catch (...) {
+    log_error("request %s: output callback failed; request aborted", out.request_id.c_str());
+    failed = true;
+  }
+  if (out.finished || failed) {
+    if (!out.finished) engine_->abort(out.request_id);
+    callbacks_.erase(out.request_id);
+    unfinished_.fetch_sub(1);
+  }
+}
+
+void AsyncEngine::abort_all_with_outputs() {
+  std::vector<std::string> ids;
+  for (const auto& [id, cb] : callbacks_) ids.push_back(id);
+  for (const auto& id : ids) {
+    // Requests the engine no longer holds finished at admission (max_tokens 0): the next step
+    // reports them.
+    RequestOutput last;
+    if (engine_->abort(id, &last)) deliver(last);  // finished: deliver unregisters it
   }
 }
 

@@ -3,8 +3,12 @@
 // callback, called on the engine thread (callbacks must be quick and must not block: the server
 // posts them to the connection's executor).
 //
-// Admission control: num_waiting() counts requests queued or waiting in the scheduler, so the
-// server can refuse work (HTTP 503) beyond a bound instead of letting latency grow without limit.
+// Admission control: num_waiting() counts requests that will have to wait for a sequence slot,
+// so the server can refuse work (HTTP 503) beyond a bound instead of letting latency grow
+// without limit.
+//
+// Locking: no callback is ever called with the queue's lock held, so a callback may call back
+// into the AsyncEngine (an error handler that aborts its other requests, say).
 #pragma once
 
 #include <atomic>
@@ -26,8 +30,15 @@ class AsyncEngine {
  public:
   // Called with each output of the request (the last one has finished == true).
   using OutputCallback = std::function<void(const RequestOutput&)>;
-  // Called once if the engine refuses the request when it reaches the engine thread.
-  using ErrorCallback = std::function<void(const std::string& message)>;
+  // Why a request was refused: invalid for the engine (a client error), or the engine is shutting
+  // down (retry elsewhere).
+  struct RequestError {
+    enum class Kind { kInvalid, kShuttingDown } kind = Kind::kInvalid;
+    std::string message;
+  };
+  // Called once if the request is refused: at once (shutting down), or when it reaches the
+  // engine thread (invalid).
+  using ErrorCallback = std::function<void(const RequestError& error)>;
 
   explicit AsyncEngine(std::unique_ptr<Engine> engine);
   ~AsyncEngine();
@@ -35,14 +46,21 @@ class AsyncEngine {
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
   // Thread-safe. The request is added on the engine thread before its next step.
-  void add_request(std::string request_id, std::vector<int32_t> prompt, sample::SamplingParams params,
-                   int32_t priority, OutputCallback on_output, ErrorCallback on_error);
+  void add_request(std::string request_id, std::vector<int32_t> prompt,
+                   sample::SamplingParams params, int32_t priority, OutputCallback on_output,
+                   ErrorCallback on_error);
   // Thread-safe. Removes the request (if still there) before the next step; its blocks are free
   // after that step. No further callbacks are made for it once the abort is processed.
   void abort(const std::string& request_id);
 
-  // Requests submitted but not yet running (queued here or waiting in the scheduler).
-  int64_t num_waiting() const { return pending_.load() + waiting_.load(); }
+  // Requests submitted that will wait for a sequence slot: those queued here or waiting in the
+  // scheduler, less the slots (--max-num-seqs) free at the last step. Requests the engine thread
+  // has not picked up yet are not waiting in this sense when slots are free for them: under a
+  // burst they would otherwise count against --max-num-waiting while the engine is busy with a
+  // step, and be refused with most slots empty.
+  int64_t num_waiting() const;
+  // False once shutdown() began: add_request() refuses new work.
+  bool accepting() const;
   // Requests accepted and not finished.
   int64_t num_unfinished() const { return unfinished_.load(); }
 
@@ -56,11 +74,13 @@ class AsyncEngine {
   const MemoryPlan& memory_plan() const { return engine_->memory_plan(); }
 
   // Stops taking requests, lets in-flight requests finish for up to `timeout_s` seconds, then
-  // aborts the rest and stops the thread.
+  // aborts the rest, each getting a last output (finish_reason "abort", finished), and stops
+  // the thread.
   void shutdown(double timeout_s);
 
   // Hooks for metrics: called on the engine thread after every step with the finished outputs.
-  void set_step_observer(std::function<void(const std::vector<RequestOutput>&, const EngineStats&)> observer);
+  void set_step_observer(
+      std::function<void(const std::vector<RequestOutput>&, const EngineStats&)> observer);
 
  private:
   struct Command {
@@ -75,6 +95,11 @@ class AsyncEngine {
 
   void loop();
   void apply(Command& cmd);
+  // Delivers one output to its request's callback; a callback that throws has its request
+  // aborted (logged), and the engine thread goes on with the others.
+  void deliver(const RequestOutput& out);
+  // Aborts every request still in the engine, telling each client (the shutdown deadline).
+  void abort_all_with_outputs();
 
   std::unique_ptr<Engine> engine_;
   mutable std::mutex mutex_;
@@ -88,6 +113,7 @@ class AsyncEngine {
   EngineStats stats_;  // under mutex_
   std::atomic<int64_t> pending_{0};
   std::atomic<int64_t> waiting_{0};
+  std::atomic<int64_t> running_{0};
   std::atomic<int64_t> unfinished_{0};
   std::thread thread_;
 };

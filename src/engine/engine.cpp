@@ -13,72 +13,59 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The model's raw distribution: the sampled token's log-probability and the top k.
-LogprobEntry compute_logprobs(const float* logits, int64_t n_vocab, int32_t token, int32_t k,
-                              std::vector<int32_t>& scratch) {
-  float max_logit = -INFINITY;
-  for (int64_t i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
-  const double log_z = static_cast<double>(max_logit) + std::log(sum);
-  LogprobEntry e;
-  e.token = token;
-  e.logprob = static_cast<float>(logits[token] - log_z);
-  if (k > 0) {
-    scratch.resize(n_vocab);
-    for (int64_t i = 0; i < n_vocab; ++i) scratch[i] = static_cast<int32_t>(i);
-    const int64_t kk = std::min<int64_t>(k, n_vocab);
-    std::partial_sort(scratch.begin(), scratch.begin() + kk, scratch.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    for (int64_t i = 0; i < kk; ++i)
-      e.top.push_back({scratch[i], static_cast<float>(logits[scratch[i]] - log_z)});
-  }
-  return e;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
   VESPER_ASSIGN_OR_RETURN(e->model_, model::Model::load(config.model_path));
-  VESPER_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_gguf(e->model_->file()));
+  VESPER_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok,
+                          tokenizer::Tokenizer::from_gguf(e->model_->file()));
   e->tokenizer_.emplace(std::move(tok));
   const model::ModelConfig& mc = e->model_->config();
   sched::SchedulerConfig& sc = e->config_.scheduler;
   if (sc.max_model_len <= 0) sc.max_model_len = mc.context_length;
   if (sc.max_model_len > mc.context_length)
-    return make_error("--max-model-len " + std::to_string(sc.max_model_len) + " exceeds the model's context length " +
-                      std::to_string(mc.context_length) + " (" + config.model_path + ")");
-  if (sc.max_num_batched_tokens <= 0) return make_error("--max-num-batched-tokens must be positive");
+    return make_error("--max-model-len " + std::to_string(sc.max_model_len) +
+                      " exceeds the model's context length " + std::to_string(mc.context_length) +
+                      " (" + config.model_path + ")");
+  if (sc.max_num_batched_tokens <= 0)
+    return make_error("--max-num-batched-tokens must be positive");
   if (sc.max_num_seqs <= 0) return make_error("--max-num-seqs must be positive");
   int64_t weight_bytes = 0;
-  for (const auto& t : e->model_->file().tensors()) weight_bytes += static_cast<int64_t>(t.size_bytes);
-  VESPER_ASSIGN_OR_RETURN(e->plan_, plan_memory(mc, weight_bytes, config.cache, sc.max_model_len, sc.max_num_seqs));
+  for (const auto& t : e->model_->file().tensors())
+    weight_bytes += static_cast<int64_t>(t.size_bytes);
+  VESPER_ASSIGN_OR_RETURN(
+      e->plan_, plan_memory(mc, weight_bytes, config.cache, sc.max_model_len, sc.max_num_seqs));
   const int threads = config.threads > 0 ? config.threads : ThreadPool::hardware_threads();
   e->pool_ = std::make_unique<ThreadPool>(threads);
-  e->kv_ = std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.block_size,
-                                                config.cache.enable_prefix_caching);
+  e->kv_ =
+      std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks,
+                                           e->plan_.block_size, config.cache.enable_prefix_caching);
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
-  e->runner_ = std::make_unique<ModelRunner>(*e->model_, e->plan_.num_blocks, e->plan_.num_swap_blocks,
-                                             e->plan_.block_size, *e->pool_);
-  log_info("model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, context %lld",
-           config.model_path.c_str(), mc.arch.name.c_str(), static_cast<long long>(mc.n_layer),
-           static_cast<long long>(mc.n_embd), static_cast<long long>(mc.n_head), static_cast<long long>(mc.n_head_kv),
-           static_cast<long long>(mc.head_dim), static_cast<long long>(mc.n_vocab),
-           static_cast<long long>(mc.context_length));
+  e->runner_ = std::make_unique<ModelRunner>(
+      *e->model_, e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.block_size, *e->pool_);
+  log_info(
+      "model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, "
+      "context %lld",
+      config.model_path.c_str(), mc.arch.name.c_str(), static_cast<long long>(mc.n_layer),
+      static_cast<long long>(mc.n_embd), static_cast<long long>(mc.n_head),
+      static_cast<long long>(mc.n_head_kv), static_cast<long long>(mc.head_dim),
+      static_cast<long long>(mc.n_vocab), static_cast<long long>(mc.context_length));
   log_info("%s", e->plan_.describe().c_str());
-  log_info("scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked prefill %s, "
-           "preemption mode %s, prefix caching %s; %d threads",
-           static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
-           static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
-           sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
-           config.cache.enable_prefix_caching ? "on" : "off", threads);
+  log_info(
+      "scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked "
+      "prefill %s, "
+      "preemption mode %s, prefix caching %s; %d threads",
+      static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
+      static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
+      sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
+      config.cache.enable_prefix_caching ? "on" : "off", threads);
   return e;
 }
 
-sample::SamplingParams Engine::child_params(const sample::SamplingParams& params, int32_t index) const {
+sample::SamplingParams Engine::child_params(const sample::SamplingParams& params,
+                                            int32_t index) const {
   sample::SamplingParams p = params;
   // Each parallel sample draws from its own stream, derived from the request's seed.
   if (p.seed) p.seed = *p.seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
@@ -88,7 +75,8 @@ sample::SamplingParams Engine::child_params(const sample::SamplingParams& params
 Status Engine::add_request(const std::string& request_id, std::vector<int32_t> prompt,
                            const sample::SamplingParams& params, int32_t priority) {
   VESPER_TRY(params.validate());
-  if (requests_.count(request_id) != 0) return make_error("request id \"" + request_id + "\" is already in use");
+  if (requests_.count(request_id) != 0)
+    return make_error("request id \"" + request_id + "\" is already in use");
   if (prompt.empty()) return make_error("the prompt is empty");
   for (int32_t t : prompt)
     if (!tokenizer_->is_valid(t))
@@ -113,7 +101,8 @@ Status Engine::add_request(const std::string& request_id, std::vector<int32_t> p
   if (params.max_tokens == 0) {
     // Nothing to generate (e.g. echo-only completions): finished at once, never scheduled.
     if (seq.num_tokens() > scheduler_->config().max_model_len)
-      return make_error("the prompt has " + std::to_string(seq.num_tokens()) + " tokens, more than --max-model-len " +
+      return make_error("the prompt has " + std::to_string(seq.num_tokens()) +
+                        " tokens, more than --max-model-len " +
                         std::to_string(scheduler_->config().max_model_len));
     RequestOutput out;
     out.request_id = request_id;
@@ -145,7 +134,8 @@ Status Engine::add_request(const std::string& request_id, std::vector<int32_t> p
   return {};
 }
 
-void Engine::sample_sequence(RequestState& req, SequenceState& s, const float* logits, bool /*first_sample*/) {
+void Engine::sample_sequence(RequestState& req, SequenceState& s, const float* logits,
+                             bool /*first_sample*/) {
   const int64_t n_vocab = model_->config().n_vocab;
   scratch_logits_.assign(logits, logits + n_vocab);
   std::span<float> row(scratch_logits_);
@@ -157,16 +147,18 @@ void Engine::sample_sequence(RequestState& req, SequenceState& s, const float* l
   }
   const sched::Sequence* seq = scheduler_->find(s.seq_id);
   std::span<const int32_t> prompt(seq->tokens.data(), seq->num_prompt_tokens);
-  std::span<const int32_t> output(seq->tokens.data() + seq->num_prompt_tokens, seq->num_tokens() - seq->num_prompt_tokens);
+  std::span<const int32_t> output(seq->tokens.data() + seq->num_prompt_tokens,
+                                  seq->num_tokens() - seq->num_prompt_tokens);
   const int32_t token = s.sampler->sample(row, prompt, output);
   std::optional<LogprobEntry> lp;
   if (p.logprobs >= 0) {
-    static thread_local std::vector<int32_t> order;
-    lp = compute_logprobs(logits, n_vocab, token, p.logprobs, order);
+    lp = sample::compute_logprobs(std::span<const float>(logits, n_vocab), token, p.logprobs,
+                                  logprob_scratch_);
   }
   scheduler_->append_token(s.seq_id, token);
   ++totals_.generation_tokens;
-  const bool at_limit = scheduler_->find(s.seq_id)->num_tokens() >= scheduler_->config().max_model_len;
+  const bool at_limit =
+      scheduler_->find(s.seq_id)->num_tokens() >= scheduler_->config().max_model_len;
   s.output->add_token(token, lp ? &*lp : nullptr, at_limit);
   req.updated = true;
   const double t = now_seconds();
@@ -203,7 +195,8 @@ std::vector<RequestOutput> Engine::step() {
   sched::SchedulerOutput plan = scheduler_->schedule();
   if (plan.empty()) return outputs;
   ++totals_.num_steps;
-  totals_.max_batched_tokens_seen = std::max(totals_.max_batched_tokens_seen, plan.num_batched_tokens);
+  totals_.max_batched_tokens_seen =
+      std::max(totals_.max_batched_tokens_seen, plan.num_batched_tokens);
   bool partial_prefill = false;
   const double t = now_seconds();
   for (const auto& s : plan.scheduled) {
@@ -219,7 +212,8 @@ std::vector<RequestOutput> Engine::step() {
   }
   if (partial_prefill) ++totals_.num_chunked_prefill_steps;
   for (sched::SeqId id : plan.preempted)
-    if (auto it = seq_owner_.find(id); it != seq_owner_.end()) ++it->second.first->metrics.num_preemptions;
+    if (auto it = seq_owner_.find(id); it != seq_owner_.end())
+      ++it->second.first->metrics.num_preemptions;
 
   runner_->execute(plan, *scheduler_);
 
@@ -259,12 +253,24 @@ std::vector<RequestOutput> Engine::step() {
   return outputs;
 }
 
-bool Engine::abort(const std::string& request_id) {
+bool Engine::abort(const std::string& request_id, RequestOutput* final_output) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return false;
-  for (auto& s : it->second->seqs) {
+  RequestState& req = *it->second;
+  for (auto& s : req.seqs) {
     scheduler_->remove(s.seq_id);
     seq_owner_.erase(s.seq_id);
+    if (!s.output->finished()) s.output->abort();
+  }
+  if (final_output != nullptr) {
+    // Samples not forked yet (n > 1 before the prompt's first token) end with nothing generated.
+    for (auto k = static_cast<int32_t>(req.seqs.size()); k < req.params.n; ++k) {
+      SequenceState unborn;
+      unborn.output = std::make_unique<SequenceOutput>(*tokenizer_, req.params, k);
+      unborn.output->abort();
+      req.seqs.push_back(std::move(unborn));
+    }
+    *final_output = make_output(req);
   }
   requests_.erase(it);
   return true;
@@ -297,13 +303,19 @@ Engine::Phase Engine::phase(const std::string& request_id) const {
   const sched::Sequence* seq = scheduler_->find(it->second->seqs[0].seq_id);
   if (seq == nullptr) return Phase::kUnknown;
   switch (seq->status) {
-    case sched::SeqStatus::kWaiting: return Phase::kWaiting;
-    case sched::SeqStatus::kSwapped: return Phase::kSwapped;
-    case sched::SeqStatus::kRunning: return seq->in_prefill() ? Phase::kPrefilling : Phase::kDecoding;
-    default: return Phase::kUnknown;
+    case sched::SeqStatus::kWaiting:
+      return Phase::kWaiting;
+    case sched::SeqStatus::kSwapped:
+      return Phase::kSwapped;
+    case sched::SeqStatus::kRunning:
+      return seq->in_prefill() ? Phase::kPrefilling : Phase::kDecoding;
+    default:
+      return Phase::kUnknown;
   }
 }
 
-void Engine::check_invariants() const { scheduler_->check_invariants(); }
+void Engine::check_invariants() const {
+  scheduler_->check_invariants();
+}
 
 }  // namespace vesper::engine

@@ -23,6 +23,7 @@
 #include "engine/sequence_output.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -30,7 +31,7 @@
 namespace vesper::engine {
 
 struct EngineStats {
-  int64_t num_running = 0;   // sequences
+  int64_t num_running = 0;  // sequences
   int64_t num_waiting = 0;
   int64_t num_swapped = 0;
   int64_t num_requests = 0;  // unfinished requests
@@ -40,9 +41,9 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t num_swap_outs = 0;
   int64_t num_recomputes = 0;
-  int64_t prompt_tokens = 0;          // prompt tokens of all requests added
+  int64_t prompt_tokens = 0;            // prompt tokens of all requests added
   int64_t prefill_tokens_computed = 0;  // tokens computed while prefilling (recomputation included)
-  int64_t generation_tokens = 0;      // tokens sampled
+  int64_t generation_tokens = 0;        // tokens sampled
   int64_t num_steps = 0;
   int64_t max_batched_tokens_seen = 0;
   int64_t num_chunked_prefill_steps = 0;  // steps that computed part of a prompt but not its end
@@ -54,7 +55,9 @@ struct EngineStats {
   int64_t kv_blocks_evictable = 0;
   int64_t prefix_cache_evictions = 0;
 
-  double kv_usage() const { return kv_blocks_total ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0; }
+  double kv_usage() const {
+    return kv_blocks_total ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0;
+  }
 };
 
 class Engine {
@@ -78,9 +81,13 @@ class Engine {
   std::vector<RequestOutput> step();
 
   // Removes a request in any state; its blocks are free on return. False for an unknown id.
-  bool abort(const std::string& request_id);
+  // With `final_output`, also reports the request's last output there: what it generated since
+  // its previous output, every sample that had not finished with finish_reason "abort", and
+  // finished == true (what a client still streaming it must be told).
+  bool abort(const std::string& request_id, RequestOutput* final_output = nullptr);
 
-  bool has_unfinished() const { return !requests_.empty(); }
+  // Requests queued, running, or finished at admission and not yet reported by step().
+  bool has_unfinished() const { return !requests_.empty() || !finished_early_.empty(); }
 
   // Where a request's first sequence is: for tests and debugging.
   enum class Phase { kUnknown, kWaiting, kPrefilling, kDecoding, kSwapped };
@@ -129,6 +136,7 @@ class Engine {
   int64_t next_arrival_ = 0;
   EngineStats totals_;
   std::vector<float> scratch_logits_;
+  sample::LogprobScratch logprob_scratch_;
   std::vector<RequestOutput> finished_early_;  // requests done at admission (max_tokens == 0)
 };
 

@@ -11,9 +11,12 @@ namespace {
 
 std::string gib(double bytes) {
   char buf[32];
-  if (bytes >= (1 << 30)) std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1 << 30));
-  else if (bytes >= (1 << 20)) std::snprintf(buf, sizeof(buf), "%.2f MiB", bytes / (1 << 20));
-  else std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024);
+  if (bytes >= (1 << 30))
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1 << 30));
+  else if (bytes >= (1 << 20))
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", bytes / (1 << 20));
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024);
   return buf;
 }
 
@@ -21,14 +24,18 @@ std::string gib(double bytes) {
 
 std::string MemoryPlan::describe() const {
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "memory plan: weights %s; KV cache %lld bytes/token, block %lld tokens = %s, %lld blocks = %s "
-                "(%lld tokens, %.2f sequences of max-model-len %lld at once); swap space %lld blocks = %s",
-                gib(static_cast<double>(weight_bytes)).c_str(), static_cast<long long>(bytes_per_token),
-                static_cast<long long>(block_size), gib(static_cast<double>(bytes_per_block)).c_str(),
-                static_cast<long long>(num_blocks), gib(static_cast<double>(num_blocks * bytes_per_block)).c_str(),
-                static_cast<long long>(token_capacity()), max_concurrency(), static_cast<long long>(max_model_len),
-                static_cast<long long>(num_swap_blocks), gib(static_cast<double>(num_swap_blocks * bytes_per_block)).c_str());
+  std::snprintf(
+      buf, sizeof(buf),
+      "memory plan: weights %s; KV cache %lld bytes/token, block %lld tokens = %s, %lld blocks = "
+      "%s "
+      "(%lld tokens, %.2f sequences of max-model-len %lld at once); swap space %lld blocks = %s",
+      gib(static_cast<double>(weight_bytes)).c_str(), static_cast<long long>(bytes_per_token),
+      static_cast<long long>(block_size), gib(static_cast<double>(bytes_per_block)).c_str(),
+      static_cast<long long>(num_blocks),
+      gib(static_cast<double>(num_blocks * bytes_per_block)).c_str(),
+      static_cast<long long>(token_capacity()), max_concurrency(),
+      static_cast<long long>(max_model_len), static_cast<long long>(num_swap_blocks),
+      gib(static_cast<double>(num_swap_blocks * bytes_per_block)).c_str());
   return buf;
 }
 
@@ -42,39 +49,51 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-Result<MemoryPlan> plan_memory(const model::ModelConfig& model, int64_t weight_bytes, const CacheConfig& cache,
-                               int64_t max_model_len, int64_t max_num_seqs) {
+Result<MemoryPlan> plan_memory(const model::ModelConfig& model, int64_t weight_bytes,
+                               const CacheConfig& cache, int64_t max_model_len,
+                               int64_t max_num_seqs) {
   MemoryPlan p;
-  if (cache.block_size != 8 && cache.block_size != 16 && cache.block_size != 32 && cache.block_size != 64 &&
-      cache.block_size != 128)
-    return make_error("--block-size must be one of 8, 16, 32, 64, 128, got " + std::to_string(cache.block_size));
+  if (cache.block_size != 8 && cache.block_size != 16 && cache.block_size != 32 &&
+      cache.block_size != 64 && cache.block_size != 128)
+    return make_error("--block-size must be one of 8, 16, 32, 64, 128, got " +
+                      std::to_string(cache.block_size));
   p.weight_bytes = weight_bytes;
   p.block_size = cache.block_size;
   p.max_model_len = max_model_len;
-  p.bytes_per_token = 2 * model.n_layer * model.n_head_kv * model.head_dim * static_cast<int64_t>(sizeof(float));
+  p.bytes_per_token =
+      2 * model.n_layer * model.n_head_kv * model.head_dim * static_cast<int64_t>(sizeof(float));
   p.bytes_per_block = p.bytes_per_token * p.block_size;
   if (cache.num_gpu_blocks_override > 0) {
     p.num_blocks = cache.num_gpu_blocks_override;
+    p.capacity_source = "--num-gpu-blocks-override";
   } else if (cache.kv_cache_memory > 0) {
     p.num_blocks = cache.kv_cache_memory / p.bytes_per_block;
+    p.capacity_source = "--kv-cache-memory";
     if (p.num_blocks == 0)
       return make_error("--kv-cache-memory " + std::to_string(cache.kv_cache_memory) +
-                        " bytes is less than one KV block (" + std::to_string(p.bytes_per_block) + " bytes)");
+                        " bytes is less than one KV block (" + std::to_string(p.bytes_per_block) +
+                        " bytes)");
   } else {
     const int64_t available = available_memory_bytes();
-    int64_t budget = std::min<int64_t>(int64_t{4} << 30, available > 0 ? available / 4 : int64_t{1} << 30);
+    int64_t budget =
+        std::min<int64_t>(int64_t{4} << 30, available > 0 ? available / 4 : int64_t{1} << 30);
     // No point in more than max_num_seqs full-length sequences can use.
     const int64_t blocks_per_seq = (max_model_len + p.block_size - 1) / p.block_size;
-    p.num_blocks = std::max<int64_t>(blocks_per_seq, std::min(budget / p.bytes_per_block, blocks_per_seq * max_num_seqs));
+    p.num_blocks = std::max<int64_t>(
+        blocks_per_seq, std::min(budget / p.bytes_per_block, blocks_per_seq * max_num_seqs));
+    p.capacity_source = "--kv-cache-memory auto";
   }
   if (cache.swap_space_gib < 0) return make_error("--swap-space must be >= 0 GiB");
-  p.num_swap_blocks = static_cast<int64_t>(cache.swap_space_gib * static_cast<double>(int64_t{1} << 30)) / p.bytes_per_block;
+  p.num_swap_blocks =
+      static_cast<int64_t>(cache.swap_space_gib * static_cast<double>(int64_t{1} << 30)) /
+      p.bytes_per_block;
   return p;
 }
 
 Result<int64_t> parse_byte_size(const std::string& text) {
   size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   if (i == 0) return make_error("\"" + text + "\" is not a size (examples: 512M, 4G, 1073741824)");
   double number = 0;
   try {
@@ -85,12 +104,19 @@ Result<int64_t> parse_byte_size(const std::string& text) {
   std::string unit = text.substr(i);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB") scale = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MIB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GIB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else return make_error("\"" + text + "\": unknown size unit \"" + text.substr(i) + "\" (use K, M, G or T)");
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB")
+    scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return make_error("\"" + text + "\": unknown size unit \"" + text.substr(i) +
+                      "\" (use K, M, G or T)");
   return static_cast<int64_t>(std::llround(number * scale));
 }
 

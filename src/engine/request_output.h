@@ -8,19 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "sample/logprobs.h"
+
 namespace vesper::engine {
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-};
-
 // The sampled token's log-probability (under the model's raw distribution) and the top-k.
-struct LogprobEntry {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  std::vector<TokenLogprob> top;
-};
+using sample::LogprobEntry;
+using sample::TokenLogprob;
 
 // One of a request's n samples. Each step's output carries what is new (the delta_* fields); the
 // final output (finish_reason set) also carries everything (text, token_ids, logprobs), so that
@@ -28,13 +22,13 @@ struct LogprobEntry {
 struct CompletionOutput {
   int32_t index = 0;  // which of the n samples
 
-  std::string delta_text;                 // text that became final in this step
-  std::vector<int32_t> delta_token_ids;   // ids generated in this step
+  std::string delta_text;                // text that became final in this step
+  std::vector<int32_t> delta_token_ids;  // ids generated in this step
   std::vector<LogprobEntry> delta_logprobs;
 
-  std::string text;                       // final output only: the whole text
-  std::vector<int32_t> token_ids;         // final output only: every generated id (stop/EOS included)
-  std::vector<LogprobEntry> logprobs;     // final output only (when logprobs were asked)
+  std::string text;                    // final output only: the whole text
+  std::vector<int32_t> token_ids;      // final output only: every generated id (stop/EOS included)
+  std::vector<LogprobEntry> logprobs;  // final output only (when logprobs were asked)
 
   std::optional<std::string> finish_reason;  // "stop", "length" or "abort" once finished
   std::optional<std::string> stop_string;    // the stop string that matched, if any
@@ -44,9 +38,9 @@ struct CompletionOutput {
 };
 
 struct RequestMetrics {
-  double arrival_time = 0;       // seconds, steady clock
+  double arrival_time = 0;  // seconds, steady clock
   double first_scheduled_time = 0;
-  double first_token_time = 0;   // 0 until the first token
+  double first_token_time = 0;  // 0 until the first token
   double last_token_time = 0;
   double finished_time = 0;
   int64_t num_preemptions = 0;

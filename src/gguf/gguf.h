@@ -4,8 +4,8 @@
 // and its tensor infos, each pointing into the mapping. Opening validates everything a later
 // reader relies on, so a GgufFile that opened is safe to use: magic and version, every
 // metadata value and nested array, unique tensor names, known tensor types, shapes whose
-// element count fits the type's block size, data offsets aligned to general.alignment and
-// inside the file. Each error names the file and the fault.
+// element count fits the type's block size and whose byte size fits 64 bits, data offsets
+// aligned to general.alignment and inside the file. Each error names the file and the fault.
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,35 @@ namespace {
 constexpr uint64_t kMaxStringBytes = 1ull << 30;
 constexpr int kMaxArrayDepth = 8;
 constexpr uint32_t kMaxDims = 4;
+// The smallest tensor info: name length, dimension count, one dimension, type, offset.
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
+
+// The fewest bytes one value of `type` takes in a file (a string: its length; an array: its
+// element type and length). Counts are checked against these before anything is reserved, so
+// a corrupt count cannot make the reader allocate more than a genuine file of that size would.
+uint64_t min_value_bytes(ValueType type) {
+  switch (type) {
+    case ValueType::kUint8:
+    case ValueType::kInt8:
+    case ValueType::kBool:
+      return 1;
+    case ValueType::kUint16:
+    case ValueType::kInt16:
+      return 2;
+    case ValueType::kUint32:
+    case ValueType::kInt32:
+    case ValueType::kFloat32:
+      return 4;
+    case ValueType::kUint64:
+    case ValueType::kInt64:
+    case ValueType::kFloat64:
+    case ValueType::kString:
+      return 8;
+    case ValueType::kArray:
+      return 4 + 8;
+  }
+  return 1;
+}
 
 }  // namespace
 
@@ -85,11 +114,11 @@ Result<Value> Parser::read_value(ValueType type, const std::string& key, int dep
       if (raw_elem > static_cast<uint32_t>(ValueType::kFloat64))
         return fail(what + ": unknown array element type " + std::to_string(raw_elem));
       if (!read(count)) return truncated(what + " (array length)");
-      // Each element takes at least one byte, so a count past the remaining bytes is corrupt.
-      if (count > bytes_.size() - pos_)
-        return fail(what + ": array length " + std::to_string(count) + " exceeds the " +
-                    std::to_string(bytes_.size() - pos_) + " bytes left in the file (truncated or corrupt)");
       auto elem = static_cast<ValueType>(raw_elem);
+      if (count > (bytes_.size() - pos_) / min_value_bytes(elem))
+        return fail(what + ": array length " + std::to_string(count) + " exceeds what the " +
+                    std::to_string(bytes_.size() - pos_) +
+                    " bytes left in the file can hold (truncated or corrupt)");
       std::vector<Value> items;
       items.reserve(count);
       for (uint64_t i = 0; i < count; ++i) {
@@ -143,6 +172,10 @@ Status Parser::parse(GgufFile& out) {
     out.alignment_ = static_cast<size_t>(*v);
   }
 
+  if (n_tensors > (bytes_.size() - pos_) / kMinTensorInfoBytes)
+    return fail("tensor count " + std::to_string(n_tensors) + " exceeds what the " +
+                std::to_string(bytes_.size() - pos_) +
+                " bytes left for tensor infos can hold (truncated or corrupt)");
   std::unordered_set<std::string> names;
   out.tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
@@ -175,7 +208,12 @@ Status Parser::parse(GgufFile& out) {
     if (t.offset % out.alignment_ != 0)
       return fail(what + ": data offset " + std::to_string(t.offset) + " is not aligned to " +
                   std::to_string(out.alignment_) + " bytes");
-    t.size_bytes = static_cast<size_t>(elements / traits->block_size) * traits->type_size;
+    // elements fits int64, but its byte size may not fit 64 bits (2^62 f32 would wrap to 0).
+    const auto blocks = static_cast<uint64_t>(elements / traits->block_size);
+    if (blocks > std::numeric_limits<size_t>::max() / traits->type_size)
+      return fail(what + ": " + std::to_string(elements) + " elements of " +
+                  std::string(traits->name) + " are more bytes than 64 bits can count");
+    t.size_bytes = static_cast<size_t>(blocks) * traits->type_size;
     out.tensors_.push_back(std::move(t));
   }
 

@@ -27,76 +27,47 @@ int32_t argmax(std::span<const float> logits) {
   return 0;  // unreachable: best is one of the logits
 }
 
-Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed.has_value() ? *params.seed : std::random_device{}()) {}
-
-void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
-                              std::span<const int32_t> output) {
-  const bool repetition = params_.repetition_penalty != 1.0f;
-  const bool additive = params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
-  if (!repetition && !additive) return;
-  const int32_t n_vocab = static_cast<int32_t>(logits.size());
-  counts_.assign(n_vocab, 0);
-  for (int32_t t : output)
-    if (t >= 0 && t < n_vocab) ++counts_[t];
-  if (repetition) {
-    // vLLM: tokens seen in the prompt or the output are divided (positive logits) or
-    // multiplied (negative logits) by the penalty.
-    std::vector<bool> seen(n_vocab, false);
-    for (int32_t t : prompt)
-      if (t >= 0 && t < n_vocab) seen[t] = true;
-    for (int32_t t = 0; t < n_vocab; ++t) {
-      if (!seen[t] && counts_[t] == 0) continue;
-      logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty
-                                : logits[t] * params_.repetition_penalty;
-    }
-  }
-  if (additive) {
-    for (int32_t t = 0; t < n_vocab; ++t) {
-      if (counts_[t] == 0) continue;
-      logits[t] -=
-          params_.frequency_penalty * static_cast<float>(counts_[t]) + params_.presence_penalty;
-    }
-  }
+std::mt19937_64 make_rng(const SamplingParams& params) {
+  return std::mt19937_64(params.seed.has_value() ? *params.seed : std::random_device{}());
 }
 
-int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
-                        std::span<const int32_t> output) {
-  apply_penalties(logits, prompt, output);
-  if (params_.greedy()) return argmax(logits);
+int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::mt19937_64& rng,
+                   SamplingScratch& scratch) {
+  if (params.greedy()) return argmax(logits);
 
   const int32_t n_vocab = static_cast<int32_t>(logits.size());
-  candidates_.resize(n_vocab);
-  std::iota(candidates_.begin(), candidates_.end(), 0);
+  scratch.candidates.resize(n_vocab);
+  std::iota(scratch.candidates.begin(), scratch.candidates.end(), 0);
   // Sort candidates by logit, descending; ties by id, so the order is deterministic.
   auto by_logit = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-    keep = static_cast<size_t>(params_.top_k);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(), by_logit);
+  size_t keep = scratch.candidates.size();
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < keep) {
+    keep = static_cast<size_t>(params.top_k);
+    std::partial_sort(scratch.candidates.begin(), scratch.candidates.begin() + keep,
+                      scratch.candidates.end(), by_logit);
   } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    std::sort(scratch.candidates.begin(), scratch.candidates.end(), by_logit);
   }
-  candidates_.resize(keep);
+  scratch.candidates.resize(keep);
 
   // Softmax over the kept candidates at the temperature (double sums for stability).
-  probs_.resize(keep);
-  const double max_logit = logits[candidates_[0]];
+  scratch.probs.resize(keep);
+  const double max_logit = logits[scratch.candidates[0]];
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    const double p = std::exp((logits[candidates_[i]] - max_logit) / params_.temperature);
-    probs_[i] = static_cast<float>(p);
+    const double p = std::exp((logits[scratch.candidates[i]] - max_logit) / params.temperature);
+    scratch.probs[i] = static_cast<float>(p);
     total += p;
   }
   // top-p: the smallest prefix whose mass reaches top_p (at least one token).
-  if (params_.top_p < 1.0f) {
+  if (params.top_p < 1.0f) {
     double mass = 0.0;
     size_t cut = keep;
     for (size_t i = 0; i < keep; ++i) {
-      mass += probs_[i] / total;
-      if (mass >= params_.top_p) {
+      mass += scratch.probs[i] / total;
+      if (mass >= params.top_p) {
         cut = i + 1;
         break;
       }
@@ -104,22 +75,47 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
     keep = cut;
   }
   // min-p: drop tokens whose probability is below min_p times the top probability.
-  if (params_.min_p > 0.0f) {
-    const float threshold = params_.min_p * probs_[0];
+  if (params.min_p > 0.0f) {
+    const float threshold = params.min_p * scratch.probs[0];
     size_t cut = 1;
-    while (cut < keep && probs_[cut] >= threshold) ++cut;
+    while (cut < keep && scratch.probs[cut] >= threshold) ++cut;
     keep = cut;
   }
   double kept_total = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept_total += probs_[i];
+  for (size_t i = 0; i < keep; ++i) kept_total += scratch.probs[i];
   std::uniform_real_distribution<double> uniform(0.0, kept_total);
-  const double r = uniform(rng_);
+  const double r = uniform(rng);
   double acc = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    acc += probs_[i];
-    if (r < acc) return candidates_[i];
+    acc += scratch.probs[i];
+    if (r < acc) return scratch.candidates[i];
   }
-  return candidates_[keep - 1];
+  return scratch.candidates[keep - 1];
+}
+
+Sampler::Sampler(const SamplingParams& params)
+    : params_(params), rng_(make_rng(params)), scratch_(0) {}
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
+                        std::span<const int32_t> output) {
+  const auto n_vocab = static_cast<int32_t>(logits.size());
+  if (static_cast<int32_t>(scratch_.counts.size()) != n_vocab) scratch_ = SamplingScratch(n_vocab);
+  apply_penalties(params_, TokenHistory{prompt, output}, logits, scratch_);
+  return draw_token(params_, logits, rng_, scratch_);
+}
+
+BatchSampler::BatchSampler(int32_t n_vocab) : scratch_(n_vocab) {}
+
+int32_t BatchSampler::sample_one(Row& row, std::span<const int32_t> eog_ids) {
+  const SamplingParams& p = *row.params;
+  apply_min_tokens(p, static_cast<int64_t>(row.history.output.size()), eog_ids, row.logits);
+  apply_penalties(p, row.history, row.logits, scratch_);
+  return draw_token(p, row.logits, *row.rng, scratch_);
+}
+
+void BatchSampler::sample(std::span<Row> rows, std::span<const int32_t> eog_ids,
+                          std::span<int32_t> tokens) {
+  for (size_t i = 0; i < rows.size(); ++i) tokens[i] = sample_one(rows[i], eog_ids);
 }
 
 }  // namespace vesper::sample

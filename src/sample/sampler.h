@@ -1,6 +1,12 @@
-// Sampler: turns one row of logits into a token id under SamplingParams, deterministically for a
-// given seed. The order follows vLLM: penalties, temperature, top-k, top-p, min-p, then a draw
-// from the remaining distribution. Greedy picks the first maximum (as llama.cpp's argmax).
+// Sampling: turning a row of logits into a token id under SamplingParams, deterministically for
+// a given seed. The order follows vLLM: logits processors (min_tokens, penalties:
+// logits_processors.h), temperature, top-k, top-p, min-p, then a draw from the remaining
+// distribution. Greedy picks the first maximum (as llama.cpp's argmax).
+//
+// BatchSampler is what the engine uses: one step's rows of many sequences, with one set of
+// vocabulary-sized scratch for all of them. Sampler is the same computation for one sequence
+// with scratch of its own: the reference the batched sampler is tested against, and handy in
+// tests. Given the same logits, history and random state they draw the same tokens.
 #pragma once
 
 #include <cstdint>
@@ -8,12 +14,21 @@
 #include <span>
 #include <vector>
 
+#include "sample/logits_processors.h"
 #include "sample/sampling_params.h"
 
 namespace vesper::sample {
 
 // Index of the largest value; the first one wins ties.
 int32_t argmax(std::span<const float> logits);
+
+// A sequence's random state: seeded from SamplingParams::seed (random when unset).
+std::mt19937_64 make_rng(const SamplingParams& params);
+
+// Temperature, top-k, top-p, min-p and the draw, on a row the processors have already seen
+// (scaled in place); greedy is argmax and draws nothing.
+int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::mt19937_64& rng,
+                   SamplingScratch& scratch);
 
 class Sampler {
  public:
@@ -27,15 +42,30 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
 
  private:
-  void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
-                       std::span<const int32_t> output);
-
   SamplingParams params_;
   std::mt19937_64 rng_;
-  // Scratch reused across calls.
-  std::vector<int32_t> candidates_;
-  std::vector<float> probs_;
-  std::vector<int32_t> counts_;
+  SamplingScratch scratch_;
+};
+
+class BatchSampler {
+ public:
+  explicit BatchSampler(int32_t n_vocab);
+
+  // One sequence's row of a step. `logits` is modified in place.
+  struct Row {
+    const SamplingParams* params = nullptr;
+    std::mt19937_64* rng = nullptr;
+    TokenHistory history;
+    std::span<float> logits;
+  };
+
+  // Runs the logits processors (with `eog_ids`, the vocabulary's end-of-generation tokens, for
+  // min_tokens) and draws one token per row, in order, into `tokens`.
+  void sample(std::span<Row> rows, std::span<const int32_t> eog_ids, std::span<int32_t> tokens);
+  int32_t sample_one(Row& row, std::span<const int32_t> eog_ids);
+
+ private:
+  SamplingScratch scratch_;
 };
 
 }  // namespace vesper::sample

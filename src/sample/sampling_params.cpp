@@ -15,9 +15,12 @@ std::string num(double v) {
 Status SamplingParams::validate() const {
   if (!(temperature >= 0.0f) || !std::isfinite(temperature))
     return make_error("temperature must be a finite number >= 0, got " + num(temperature));
-  if (top_k < -1) return make_error("top_k must be -1 (off), 0 (off) or positive, got " + num(top_k));
-  if (!(top_p > 0.0f && top_p <= 1.0f)) return make_error("top_p must be in (0, 1], got " + num(top_p));
-  if (!(min_p >= 0.0f && min_p <= 1.0f)) return make_error("min_p must be in [0, 1], got " + num(min_p));
+  if (top_k < -1)
+    return make_error("top_k must be -1 (off), 0 (off) or positive, got " + num(top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f))
+    return make_error("top_p must be in (0, 1], got " + num(top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f))
+    return make_error("min_p must be in [0, 1], got " + num(min_p));
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
     return make_error("repetition_penalty must be > 0, got " + num(repetition_penalty));
   if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
@@ -25,12 +28,16 @@ Status SamplingParams::validate() const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
     return make_error("frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
   if (n < 1) return make_error("n must be at least 1, got " + num(n));
-  if (max_tokens < 0) return make_error("max_tokens must be >= 0, got " + num(static_cast<double>(max_tokens)));
-  if (min_tokens < 0) return make_error("min_tokens must be >= 0, got " + num(static_cast<double>(min_tokens)));
+  if (max_tokens < 0)
+    return make_error("max_tokens must be >= 0, got " + num(static_cast<double>(max_tokens)));
+  if (min_tokens < 0)
+    return make_error("min_tokens must be >= 0, got " + num(static_cast<double>(min_tokens)));
   if (min_tokens > max_tokens)
-    return make_error("min_tokens (" + num(static_cast<double>(min_tokens)) + ") must not exceed max_tokens (" +
-                      num(static_cast<double>(max_tokens)) + ")");
-  if (logprobs < -1 || logprobs > 20) return make_error("logprobs must be between 0 and 20, got " + num(logprobs));
+    return make_error("min_tokens (" + num(static_cast<double>(min_tokens)) +
+                      ") must not exceed max_tokens (" + num(static_cast<double>(max_tokens)) +
+                      ")");
+  if (logprobs < -1 || logprobs > 20)
+    return make_error("logprobs must be between 0 and 20, got " + num(logprobs));
   for (const auto& s : stop)
     if (s.empty()) return make_error("stop strings must not be empty");
   return {};

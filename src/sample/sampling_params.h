@@ -21,15 +21,15 @@ struct SamplingParams {
   std::optional<uint64_t> seed;     // unset: a random seed per request
 
   // Request-level fields (vLLM's SamplingParams), used by the engine's output processing.
-  int32_t n = 1;                       // parallel samples sharing the prompt's KV blocks
-  int64_t max_tokens = 16;             // generated tokens at most
-  int64_t min_tokens = 0;              // EOS and stop tokens are suppressed before this many
-  std::vector<std::string> stop;       // stop strings (matched on the text)
-  std::vector<int32_t> stop_token_ids; // extra tokens that end generation
-  bool ignore_eos = false;             // keep generating past end-of-sequence tokens
-  int32_t logprobs = -1;               // -1: none; k >= 0: the sampled token's logprob and the top k
+  int32_t n = 1;                        // parallel samples sharing the prompt's KV blocks
+  int64_t max_tokens = 16;              // generated tokens at most
+  int64_t min_tokens = 0;               // EOS and stop tokens are suppressed before this many
+  std::vector<std::string> stop;        // stop strings (matched on the text)
+  std::vector<int32_t> stop_token_ids;  // extra tokens that end generation
+  bool ignore_eos = false;              // keep generating past end-of-sequence tokens
+  int32_t logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob and the top k
   bool include_stop_str_in_output = false;
-  bool skip_special_tokens = true;     // special tokens are not rendered in the text
+  bool skip_special_tokens = true;  // special tokens are not rendered in the text
 
   // Prefix caching (request options that travel with the sampling parameters, as in vLLM).
   bool skip_reading_prefix_cache = false;  // compute the whole prompt (its blocks are still cached)

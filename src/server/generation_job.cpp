@@ -6,10 +6,10 @@ namespace vesper::server {
 
 using nlohmann::json;
 
-GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64_t created, bool stream,
-                             bool include_usage, bool echo, const sample::SamplingParams& params,
-                             std::vector<JobPrompt> prompts, std::shared_ptr<ResponseSink> sink,
-                             engine::AsyncEngine& engine)
+GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64_t created,
+                             bool stream, bool include_usage, bool echo,
+                             const sample::SamplingParams& params, std::vector<JobPrompt> prompts,
+                             std::shared_ptr<ResponseSink> sink, engine::AsyncEngine& engine)
     : kind_(kind),
       id_(std::move(id)),
       model_(std::move(model)),
@@ -23,11 +23,14 @@ GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64
       engine_(engine) {
   finals_.resize(prompts_.size());
   text_offsets_.assign(prompts_.size() * params_.n, 0);
+  finish_sent_.assign(prompts_.size() * params_.n, false);
   cached_tokens_.assign(prompts_.size(), 0);
   remaining_ = prompts_.size();
 }
 
-std::string GenerationJob::piece(int32_t token) const { return engine_.tokenizer().token_to_piece(token, false); }
+std::string GenerationJob::piece(int32_t token) const {
+  return engine_.tokenizer().token_to_piece(token, false);
+}
 
 json GenerationJob::chunk(json choices) const {
   return {{"id", id_},
@@ -63,7 +66,9 @@ void GenerationJob::start(int32_t priority) {
                                                 {"finish_reason", nullptr}}}))
                                 .dump(-1, ' ', false, json::error_handler_t::replace));
         } else if (echo_) {
-          sink_->send_event(chunk(json::array({{{"index", index}, {"text", prompts_[p].text}, {"logprobs", nullptr},
+          sink_->send_event(chunk(json::array({{{"index", index},
+                                                {"text", prompts_[p].text},
+                                                {"logprobs", nullptr},
                                                 {"finish_reason", nullptr}}}))
                                 .dump(-1, ' ', false, json::error_handler_t::replace));
           text_offsets_[index] = prompts_[p].text.size();
@@ -75,7 +80,7 @@ void GenerationJob::start(int32_t priority) {
     engine_.add_request(
         id_ + "-" + std::to_string(p), prompts_[p].ids, params_, priority,
         [self, p](const engine::RequestOutput& out) { self->on_output(p, out); },
-        [self](const std::string& message) { self->on_error(message); });
+        [self](const engine::AsyncEngine::RequestError& error) { self->on_error(error); });
   }
 }
 
@@ -83,33 +88,45 @@ void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& 
   if (done_) return;
   const int32_t n = params_.n;
   cached_tokens_[prompt_index] = out.num_cached_tokens;
-  for (const auto& c : out.outputs) completion_tokens_ += static_cast<int64_t>(c.delta_token_ids.size());
+  for (const auto& c : out.outputs)
+    completion_tokens_ += static_cast<int64_t>(c.delta_token_ids.size());
   if (stream_) {
     json choices = json::array();
     for (const auto& c : out.outputs) {
       const size_t index = prompt_index * n + c.index;
+      // A choice that finished before its siblings is in every later output of the request;
+      // its finish was streamed once.
+      if (finish_sent_[index]) continue;
       if (c.delta_text.empty() && c.delta_token_ids.empty() && !c.finished()) continue;
       json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
       if (kind_ == Kind::kChat) {
-        choice["delta"] = c.delta_text.empty() && c.finished() ? json::object() : json{{"content", c.delta_text}};
+        choice["delta"] =
+            c.delta_text.empty() && c.finished() ? json::object() : json{{"content", c.delta_text}};
         if (params_.logprobs >= 0 && !c.delta_logprobs.empty())
-          choice["logprobs"] = chat_logprobs_json(c.delta_logprobs, [this](int32_t t) { return piece(t); });
+          choice["logprobs"] =
+              chat_logprobs_json(c.delta_logprobs, [this](int32_t t) { return piece(t); });
       } else {
         choice["text"] = c.delta_text;
         if (params_.logprobs >= 0 && !c.delta_logprobs.empty())
-          choice["logprobs"] =
-              completion_logprobs_json(c.delta_logprobs, [this](int32_t t) { return piece(t); }, text_offsets_[index]);
+          choice["logprobs"] = completion_logprobs_json(
+              c.delta_logprobs, [this](int32_t t) { return piece(t); }, text_offsets_[index]);
       }
       text_offsets_[index] += c.delta_text.size();
       if (c.finished()) {
-        choice["finish_reason"] = *c.finish_reason == "abort" ? "abort" : *c.finish_reason;
-        if (c.stop_string) choice["stop_reason"] = *c.stop_string;
-        else if (c.stop_token) choice["stop_reason"] = *c.stop_token;
-        else choice["stop_reason"] = nullptr;
+        finish_sent_[index] = true;
+        choice["finish_reason"] = *c.finish_reason;
+        if (c.stop_string)
+          choice["stop_reason"] = *c.stop_string;
+        else if (c.stop_token)
+          choice["stop_reason"] = *c.stop_token;
+        else
+          choice["stop_reason"] = nullptr;
       }
       choices.push_back(std::move(choice));
     }
-    if (!choices.empty()) sink_->send_event(chunk(std::move(choices)).dump(-1, ' ', false, json::error_handler_t::replace));
+    if (!choices.empty())
+      sink_->send_event(
+          chunk(std::move(choices)).dump(-1, ' ', false, json::error_handler_t::replace));
   }
   if (out.finished) {
     finals_[prompt_index] = out;
@@ -133,18 +150,26 @@ void GenerationJob::finish() {
   for (size_t p = 0; p < finals_.size(); ++p) {
     for (const auto& c : finals_[p].outputs) {
       const size_t index = p * n + c.index;
-      json choice = {{"index", index}, {"finish_reason", c.finish_reason.value_or("stop")}, {"logprobs", nullptr}};
-      if (c.stop_string) choice["stop_reason"] = *c.stop_string;
-      else if (c.stop_token) choice["stop_reason"] = *c.stop_token;
-      else choice["stop_reason"] = nullptr;
+      json choice = {{"index", index},
+                     {"finish_reason", c.finish_reason.value_or("stop")},
+                     {"logprobs", nullptr}};
+      if (c.stop_string)
+        choice["stop_reason"] = *c.stop_string;
+      else if (c.stop_token)
+        choice["stop_reason"] = *c.stop_token;
+      else
+        choice["stop_reason"] = nullptr;
       if (kind_ == Kind::kChat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-        if (params_.logprobs >= 0) choice["logprobs"] = chat_logprobs_json(c.logprobs, [this](int32_t t) { return piece(t); });
+        if (params_.logprobs >= 0)
+          choice["logprobs"] =
+              chat_logprobs_json(c.logprobs, [this](int32_t t) { return piece(t); });
       } else {
         const std::string prefix = echo_ ? prompts_[p].text : std::string();
         choice["text"] = prefix + c.text;
         if (params_.logprobs >= 0)
-          choice["logprobs"] = completion_logprobs_json(c.logprobs, [this](int32_t t) { return piece(t); }, prefix.size());
+          choice["logprobs"] = completion_logprobs_json(
+              c.logprobs, [this](int32_t t) { return piece(t); }, prefix.size());
       }
       choices.push_back(std::move(choice));
     }
@@ -158,16 +183,19 @@ void GenerationJob::finish() {
   sink_->send_json(200, body);
 }
 
-void GenerationJob::on_error(const std::string& message) {
+void GenerationJob::on_error(const engine::AsyncEngine::RequestError& error) {
   if (done_) return;
   done_ = true;
   abort_all();
-  const json err = {{"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", nullptr}}}};
+  const bool shutting_down = error.kind == engine::AsyncEngine::RequestError::Kind::kShuttingDown;
+  const ApiError err = shutting_down ? ApiError{503, error.message, "service_unavailable",
+                                                std::nullopt, std::nullopt}
+                                     : bad_request(error.message);
   if (stream_) {
-    sink_->send_event(err.dump());
+    sink_->send_event(err.to_json().dump(-1, ' ', false, json::error_handler_t::replace));
     sink_->end_stream();
   } else {
-    sink_->send_json(400, err);
+    sink_->send_json(err.status, err.to_json());
   }
 }
 

@@ -24,16 +24,17 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
   enum class Kind { kCompletion, kChat };
 
-  GenerationJob(Kind kind, std::string id, std::string model, int64_t created, bool stream, bool include_usage,
-                bool echo, const sample::SamplingParams& params, std::vector<JobPrompt> prompts,
-                std::shared_ptr<ResponseSink> sink, engine::AsyncEngine& engine);
+  GenerationJob(Kind kind, std::string id, std::string model, int64_t created, bool stream,
+                bool include_usage, bool echo, const sample::SamplingParams& params,
+                std::vector<JobPrompt> prompts, std::shared_ptr<ResponseSink> sink,
+                engine::AsyncEngine& engine);
 
   // Sends the stream headers (and the chat role chunks) and submits every prompt.
   void start(int32_t priority);
 
  private:
   void on_output(size_t prompt_index, const engine::RequestOutput& out);
-  void on_error(const std::string& message);
+  void on_error(const engine::AsyncEngine::RequestError& error);
   void abort_all();
   std::string piece(int32_t token) const;
   nlohmann::json chunk(nlohmann::json choices) const;
@@ -54,7 +55,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
 
   std::vector<engine::RequestOutput> finals_;  // per prompt, once finished
   std::vector<size_t> text_offsets_;           // per choice: bytes of text streamed so far
-  std::vector<int64_t> cached_tokens_;         // per prompt: prompt tokens served from the prefix cache
+  std::vector<bool> finish_sent_;              // per choice: its finish_reason chunk is out
+  std::vector<int64_t> cached_tokens_;  // per prompt: prompt tokens served from the prefix cache
   size_t remaining_ = 0;
   int64_t completion_tokens_ = 0;
   bool done_ = false;

@@ -6,11 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
-#include "engine/request_output.h"
+#include "sample/logprobs.h"
 #include "sample/sampling_params.h"
 #include "server/api_error.h"
 
@@ -43,17 +44,40 @@ struct ChatRequest {
   nlohmann::json chat_template_kwargs = nlohmann::json::object();
 };
 
-// Parses a /v1/completions body. `body` must be a JSON object.
-std::variant<CompletionRequest, ApiError> parse_completion_request(const nlohmann::json& body);
-// Parses a /v1/chat/completions body.
-std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::json& body);
+// What validation needs to know of the model: token ids outside [0, n_vocab) are refused.
+struct ProtocolLimits {
+  int32_t n_vocab = 0;
+};
+
+// A /tokenize body: a prompt, or messages rendered with the chat template.
+struct TokenizeRequest {
+  std::optional<std::string> prompt;
+  nlohmann::json messages;  // validated as in ChatRequest when prompt is absent
+  bool add_special_tokens = true;
+  bool add_generation_prompt = true;
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
+};
+
+// Parse and validate request bodies (JSON objects from parse_json_body). Every field is read
+// through JsonFields, so a wrong type, a null where none is allowed, or a value out of range is
+// an ApiError naming the field; nothing throws. A parsed request passes
+// SamplingParams::validate() and holds only token ids inside the vocabulary.
+std::variant<CompletionRequest, ApiError> parse_completion_request(const nlohmann::json& body,
+                                                                   const ProtocolLimits& limits);
+std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::json& body,
+                                                       const ProtocolLimits& limits);
+std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const nlohmann::json& body);
+// A /detokenize body: {"tokens": [ids]}.
+std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const nlohmann::json& body,
+                                                                      const ProtocolLimits& limits);
 
 // Logprobs in the completions API's shape: tokens, token_logprobs, top_logprobs, text_offset.
 // `piece_of` renders a token id as text; text_offset is where the first token's text starts.
-nlohmann::json completion_logprobs_json(const std::vector<engine::LogprobEntry>& entries,
-                                        const std::function<std::string(int32_t)>& piece_of, size_t text_offset);
+nlohmann::json completion_logprobs_json(const std::vector<sample::LogprobEntry>& entries,
+                                        const std::function<std::string(int32_t)>& piece_of,
+                                        size_t text_offset);
 // Logprobs in the chat API's shape: {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}.
-nlohmann::json chat_logprobs_json(const std::vector<engine::LogprobEntry>& entries,
+nlohmann::json chat_logprobs_json(const std::vector<sample::LogprobEntry>& entries,
                                   const std::function<std::string(int32_t)>& piece_of);
 
 }  // namespace vesper::server

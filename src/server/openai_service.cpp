@@ -1,8 +1,15 @@
 #include "server/openai_service.h"
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 
+#include "core/logging.h"
 #include "server/generation_job.h"
+#include "server/json_body.h"
 
 namespace vesper::server {
 
@@ -10,33 +17,90 @@ using nlohmann::json;
 
 namespace {
 
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
-  }
-  return true;
+// Threads that parse, validate and tokenize request bodies. Two, so that one very large request
+// (a prompt of tens of megabytes takes seconds to tokenize) leaves another thread for everyone
+// else; the engine's compute threads are separate.
+constexpr int kWorkerThreads = 2;
+
+std::array<unsigned char, 32> sha256(std::string_view s) {
+  std::array<unsigned char, 32> digest{};
+  SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), digest.data());
+  return digest;
 }
 
-std::string path_of(const std::string& target) {
-  const size_t q = target.find('?');
-  return q == std::string::npos ? target : target.substr(0, q);
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
 
+struct OpenAiService::Workers {
+  boost::asio::thread_pool pool{kWorkerThreads};
+};
+
 OpenAiService::OpenAiService(ServerConfig config, engine::AsyncEngine& engine, Metrics& metrics,
                              tokenizer::ChatTemplate chat_template)
-    : config_(std::move(config)), engine_(engine), metrics_(metrics), chat_template_(std::move(chat_template)) {
+    : config_(std::move(config)),
+      engine_(engine),
+      metrics_(metrics),
+      chat_template_(std::move(chat_template)) {
   const auto& tok = engine_.tokenizer();
   if (auto bos = tok.bos_id()) bos_text_ = tok.token_to_piece(*bos, true);
   if (auto eos = tok.eos_id()) eos_text_ = tok.token_to_piece(*eos, true);
-  created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  created_ = unix_now();
+  limits_.n_vocab = tok.n_vocab();
+  if (!config_.api_key.empty()) api_key_digest_ = sha256(config_.api_key);
+  workers_ = std::make_unique<Workers>();
+}
+
+OpenAiService::~OpenAiService() {
+  stop();
+}
+
+void OpenAiService::stop() {
+  if (workers_) workers_->pool.join();
+}
+
+void OpenAiService::guarded(const std::shared_ptr<ResponseSink>& sink,
+                            const std::function<void()>& work) {
+  std::string what;
+  try {
+    work();
+    return;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception";
+  }
+  log_error("internal error while handling a request: %s", what.c_str());
+  fail(ApiError{500, "Internal server error: " + what, "internal_server_error", std::nullopt,
+                std::nullopt},
+       sink);
+}
+
+bool OpenAiService::authorized(const std::string& authorization) const {
+  const std::optional<std::string_view> token = bearer_token(authorization);
+  if (!token) return false;
+  // Digests of equal length compared in constant time: the time taken says nothing of how much
+  // of the key a guess got right, nor of the key's length.
+  const auto digest = sha256(*token);
+  return CRYPTO_memcmp(digest.data(), api_key_digest_.data(), digest.size()) == 0;
+}
+
+std::optional<ApiError> OpenAiService::check_admission(size_t num_requests) const {
+  if (!engine_.accepting())
+    return ApiError{503, "The server is shutting down", "service_unavailable", std::nullopt,
+                    std::nullopt};
+  const int64_t waiting = engine_.num_waiting();
+  if (waiting + static_cast<int64_t>(num_requests) > config_.max_num_waiting)
+    return ApiError{503,
+                    "The server is overloaded: " + std::to_string(waiting) +
+                        " requests are waiting (--max-num-waiting " +
+                        std::to_string(config_.max_num_waiting) + "); retry later",
+                    "server_overloaded", std::nullopt, std::string("overloaded")};
+  return std::nullopt;
 }
 
 void OpenAiService::fail(const ApiError& error, const std::shared_ptr<ResponseSink>& sink) {
@@ -46,26 +110,36 @@ void OpenAiService::fail(const ApiError& error, const std::shared_ptr<ResponseSi
 
 std::optional<ApiError> OpenAiService::check_model(const std::string& model) const {
   if (model.empty() || model == config_.served_model_name) return std::nullopt;
-  ApiError e{404, "The model `" + model + "` does not exist; this server serves `" + config_.served_model_name + "`",
+  ApiError e{404,
+             "The model `" + model + "` does not exist; this server serves `" +
+                 config_.served_model_name + "`",
              "invalid_request_error", std::string("model"), std::string("model_not_found")};
   return e;
 }
 
-std::optional<ApiError> OpenAiService::check_length(size_t prompt_tokens, int64_t max_tokens, const char* what) const {
+std::optional<ApiError> OpenAiService::check_length(size_t prompt_tokens, int64_t max_tokens,
+                                                    const char* what) const {
   const int64_t limit = engine_.scheduler_config().max_model_len;
   const int64_t total = static_cast<int64_t>(prompt_tokens) + max_tokens;
+  const std::string param = std::string(what) == "messages" ? "messages" : "prompt";
   if (static_cast<int64_t>(prompt_tokens) > limit || total > limit) {
-    return bad_request("This model's maximum context length is " + std::to_string(limit) + " tokens (--max-model-len). "
-                       "However, you requested " + std::to_string(total) + " tokens (" + std::to_string(prompt_tokens) +
-                       " in the " + what + ", " + std::to_string(max_tokens) +
-                       " in the completion). Please reduce the length of the " + what + " or completion.",
-                       std::string(what) == "messages" ? "messages" : "prompt");
+    return bad_request("This model's maximum context length is " + std::to_string(limit) +
+                           " tokens (--max-model-len). "
+                           "However, you requested " +
+                           std::to_string(total) + " tokens (" + std::to_string(prompt_tokens) +
+                           " in the " + what + ", " + std::to_string(max_tokens) +
+                           " in the completion). Please reduce the length of the " + what +
+                           " or completion.",
+                       param);
   }
   const auto& plan = engine_.memory_plan();
   const int64_t blocks = (total + plan.block_size - 1) / plan.block_size;
   if (blocks > plan.num_blocks)
-    return bad_request("The request needs up to " + std::to_string(total) + " tokens of KV cache but the server holds " +
-                       std::to_string(plan.token_capacity()) + " tokens in all (--kv-cache-memory)", "max_tokens");
+    return bad_request("The request needs up to " + std::to_string(total) +
+                           " tokens of KV cache but the server holds " +
+                           std::to_string(plan.token_capacity()) + " tokens in all (" +
+                           plan.capacity_source + ")",
+                       "max_tokens");
   return std::nullopt;
 }
 
@@ -79,45 +153,62 @@ json OpenAiService::models_json() const {
                                  {"max_model_len", engine_.scheduler_config().max_model_len}}})}};
 }
 
-void OpenAiService::handle(const HttpRequest& req, const std::shared_ptr<ResponseSink>& sink) {
-  const std::string path = path_of(req.target);
+void OpenAiService::handle(HttpRequest request, const std::shared_ptr<ResponseSink>& sink) {
+  guarded(sink, [&] { route(request, sink); });
+}
+
+void OpenAiService::route(HttpRequest& req, const std::shared_ptr<ResponseSink>& sink) {
+  const std::string path = request_path(req.target);
   struct Route {
     const char* path;
     const char* method;
     bool needs_body;
   };
   static const Route kRoutes[] = {
-      {"/v1/completions", "POST", true}, {"/v1/chat/completions", "POST", true}, {"/tokenize", "POST", true},
-      {"/detokenize", "POST", true},      {"/v1/models", "GET", false},          {"/health", "GET", false},
-      {"/metrics", "GET", false},         {"/version", "GET", false},
+      {"/v1/completions", "POST", true}, {"/v1/chat/completions", "POST", true},
+      {"/tokenize", "POST", true},       {"/detokenize", "POST", true},
+      {"/v1/models", "GET", false},      {"/health", "GET", false},
+      {"/metrics", "GET", false},        {"/version", "GET", false},
   };
   const Route* route = nullptr;
   for (const Route& r : kRoutes)
     if (path == r.path) route = &r;
-  if (route == nullptr) return fail(ApiError{404, "Not found: " + path, "not_found_error", std::nullopt, std::nullopt}, sink);
-  if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET"))
-    return fail(ApiError{405, "Method " + req.method + " is not allowed for " + path + "; use " + route->method,
-                         "invalid_request_error", std::nullopt, std::nullopt},
+  if (route == nullptr)
+    return fail(ApiError{404, "Not found: " + path, "not_found_error", std::nullopt, std::nullopt},
                 sink);
+  if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET"))
+    return fail(
+        ApiError{405,
+                 "Method " + req.method + " is not allowed for " + path + "; use " + route->method,
+                 "invalid_request_error", std::nullopt, std::nullopt},
+        sink);
   // Health and metrics stay open so that probes work without the key, as vLLM's do.
   if (!config_.api_key.empty() && path != "/health" && path != "/metrics" &&
-      req.authorization != "Bearer " + config_.api_key)
-    return fail(ApiError{401, "Invalid or missing API key: send \"Authorization: Bearer <key>\"", "authentication_error",
-                         std::nullopt, std::string("invalid_api_key")},
+      !authorized(req.authorization))
+    return fail(ApiError{401, "Invalid or missing API key: send \"Authorization: Bearer <key>\"",
+                         "authentication_error", std::nullopt, std::string("invalid_api_key")},
                 sink);
   if (path == "/health") return sink->send_json(200, {{"status", "ok"}});
   if (path == "/version") return sink->send_json(200, {{"version", "0.1.0"}});
-  if (path == "/metrics") return sink->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
+  if (path == "/metrics")
+    return sink->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
   if (path == "/v1/models") return sink->send_json(200, models_json());
 
   if (req.content_type.find("application/json") == std::string::npos)
-    return fail(ApiError{415, "Content-Type must be application/json, got \"" + req.content_type + "\"",
-                         "invalid_request_error", std::nullopt, std::nullopt},
-                sink);
-  if (!valid_utf8(req.body)) return fail(bad_request("The request body is not valid UTF-8"), sink);
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) return fail(bad_request("The request body is not valid JSON"), sink);
-  if (!body.is_object()) return fail(bad_request("The request body must be a JSON object"), sink);
+    return fail(
+        ApiError{415, "Content-Type must be application/json, got \"" + req.content_type + "\"",
+                 "invalid_request_error", std::nullopt, std::nullopt},
+        sink);
+  boost::asio::post(workers_->pool, [this, r = std::move(req), path, sink] {
+    guarded(sink, [&] { handle_body(r, path, sink); });
+  });
+}
+
+void OpenAiService::handle_body(const HttpRequest& req, const std::string& path,
+                                const std::shared_ptr<ResponseSink>& sink) {
+  auto parsed = parse_json_body(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
+  const json& body = std::get<json>(parsed);
   if (path == "/v1/completions") return completions(body, sink);
   if (path == "/v1/chat/completions") return chat_completions(body, sink);
   if (path == "/tokenize") return tokenize(body, sink);
@@ -125,7 +216,7 @@ void OpenAiService::handle(const HttpRequest& req, const std::shared_ptr<Respons
 }
 
 void OpenAiService::completions(const json& body, const std::shared_ptr<ResponseSink>& sink) {
-  auto parsed = parse_completion_request(body);
+  auto parsed = parse_completion_request(body, limits_);
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
   CompletionRequest r = std::move(std::get<CompletionRequest>(parsed));
   if (auto e = check_model(r.model)) return fail(*e, sink);
@@ -138,103 +229,81 @@ void OpenAiService::completions(const json& body, const std::shared_ptr<Response
       jp.text = *text;
     } else {
       jp.ids = std::get<std::vector<int32_t>>(p);
-      for (int32_t id : jp.ids)
-        if (!tok.is_valid(id))
-          return fail(bad_request("'prompt' token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                                      std::to_string(tok.n_vocab() - 1) + ")", "prompt"),
-                      sink);
       jp.text = tok.decode(jp.ids, /*skip_special=*/true);
     }
-    if (jp.ids.empty()) return fail(bad_request("'prompt' is empty after tokenization", "prompt"), sink);
+    if (jp.ids.empty())
+      return fail(bad_request("'prompt' is empty after tokenization", "prompt"), sink);
     if (auto e = check_length(jp.ids.size(), r.params.max_tokens, "prompt")) return fail(*e, sink);
     prompts.push_back(std::move(jp));
   }
-  if (engine_.num_waiting() + static_cast<int64_t>(prompts.size()) > config_.max_num_waiting)
-    return fail(ApiError{503, "The server is overloaded: " + std::to_string(engine_.num_waiting()) +
-                                  " requests are waiting (--max-num-waiting " + std::to_string(config_.max_num_waiting) +
-                                  "); retry later",
-                         "server_overloaded", std::nullopt, std::string("overloaded")},
-                sink);
-  auto job = std::make_shared<GenerationJob>(GenerationJob::Kind::kCompletion,
-                                             "cmpl-" + std::to_string(next_id_.fetch_add(1)), config_.served_model_name,
-                                             std::chrono::duration_cast<std::chrono::seconds>(
-                                                 std::chrono::system_clock::now().time_since_epoch()).count(),
-                                             r.stream, r.include_usage, r.echo, r.params, std::move(prompts), sink, engine_);
+  if (auto e = check_admission(prompts.size())) return fail(*e, sink);
+  auto job = std::make_shared<GenerationJob>(
+      GenerationJob::Kind::kCompletion, "cmpl-" + std::to_string(next_id_.fetch_add(1)),
+      config_.served_model_name, unix_now(), r.stream, r.include_usage, r.echo, r.params,
+      std::move(prompts), sink, engine_);
   job->start(r.priority);
 }
 
 void OpenAiService::chat_completions(const json& body, const std::shared_ptr<ResponseSink>& sink) {
-  auto parsed = parse_chat_request(body);
+  auto parsed = parse_chat_request(body, limits_);
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
   ChatRequest r = std::move(std::get<ChatRequest>(parsed));
   if (auto e = check_model(r.model)) return fail(*e, sink);
-  auto rendered = chat_template_.render(r.messages, r.add_generation_prompt, bos_text_, eos_text_, r.chat_template_kwargs);
-  if (!rendered) return fail(bad_request("chat template: " + rendered.error().message, "messages"), sink);
+  auto rendered = chat_template_.render(r.messages, r.add_generation_prompt, bos_text_, eos_text_,
+                                        r.chat_template_kwargs);
+  if (!rendered)
+    return fail(bad_request("chat template: " + rendered.error().message, "messages"), sink);
   JobPrompt jp;
   jp.text = *rendered;
   // The template writes BOS and other special tokens itself, as text to be parsed.
   jp.ids = engine_.tokenizer().encode(jp.text, /*add_special=*/false, /*parse_special=*/true);
-  if (jp.ids.empty()) return fail(bad_request("the rendered conversation is empty", "messages"), sink);
+  if (jp.ids.empty())
+    return fail(bad_request("the rendered conversation is empty", "messages"), sink);
   const int64_t limit = engine_.scheduler_config().max_model_len;
-  if (!r.max_tokens_given) r.params.max_tokens = std::max<int64_t>(0, limit - static_cast<int64_t>(jp.ids.size()));
+  if (!r.max_tokens_given)
+    r.params.max_tokens = std::max<int64_t>(0, limit - static_cast<int64_t>(jp.ids.size()));
   if (auto e = check_length(jp.ids.size(), r.params.max_tokens, "messages")) return fail(*e, sink);
   if (r.params.min_tokens > r.params.max_tokens)
-    return fail(bad_request("'min_tokens' must not exceed the completion's token limit", "min_tokens"), sink);
-  if (engine_.num_waiting() + 1 > config_.max_num_waiting)
-    return fail(ApiError{503, "The server is overloaded: " + std::to_string(engine_.num_waiting()) +
-                                  " requests are waiting (--max-num-waiting " + std::to_string(config_.max_num_waiting) +
-                                  "); retry later",
-                         "server_overloaded", std::nullopt, std::string("overloaded")},
-                sink);
+    return fail(
+        bad_request("'min_tokens' must not exceed the completion's token limit", "min_tokens"),
+        sink);
+  if (auto e = check_admission(1)) return fail(*e, sink);
   std::vector<JobPrompt> prompts;
   prompts.push_back(std::move(jp));
-  auto job = std::make_shared<GenerationJob>(GenerationJob::Kind::kChat,
-                                             "chatcmpl-" + std::to_string(next_id_.fetch_add(1)), config_.served_model_name,
-                                             std::chrono::duration_cast<std::chrono::seconds>(
-                                                 std::chrono::system_clock::now().time_since_epoch()).count(),
-                                             r.stream, r.include_usage, false, r.params, std::move(prompts), sink, engine_);
+  auto job = std::make_shared<GenerationJob>(
+      GenerationJob::Kind::kChat, "chatcmpl-" + std::to_string(next_id_.fetch_add(1)),
+      config_.served_model_name, unix_now(), r.stream, r.include_usage, false, r.params,
+      std::move(prompts), sink, engine_);
   job->start(r.priority);
 }
 
 void OpenAiService::tokenize(const json& body, const std::shared_ptr<ResponseSink>& sink) {
-  bool add_special = true;
-  if (body.contains("add_special_tokens")) {
-    if (!body["add_special_tokens"].is_boolean())
-      return fail(bad_request("'add_special_tokens' must be a boolean", "add_special_tokens"), sink);
-    add_special = body["add_special_tokens"].get<bool>();
-  }
+  auto parsed = parse_tokenize_request(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
+  const TokenizeRequest& r = std::get<TokenizeRequest>(parsed);
   std::string text;
-  if (body.contains("prompt")) {
-    if (!body["prompt"].is_string()) return fail(bad_request("'prompt' must be a string", "prompt"), sink);
-    text = body["prompt"].get<std::string>();
-  } else if (body.contains("messages")) {
-    json chat = body;
-    auto parsed = parse_chat_request(chat);
-    if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
-    auto rendered = chat_template_.render(std::get<ChatRequest>(parsed).messages,
-                                          body.value("add_generation_prompt", true), bos_text_, eos_text_);
-    if (!rendered) return fail(bad_request("chat template: " + rendered.error().message, "messages"), sink);
-    text = *rendered;
-    add_special = false;
+  bool add_special = r.add_special_tokens;
+  if (r.prompt) {
+    text = *r.prompt;
   } else {
-    return fail(bad_request("'prompt' (a string) or 'messages' is required", "prompt"), sink);
+    auto rendered = chat_template_.render(r.messages, r.add_generation_prompt, bos_text_, eos_text_,
+                                          r.chat_template_kwargs);
+    if (!rendered)
+      return fail(bad_request("chat template: " + rendered.error().message, "messages"), sink);
+    text = *rendered;
+    add_special = false;  // the template writes the special tokens itself
   }
   const auto ids = engine_.tokenizer().encode(text, add_special, /*parse_special=*/true);
-  sink->send_json(200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.scheduler_config().max_model_len}});
+  sink->send_json(200, {{"tokens", ids},
+                        {"count", ids.size()},
+                        {"max_model_len", engine_.scheduler_config().max_model_len}});
 }
 
 void OpenAiService::detokenize(const json& body, const std::shared_ptr<ResponseSink>& sink) {
-  if (!body.contains("tokens") || !body["tokens"].is_array())
-    return fail(bad_request("'tokens' (an array of token ids) is required", "tokens"), sink);
-  std::vector<int32_t> ids;
-  const auto& tok = engine_.tokenizer();
-  for (const auto& t : body["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.n_vocab())
-      return fail(bad_request("'tokens' must hold token ids between 0 and " + std::to_string(tok.n_vocab() - 1), "tokens"),
-                  sink);
-    ids.push_back(t.get<int32_t>());
-  }
-  sink->send_json(200, {{"prompt", tok.decode(ids)}});
+  auto parsed = parse_detokenize_request(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
+  sink->send_json(200,
+                  {{"prompt", engine_.tokenizer().decode(std::get<std::vector<int32_t>>(parsed))}});
 }
 
 }  // namespace vesper::server

@@ -2,17 +2,24 @@
 // validation, admission control, and the OpenAI endpoints (completions and chat completions,
 // streaming or not, models, tokenize / detokenize, health, metrics).
 //
-// handle() answers at once for bad input (an ApiError in OpenAI's shape naming the field) and
-// for the cheap endpoints; generation requests go to the AsyncEngine and are answered from its
-// callbacks. A client that disconnects has its requests aborted.
+// handle() answers the cheap endpoints (health, models, metrics) at once. Everything that reads a
+// body (JSON parsing, validation, chat templates, tokenization: work that grows with the request)
+// runs on the service's own worker threads, never on the caller's (the HTTP I/O threads), so one
+// large request cannot stall other clients. Bad input gets an ApiError in OpenAI's shape naming
+// the field; generation requests go to the AsyncEngine and are answered from its callbacks. A
+// client that disconnects has its requests aborted. Nothing a request holds can make handle()
+// throw: an unexpected exception is logged and answered with a 500, and serving goes on.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "engine/async_engine.h"
 #include "server/api_error.h"
+#include "server/http_request.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/response_sink.h"
@@ -21,24 +28,29 @@
 
 namespace vesper::server {
 
-struct HttpRequest {
-  std::string method;
-  std::string target;  // path and query
-  std::string content_type;
-  std::string authorization;
-  std::string body;
-};
-
 class OpenAiService {
  public:
-  OpenAiService(ServerConfig config, engine::AsyncEngine& engine, Metrics& metrics, tokenizer::ChatTemplate chat_template);
+  OpenAiService(ServerConfig config, engine::AsyncEngine& engine, Metrics& metrics,
+                tokenizer::ChatTemplate chat_template);
+  ~OpenAiService();
 
-  void handle(const HttpRequest& request, const std::shared_ptr<ResponseSink>& sink);
+  void handle(HttpRequest request, const std::shared_ptr<ResponseSink>& sink);
+  // Waits for the work handed to the worker threads to finish; handle() must not be called
+  // afterwards. The HTTP server calls it before its connections go away.
+  void stop();
 
   const std::string& model_name() const { return config_.served_model_name; }
 
  private:
+  struct Workers;
+  void route(HttpRequest& request, const std::shared_ptr<ResponseSink>& sink);
+  void handle_body(const HttpRequest& request, const std::string& path,
+                   const std::shared_ptr<ResponseSink>& sink);
+  // Runs `work`; an exception escaping it is logged and answered with a 500.
+  void guarded(const std::shared_ptr<ResponseSink>& sink, const std::function<void()>& work);
+  bool authorized(const std::string& authorization) const;
   void fail(const ApiError& error, const std::shared_ptr<ResponseSink>& sink);
+  std::optional<ApiError> check_admission(size_t num_requests) const;
   void completions(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
   void chat_completions(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
   void tokenize(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
@@ -47,15 +59,19 @@ class OpenAiService {
 
   // Checks the model field, prompt lengths against --max-model-len and the KV capacity.
   std::optional<ApiError> check_model(const std::string& model) const;
-  std::optional<ApiError> check_length(size_t prompt_tokens, int64_t max_tokens, const char* what) const;
+  std::optional<ApiError> check_length(size_t prompt_tokens, int64_t max_tokens,
+                                       const char* what) const;
 
   ServerConfig config_;
   engine::AsyncEngine& engine_;
   Metrics& metrics_;
   tokenizer::ChatTemplate chat_template_;
   std::string bos_text_, eos_text_;
+  ProtocolLimits limits_;
+  std::array<unsigned char, 32> api_key_digest_{};  // SHA-256 of the key, compared in constant time
   std::atomic<uint64_t> next_id_{1};
   int64_t created_ = 0;
+  std::unique_ptr<Workers> workers_;
 };
 
 }  // namespace vesper::server

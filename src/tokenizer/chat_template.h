@@ -10,7 +10,8 @@
 // A ChatTemplate is immutable after parse; render() is const and thread-safe. Errors are
 // Result values: parse errors name line and column, render errors name the line, and a
 // template's own raise_exception() ("Conversation roles must alternate ...") reads
-// "chat template rejected the conversation: <msg>".
+// "chat template rejected the conversation: <msg>". Messages and extra context nested deeper
+// than kMaxJsonDepth are rejected before rendering.
 //
 // JSON key order: Python dicts keep insertion order and templates that print tools with
 // tojson show it, so the nlohmann::ordered_json overloads keep the caller's order;
@@ -82,7 +83,13 @@ class ChatTemplate {
 // and the generation prompt is "<|im_start|>assistant\n".
 std::string default_chat_template();
 
-// Converts JSON (objects keep the order of `json`) to engine values.
-jinja::Value json_to_value(const nlohmann::ordered_json& json);
+// How deeply messages and extra-context values may nest (arrays and objects, counting the value
+// itself as level 1). Deeper JSON is an error: "chat template: message 2 is nested deeper than
+// 256 levels", "chat template: extra context \"tools\" is nested deeper than 256 levels".
+inline constexpr int kMaxJsonDepth = 256;
+
+// Converts JSON (objects keep the order of `json`) to engine values; an error when it is nested
+// deeper than kMaxJsonDepth.
+Result<jinja::Value> json_to_value(const nlohmann::ordered_json& json);
 
 }  // namespace vesper::tokenizer

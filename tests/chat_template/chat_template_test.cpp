@@ -186,6 +186,20 @@ TEST(ChatTemplate, ContentPartsCanReachTheTemplateAsAList) {
   EXPECT_EQ(*out, "[image:][text:hi]");
 }
 
+// Found by tests/fuzz/fuzz_chat_template: a content part whose "type" was not a string made
+// nlohmann's value("type", "") throw out of render(), which aborted the process.
+TEST(ChatTemplate, ContentPartsOfOddShapesAreSkippedWithoutThrowing) {
+  auto t = ChatTemplate::parse("[{{ messages[0].content }}]");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ChatTemplateInputs in;
+  in.messages = ordered_json::parse(R"([{"role": "user", "content": [
+      {"type": 5, "text": "a"}, {"type": null}, {"type": ["text"], "text": "b"}, {"type": "text", "text": 7},
+      {"type": "text"}, {"text": "c"}, 3, null, [], {"type": "text", "text": "kept"}, "also kept"]}])");
+  auto out = t->apply(in);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(*out, "[kept\nalso kept]");
+}
+
 TEST(ChatTemplate, ExtraContextBecomesTemplateVariables) {
   auto t = ChatTemplate::parse(
       "{{ enable_thinking }} {{ tools is none }} {{ documents is none }} {{ custom.k }} {{ bos_token }}{{ eos_token }}");
@@ -235,6 +249,76 @@ TEST(ChatTemplate, ErrorsAreResultsThatNameTheProblem) {
   ASSERT_TRUE(chatml.ok());
   EXPECT_FALSE(chatml->render(nlohmann::json::object(), true, "", "").ok());
   EXPECT_FALSE(chatml->render(nlohmann::json::array({1}), true, "", "").ok());
+}
+
+// `levels` arrays, each the only item of the one around it, around the number 1.
+ordered_json nested_arrays(int levels) {
+  ordered_json v = 1;
+  for (int i = 0; i < levels; ++i) {
+    ordered_json outer = ordered_json::array();
+    outer.push_back(std::move(v));
+    v = std::move(outer);
+  }
+  return v;
+}
+
+// Found by tests/fuzz/fuzz_chat_template: the JSON -> template value conversion recursed once per
+// nesting level, so a request body of a few hundred KB of '[' overflowed the stack.
+TEST(ChatTemplate, JsonNestedDeeperThan256LevelsIsAnErrorNotAStackOverflow) {
+  auto t = ChatTemplate::parse("{{ messages|length }} {{ deep|length }}");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ChatTemplateInputs in;
+  in.extra["deep"] = nested_arrays(kMaxJsonDepth);
+  auto out = t->apply(in);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_EQ(*out, "0 1");
+
+  in.extra["deep"] = nested_arrays(kMaxJsonDepth + 1);
+  out = t->apply(in);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().message,
+            "chat template: extra context \"deep\" is nested deeper than 256 levels");
+
+  // What a 400 KB request body parses to (nlohmann's parser itself does not recurse).
+  const std::string brackets = std::string(200000, '[') + std::string(200000, ']');
+  in.extra["deep"] = ordered_json::parse(brackets);
+  out = t->apply(in);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().message,
+            "chat template: extra context \"deep\" is nested deeper than 256 levels");
+
+  // A message is level 1, so its content may nest 255 levels more.
+  in.extra = ordered_json::object({{"deep", ordered_json::array({1})}});
+  in.messages =
+      ordered_json::array({{{"role", "user"}, {"content", nested_arrays(kMaxJsonDepth - 1)}}});
+  out = t->apply(in);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  in.messages.push_back({{"role", "user"}, {"content", ordered_json::parse(brackets)}});
+  out = t->apply(in);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().message, "chat template: message 1 is nested deeper than 256 levels");
+
+  // The render() overloads copy their JSON (recursively) before converting it, so they check first.
+  out = t->render(
+      nlohmann::json::array({{{"role", "user"}, {"content", nlohmann::json::parse(brackets)}}}),
+      true, "", "");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().message, "chat template: messages are nested deeper than 256 levels");
+  out = t->render(std::vector<ChatMessage>{}, true, "", "",
+                  nlohmann::json{{"deep", nlohmann::json::parse(brackets)}});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().message, "chat template: extra context is nested deeper than 256 levels");
+  std::vector<ChatMessage> calls(1);  // moved in: copying the deep tool_calls would recurse
+  calls[0].role = "assistant";
+  calls[0].tool_calls = ordered_json::array({ordered_json::parse(brackets)});
+  out = t->render(calls, true, "", "");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().message, "chat template: message 0 is nested deeper than 256 levels");
+
+  auto value = json_to_value(ordered_json::parse(brackets));
+  ASSERT_FALSE(value.ok());
+  EXPECT_EQ(value.error().message, "chat template: JSON value is nested deeper than 256 levels");
+  EXPECT_TRUE(json_to_value(nested_arrays(kMaxJsonDepth)).ok());
 }
 
 TEST(ChatTemplate, RejectedConversationsSayWhy) {

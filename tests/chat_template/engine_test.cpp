@@ -132,7 +132,7 @@ TEST(JinjaTemplate, IsSharedAcrossThreads) {
     threads.emplace_back([&, i] {
       nlohmann::ordered_json vars = {{"messages", {{{"role", "user"}, {"content", " hi "}}}}, {"n", i}};
       for (int k = 0; k < 200; ++k) {
-        auto r = shared.render(json_to_value(vars));
+        auto r = shared.render(json_to_value(vars).value());
         outputs[i] = r.ok() ? *r : r.error().message;
       }
     });

@@ -50,7 +50,9 @@ inline std::string render(const std::string& source,
   jinja::RenderOptions options;
   options.now = fixed_now();
   options.limits = limits;
-  auto r = t->render(json_to_value(variables.is_null() ? nlohmann::ordered_json::object() : variables), options);
+  auto vars = json_to_value(variables.is_null() ? nlohmann::ordered_json::object() : variables);
+  if (!vars.ok()) return "!" + vars.error().message;
+  auto r = t->render(*vars, options);
   if (!r.ok()) return "!" + r.error().message;
   return *r;
 }

@@ -291,6 +291,51 @@ TEST(GgufErrors, HugeArrayLengthIsRejectedWithoutAllocating) {
   EXPECT_NE(e.find("array length"), std::string::npos) << e;
 }
 
+// Found by tests/fuzz/fuzz_gguf's size invariant: 2^62 f32 elements are 2^64 bytes, which wrapped
+// to a size of 0, so the tensor "fit" in the file and later readers would have read far past it.
+TEST(GgufErrors, TensorWhoseByteSizeOverflowsIsRejected) {
+  GgufWriter w;
+  std::vector<uint8_t> data(16, 0);
+  ASSERT_TRUE(w.add_tensor("big", {4}, tensor::GgmlType::kF32, data).ok());
+  auto bytes = w.serialize();
+  const size_t dim_field = tensor_info_offset(bytes, "big") + 8 + 3 + 4;
+  const int64_t huge = int64_t{1} << 62;
+  std::memcpy(bytes.data() + dim_field, &huge, 8);
+  std::string e = open_error(bytes, "sizeoverflow.gguf");
+  EXPECT_NE(
+      e.find(
+          "tensor big: 4611686018427387904 elements of f32 are more bytes than 64 bits can count"),
+      std::string::npos)
+      << e;
+}
+
+// A count is checked against the bytes that could hold that many records before anything is
+// reserved (a tensor info takes at least 32 bytes, an i32 4), so a corrupt count cannot make the
+// reader allocate more than a genuine file of the same size would.
+TEST(GgufErrors, CountsAreCheckedAgainstTheSmallestRecordBeforeAllocating) {
+  auto bytes = copy_of_stories().serialize();
+  const uint64_t n_tensors = bytes.size() / 2;  // passes "no more than the file's bytes"
+  std::memcpy(bytes.data() + 8, &n_tensors, 8);
+  std::string e = open_error(bytes, "tensorcount.gguf");
+  EXPECT_NE(e.find("tensor count " + std::to_string(n_tensors) + " exceeds what the"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("bytes left for tensor infos can hold (truncated or corrupt)"),
+            std::string::npos)
+      << e;
+
+  GgufWriter w;
+  w.set("arr", Value::i32_array({1, 2, 3}));
+  auto arr = w.serialize();
+  const uint64_t left = arr.size() - (24 + 8 + 3 + 4 + 4 + 8);
+  std::memcpy(arr.data() + 24 + 8 + 3 + 4 + 4, &left, 8);  // one per byte left: not 4 bytes each
+  e = open_error(arr, "arraycount.gguf");
+  EXPECT_NE(e.find("array length " + std::to_string(left) + " exceeds what the " +
+                   std::to_string(left) + " bytes left in the file can hold"),
+            std::string::npos)
+      << e;
+}
+
 TEST(GgufErrors, MissingFileNamesThePath) {
   auto r = GgufFile::open("/nonexistent/model.gguf");
   ASSERT_FALSE(r.ok());

@@ -1,5 +1,9 @@
 #include "backend/cpu/matmul_cpu.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <vector>
 
 #include "backend/cpu/matmul_kernel.h"
@@ -96,10 +100,22 @@ std::string_view isa_name(Isa isa) {
   return "?";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+
+// F16C from CPUID leaf 1 directly: clang before 16 rejects "f16c" in __builtin_cpu_supports.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace
+#endif
+
 bool isa_available(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   switch (isa) {
     case Isa::kScalar:
       return true;
