@@ -24,8 +24,8 @@ constexpr int64_t kBlockSize = 16;
 // Every K and V element of layer 0 uniform in [-1, 1).
 void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  const vesper::backend::KvCacheShape& shape = cache.shape();
-  for (int64_t slot = 0; slot < shape.num_slots(); ++slot)
+  const vesper::backend::KvCacheSpec& shape = cache.spec();
+  for (int64_t slot = 0; slot < cache.num_slots(); ++slot)
     for (int64_t h = 0; h < shape.n_kv_heads; ++h)
       for (int64_t i = 0; i < shape.head_dim; ++i) {
         cache.key(0, slot, h)[i] = dist(rng);
@@ -33,15 +33,14 @@ void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng) {
       }
 }
 
-// One layer of 16-token blocks of kHeadDim, n_kv_heads heads.
-vesper::backend::KvCacheShape cache_shape(int64_t n_blocks, int64_t n_kv_heads) {
-  vesper::backend::KvCacheShape shape;
-  shape.n_layers = 1;
-  shape.n_blocks = n_blocks;
-  shape.block_size = kBlockSize;
-  shape.n_kv_heads = n_kv_heads;
-  shape.head_dim = kHeadDim;
-  return shape;
+// One f32 layer of 16-token blocks of kHeadDim, n_kv_heads heads.
+vesper::backend::KvCacheSpec cache_spec(int64_t n_kv_heads) {
+  vesper::backend::KvCacheSpec spec;
+  spec.n_layers = 1;
+  spec.block_size = kBlockSize;
+  spec.n_kv_heads = n_kv_heads;
+  spec.head_dim = kHeadDim;
+  return spec;
 }
 
 // A batch's arrays, and the AttentionBatch that points into them.
@@ -83,7 +82,7 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
   const int threads = static_cast<int>(state.range(4));
   const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
-  vesper::backend::KvCache cache(cache_shape(blocks_per_seq * seqs, n_kv_heads));
+  vesper::backend::KvCache cache(cache_spec(n_kv_heads), blocks_per_seq * seqs);
   std::mt19937 rng(1);
   fill_cache(cache, rng);
   // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
@@ -111,7 +110,7 @@ void BM_PagedAttentionPrefill(benchmark::State& state) {
   const int64_t n_heads = state.range(1), n_kv_heads = state.range(2);
   const int threads = static_cast<int>(state.range(3));
   const int64_t n_blocks = (tokens + kBlockSize - 1) / kBlockSize;
-  vesper::backend::KvCache cache(cache_shape(n_blocks, n_kv_heads));
+  vesper::backend::KvCache cache(cache_spec(n_kv_heads), n_blocks);
   std::mt19937 rng(2);
   fill_cache(cache, rng);
   // One sequence owning blocks 0 .. n_blocks - 1; token t is at position t.

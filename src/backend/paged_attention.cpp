@@ -12,13 +12,13 @@ namespace vesper::backend {
 
 void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
               const float* v) {
-  const int64_t n = cache.shape().slot_floats(), head_dim = cache.shape().head_dim;
+  const int64_t n = cache.spec().token_elements(), head_dim = cache.spec().head_dim;
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
-    VESPER_CHECK(slot >= 0 && slot < cache.shape().num_slots(), "slot %lld out of range",
+    VESPER_CHECK(slot >= 0 && slot < cache.num_slots(), "slot %lld out of range",
                  static_cast<long long>(slot));
     // k and v hold a token's heads side by side; the cache keeps each head's rows apart.
-    for (int64_t h = 0; h < cache.shape().n_kv_heads; ++h) {
+    for (int64_t h = 0; h < cache.spec().n_kv_heads; ++h) {
       std::memcpy(cache.key(layer, slot, h), k + t * n + h * head_dim, head_dim * sizeof(float));
       std::memcpy(cache.value(layer, slot, h), v + t * n + h * head_dim, head_dim * sizeof(float));
     }
@@ -77,7 +77,7 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
                               float scale, float* out, ThreadPool& pool) {
   VESPER_CHECK(isa_available(isa), "paged_attention: instruction set %s not available",
                isa_name(isa).data());
-  const KvCacheShape& shape = cache.shape();
+  const KvCacheSpec& shape = cache.spec();
   const int64_t n_kv = shape.n_kv_heads;
   const int64_t group = n_heads / n_kv;
   VESPER_CHECK(group >= 1 && group * n_kv == n_heads, "heads %lld not a multiple of kv heads %lld",
@@ -105,9 +105,9 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
   } job{kernel, &args, keys * n_kv};
   pool.run([&job](int thread, int n_threads) {
     const AttentionArgs& a = *job.args;
-    const Split s = cost_split(a.batch, a.cache->shape().n_kv_heads, job.total, thread, n_threads);
+    const Split s = cost_split(a.batch, a.cache->spec().n_kv_heads, job.total, thread, n_threads);
     if (s.begin >= s.end) return;
-    job.kernel(a, s.begin, s.end, thread_scratch(a.group, a.cache->shape().head_dim));
+    job.kernel(a, s.begin, s.end, thread_scratch(a.group, a.cache->spec().head_dim));
   });
 }
 

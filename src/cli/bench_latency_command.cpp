@@ -69,7 +69,7 @@ sample::SamplingParams greedy_params(int64_t max_tokens) {
 // request asks for one token, so it ends with that step.
 Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_prompt, int64_t run) {
   const std::string id = "pp" + std::to_string(run);
-  if (auto st = e.add_request(id, tokens.prompt(n_prompt), greedy_params(1)); !st)
+  if (auto st = e.add_request({id, tokens.prompt(n_prompt), greedy_params(1)}); !st)
     return make_error("--n-prompt " + std::to_string(n_prompt) + ": " + st.error().message);
   const int64_t preemptions = e.stats().num_preemptions;
   const auto start = Clock::now();
@@ -95,7 +95,7 @@ Result<double> run_decode(engine::Engine& e, TokenSource& tokens, int64_t n_seqs
   const std::string prefix = "tg" + std::to_string(run) + "-";
   for (int64_t s = 0; s < n_seqs; ++s)
     if (auto st =
-            e.add_request(prefix + std::to_string(s), tokens.prompt(1), greedy_params(n_gen + 1));
+            e.add_request({prefix + std::to_string(s), tokens.prompt(1), greedy_params(n_gen + 1)});
         !st)
       return make_error("--n-gen " + std::to_string(n_gen) + ": " + st.error().message);
   const int64_t preemptions = e.stats().num_preemptions;

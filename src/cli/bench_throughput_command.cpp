@@ -144,7 +144,7 @@ int run_throughput(const ThroughputOptions& o) {
     p.max_tokens = reqs[conv].output_len;
     prompt_tokens += static_cast<int64_t>(reqs[conv].prompt.size());
     const std::string id = std::to_string(conv) + ":" + std::to_string(turn[conv]++);
-    if (auto st = e.add_request(id, reqs[conv].prompt, p); !st) return make_error("request " + id + ": " + st.error().message);
+    if (auto st = e.add_request({id, reqs[conv].prompt, p}); !st) return make_error("request " + id + ": " + st.error().message);
     return {};
   };
   const auto start = std::chrono::steady_clock::now();

@@ -122,7 +122,7 @@ int run_generate(GenerateOptions& o) {
   for (size_t i = 0; i < n; ++i) {
     const PromptJob& job = (*jobs)[i];
     auto ids = e.tokenizer().encode(job.prompt, /*add_special=*/true, /*parse_special=*/false);
-    if (auto st = e.add_request(std::to_string(i), std::move(ids), job.params, job.priority); !st)
+    if (auto st = e.add_request({std::to_string(i), std::move(ids), job.params, job.priority}); !st)
       return fail("prompt " + std::to_string(i + 1) + ": " + st.error().message);
   }
   // Results are printed in input order: each as soon as it and all before it are done.

@@ -21,17 +21,14 @@ AsyncEngine::~AsyncEngine() {
   shutdown(0);
 }
 
-void AsyncEngine::add_request(std::string request_id, std::vector<int32_t> prompt,
-                              sample::SamplingParams params, int32_t priority,
-                              OutputCallback on_output, ErrorCallback on_error) {
+void AsyncEngine::add_request(EngineRequest request, OutputCallback on_output, ErrorCallback on_error) {
   bool refused = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || draining_) {
       refused = true;
     } else {
-      Command c{Command::kAdd, std::move(request_id), std::move(prompt),  std::move(params),
-                priority,      std::move(on_output),  std::move(on_error)};
+      Command c{Command::kAdd, std::move(request), std::move(on_output), std::move(on_error)};
       commands_.push_back(std::move(c));
       pending_.fetch_add(1);
     }
@@ -58,7 +55,7 @@ int64_t AsyncEngine::num_waiting() const {
 void AsyncEngine::abort(const std::string& request_id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Command c{Command::kAbort, request_id, {}, {}, 0, {}, {}};
+    Command c{Command::kAbort, EngineRequest{request_id, {}, {}, 0}, {}, {}};
     commands_.push_back(std::move(c));
   }
   wake_.notify_one();
@@ -76,19 +73,20 @@ void AsyncEngine::set_step_observer(
 }
 
 void AsyncEngine::apply(Command& cmd) {
+  const std::string id = cmd.request.request_id;
   if (cmd.kind == Command::kAbort) {
-    if (engine_->abort(cmd.request_id)) unfinished_.fetch_sub(1);
-    callbacks_.erase(cmd.request_id);
+    if (engine_->abort(id)) unfinished_.fetch_sub(1);
+    callbacks_.erase(id);
     return;
   }
   pending_.fetch_sub(1);
-  auto st = engine_->add_request(cmd.request_id, std::move(cmd.prompt), cmd.params, cmd.priority);
+  auto st = engine_->add_request(std::move(cmd.request));
   if (!st) {
     if (cmd.on_error) cmd.on_error({RequestError::Kind::kInvalid, st.error().message});
     return;
   }
   unfinished_.fetch_add(1);
-  callbacks_[cmd.request_id] = std::move(cmd.on_output);
+  callbacks_[id] = std::move(cmd.on_output);
 }
 
 void AsyncEngine::loop() {

@@ -46,9 +46,7 @@ class AsyncEngine {
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
   // Thread-safe. The request is added on the engine thread before its next step.
-  void add_request(std::string request_id, std::vector<int32_t> prompt,
-                   sample::SamplingParams params, int32_t priority, OutputCallback on_output,
-                   ErrorCallback on_error);
+  void add_request(EngineRequest request, OutputCallback on_output, ErrorCallback on_error);
   // Thread-safe. Removes the request (if still there) before the next step; its blocks are free
   // after that step. No further callbacks are made for it once the abort is processed.
   void abort(const std::string& request_id);
@@ -85,10 +83,7 @@ class AsyncEngine {
  private:
   struct Command {
     enum Kind { kAdd, kAbort } kind;
-    std::string request_id;
-    std::vector<int32_t> prompt;
-    sample::SamplingParams params;
-    int32_t priority = 0;
+    EngineRequest request;  // kAbort: only request_id
     OutputCallback on_output;
     ErrorCallback on_error;
   };

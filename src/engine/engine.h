@@ -1,11 +1,13 @@
 // Engine: the continuous-batching inference engine (vLLM's LLMEngine). Requests come in with
-// add_request(); each step() schedules one iteration (decodes and prefill chunks of many requests
-// in one forward pass), samples, processes outputs and reports what changed. abort() removes a
-// request in any state and frees its blocks at once.
+// add_request(); each step() schedules one iteration (a self-contained plan: decodes and prefill
+// chunks of many requests), has the ModelRunner run it as one forward pass on the backend,
+// samples every sequence that reached its end with one batched sampler, reports the tokens to
+// the scheduler and the OutputProcessor, and returns what changed. abort() removes a request in
+// any state and frees its blocks at once.
 //
 // Single-threaded: the caller owns the loop (AsyncEngine wraps it in a thread for the server).
 // Greedy output is identical however requests were batched, chunked, preempted or swapped: the
-// forward pass is batch-invariant and every sequence has its own sampler state.
+// forward pass is batch-invariant and every sequence has its own random state.
 #pragma once
 
 #include <map>
@@ -14,13 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/result.h"
-#include "core/thread_pool.h"
 #include "engine/engine_config.h"
+#include "engine/engine_request.h"
 #include "engine/memory_plan.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request_output.h"
-#include "engine/sequence_output.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "sample/logprobs.h"
@@ -74,8 +77,7 @@ class Engine {
 
   // Queues a request. Errors (nothing queued) for invalid sampling parameters, a duplicate id,
   // an empty prompt, token ids outside the vocabulary, or a request that can never fit.
-  Status add_request(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
-                     const sample::SamplingParams& params, int32_t priority = 0);
+  Status add_request(EngineRequest request);
 
   // Runs one iteration and returns the outputs of the requests that changed.
   std::vector<RequestOutput> step();
@@ -87,7 +89,7 @@ class Engine {
   bool abort(const std::string& request_id, RequestOutput* final_output = nullptr);
 
   // Requests queued, running, or finished at admission and not yet reported by step().
-  bool has_unfinished() const { return !requests_.empty() || !finished_early_.empty(); }
+  bool has_unfinished() const { return outputs_->has_unfinished(); }
 
   // Where a request's first sequence is: for tests and debugging.
   enum class Phase { kUnknown, kWaiting, kPrefilling, kDecoding, kSwapped };
@@ -99,45 +101,30 @@ class Engine {
   const sched::Scheduler& scheduler() const { return *scheduler_; }
 
  private:
-  struct SequenceState {
-    sched::SeqId seq_id = 0;
-    std::unique_ptr<sample::Sampler> sampler;
-    std::unique_ptr<SequenceOutput> output;
-  };
-  struct RequestState {
-    std::string id;
-    std::vector<int32_t> prompt;
-    sample::SamplingParams params;
-    int32_t priority = 0;
-    std::vector<SequenceState> seqs;  // seqs[0] from the start; the others once forked
-    RequestMetrics metrics;
-    int64_t num_cached_tokens = 0;
-    bool updated = false;
-  };
-
   Engine() = default;
-  void sample_sequence(RequestState& req, SequenceState& s, const float* logits, bool first_sample);
-  void finish_sequence_if_done(RequestState& req, SequenceState& s);
-  RequestOutput make_output(RequestState& req);
-  sample::SamplingParams child_params(const sample::SamplingParams& params, int32_t index) const;
+  // Samples the scheduled entries of the step just run, reports their tokens.
+  void sample_step(const sched::SchedulerOutput& plan, double now);
+  // Draws sample `index`'s token from `logits` (copied: processors work on the copy) and reports it.
+  void sample_one(OutputProcessor::RequestState& request, int32_t index, std::span<const float> logits, double now);
 
   EngineConfig config_;
+  std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Model> model_;
   std::optional<tokenizer::Tokenizer> tokenizer_;
   MemoryPlan plan_;
-  std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<OutputProcessor> outputs_;
+  std::unique_ptr<sample::BatchSampler> sampler_;
 
-  std::map<std::string, std::unique_ptr<RequestState>> requests_;
-  std::map<sched::SeqId, std::pair<RequestState*, int32_t>> seq_owner_;  // seq -> (request, index)
   sched::SeqId next_seq_id_ = 1;
   int64_t next_arrival_ = 0;
   EngineStats totals_;
-  std::vector<float> scratch_logits_;
+  // Reused every step: a row of logits the processors may change, logprob scratch, fork ids.
+  std::vector<float> row_;
   sample::LogprobScratch logprob_scratch_;
-  std::vector<RequestOutput> finished_early_;  // requests done at admission (max_tokens == 0)
+  std::vector<kv::SeqId> child_ids_;
 };
 
 }  // namespace vesper::engine

@@ -23,19 +23,19 @@ std::string gib(double bytes) {
 }  // namespace
 
 std::string MemoryPlan::describe() const {
-  char buf[512];
-  std::snprintf(
-      buf, sizeof(buf),
-      "memory plan: weights %s; KV cache %lld bytes/token, block %lld tokens = %s, %lld blocks = "
-      "%s "
-      "(%lld tokens, %.2f sequences of max-model-len %lld at once); swap space %lld blocks = %s",
-      gib(static_cast<double>(weight_bytes)).c_str(), static_cast<long long>(bytes_per_token),
-      static_cast<long long>(block_size), gib(static_cast<double>(bytes_per_block)).c_str(),
-      static_cast<long long>(num_blocks),
-      gib(static_cast<double>(num_blocks * bytes_per_block)).c_str(),
-      static_cast<long long>(token_capacity()), max_concurrency(),
-      static_cast<long long>(max_model_len), static_cast<long long>(num_swap_blocks),
-      gib(static_cast<double>(num_swap_blocks * bytes_per_block)).c_str());
+  char buf[768];
+  std::snprintf(buf, sizeof(buf),
+                "memory plan: weights %s; activations %s; KV cache (%s) %lld bytes/token, block %lld "
+                "tokens = %s, %lld blocks = %s (%lld tokens, %.2f sequences of max-model-len %lld at "
+                "once); swap space %lld blocks = %s",
+                gib(static_cast<double>(weight_bytes)).c_str(),
+                gib(static_cast<double>(activation_bytes)).c_str(), kv_dtype.c_str(),
+                static_cast<long long>(bytes_per_token), static_cast<long long>(block_size),
+                gib(static_cast<double>(bytes_per_block)).c_str(), static_cast<long long>(num_blocks),
+                gib(static_cast<double>(num_blocks * bytes_per_block)).c_str(),
+                static_cast<long long>(token_capacity()), max_concurrency(),
+                static_cast<long long>(max_model_len), static_cast<long long>(num_swap_blocks),
+                gib(static_cast<double>(num_swap_blocks * bytes_per_block)).c_str());
   return buf;
 }
 
@@ -49,20 +49,23 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-Result<MemoryPlan> plan_memory(const model::ModelConfig& model, int64_t weight_bytes,
-                               const CacheConfig& cache, int64_t max_model_len,
-                               int64_t max_num_seqs) {
+Result<MemoryPlan> plan_memory(const backend::KvCacheSpec& kv, int64_t weight_bytes,
+                               int64_t activation_bytes, const CacheConfig& cache,
+                               int64_t max_model_len, int64_t max_num_seqs) {
   MemoryPlan p;
   if (cache.block_size != 8 && cache.block_size != 16 && cache.block_size != 32 &&
       cache.block_size != 64 && cache.block_size != 128)
     return make_error("--block-size must be one of 8, 16, 32, 64, 128, got " +
                       std::to_string(cache.block_size));
+  VESPER_CHECK(kv.block_size == cache.block_size, "KV spec of block size %lld for --block-size %lld",
+               static_cast<long long>(kv.block_size), static_cast<long long>(cache.block_size));
   p.weight_bytes = weight_bytes;
+  p.activation_bytes = activation_bytes;
+  p.kv_dtype = std::string(backend::kv_dtype_name(kv.dtype));
   p.block_size = cache.block_size;
   p.max_model_len = max_model_len;
-  p.bytes_per_token =
-      2 * model.n_layer * model.n_head_kv * model.head_dim * static_cast<int64_t>(sizeof(float));
-  p.bytes_per_block = p.bytes_per_token * p.block_size;
+  p.bytes_per_token = kv.bytes_per_token();
+  p.bytes_per_block = kv.bytes_per_block();
   if (cache.num_gpu_blocks_override > 0) {
     p.num_blocks = cache.num_gpu_blocks_override;
     p.capacity_source = "--num-gpu-blocks-override";

@@ -1,6 +1,8 @@
-// MemoryPlan: how the KV cache is sized at start, from the model's geometry and the cache flags.
-// Stated in the startup log: bytes per token, per block, block count, tokens of capacity and how
-// many max_model_len sequences fit at once.
+// MemoryPlan: how memory is budgeted once at start: the weights, the activations of the largest
+// step the scheduler can plan, and the KV cache, sized from the KV storage spec
+// (backend/kv_cache_spec.h: bytes per token and block) and the cache flags. Stated in the startup
+// log: bytes per token, per block, block count, tokens of capacity and how many max_model_len
+// sequences fit at once.
 #pragma once
 
 #include <cstdint>
@@ -8,13 +10,15 @@
 
 #include "core/result.h"
 #include "engine/engine_config.h"
-#include "model/model_config.h"
+#include "backend/kv_cache_spec.h"
 
 namespace vesper::engine {
 
 struct MemoryPlan {
   int64_t weight_bytes = 0;
-  int64_t bytes_per_token = 0;  // 2 x layers x kv_heads x head_dim x sizeof(element)
+  int64_t activation_bytes = 0;  // the forward pass's buffers for the largest step
+  std::string kv_dtype;          // the KV cache's element type
+  int64_t bytes_per_token = 0;   // KvCacheSpec::bytes_per_token
   int64_t block_size = 0;
   int64_t bytes_per_block = 0;
   int64_t num_blocks = 0;
@@ -35,9 +39,11 @@ struct MemoryPlan {
 int64_t available_memory_bytes();
 
 // Errors name the flag at fault (a budget too small for one block, a block size not allowed...).
-Result<MemoryPlan> plan_memory(const model::ModelConfig& model, int64_t weight_bytes,
-                               const CacheConfig& cache, int64_t max_model_len,
-                               int64_t max_num_seqs);
+// `kv` is the model's KV storage spec at cache.block_size; `activation_bytes` what the model's
+// buffers take for the largest step.
+Result<MemoryPlan> plan_memory(const backend::KvCacheSpec& kv, int64_t weight_bytes,
+                               int64_t activation_bytes, const CacheConfig& cache,
+                               int64_t max_model_len, int64_t max_num_seqs);
 
 // Parses sizes like "512M", "4G", "1.5GiB", "1048576" into bytes.
 Result<int64_t> parse_byte_size(const std::string& text);

@@ -2,45 +2,54 @@
 
 namespace vesper::engine {
 
-ModelRunner::ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size,
-                         ThreadPool& pool)
+ModelRunner::ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size)
     : model_(model),
-      pool_(pool),
+      backend_(model.backend()),
       block_size_(block_size),
-      device_(model.kv_shape(num_blocks, block_size)),
-      host_(model.kv_shape(num_swap_blocks, block_size)) {}
+      n_vocab_(model.config().n_vocab),
+      device_(backend_.create_kv(model.kv_spec(block_size), num_blocks, backend::MemoryKind::kDevice)),
+      host_(backend_.create_kv(model.kv_spec(block_size), num_swap_blocks, backend::MemoryKind::kHostVisible)) {}
 
-void ModelRunner::execute(const sched::SchedulerOutput& step, const sched::Scheduler& scheduler) {
+ModelRunner::~ModelRunner() {
+  backend_.release_kv(device_);
+  backend_.release_kv(host_);
+}
+
+Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
+  VESPER_TRY(mirror_.apply(plan));
+
+  auto copy_blocks = [&](backend::KvHandle to, backend::KvHandle from, auto&& pairs, auto src_of, auto dst_of) {
+    if (pairs.empty()) return;
+    copy_src_.clear();
+    copy_dst_.clear();
+    for (const auto& p : pairs) {
+      copy_src_.push_back(src_of(p));
+      copy_dst_.push_back(dst_of(p));
+    }
+    backend_.copy_kv_blocks(to, from, copy_src_, copy_dst_);
+  };
   // Order matters: swap-outs read blocks that this step may hand to others, so they go first.
-  for (const auto& m : step.swap_out) host_.copy_block_from(device_, m.device, m.host);
-  for (const auto& m : step.swap_in) device_.copy_block_from(host_, m.host, m.device);
-  for (const auto& c : step.block_copies) device_.copy_block(c.src, c.dst);
+  copy_blocks(host_, device_, plan.swap_out, [](const kv::SwapMapping& m) { return m.device; },
+              [](const kv::SwapMapping& m) { return m.host; });
+  copy_blocks(device_, host_, plan.swap_in, [](const kv::SwapMapping& m) { return m.host; },
+              [](const kv::SwapMapping& m) { return m.device; });
+  copy_blocks(device_, device_, plan.block_copies, [](const kv::BlockCopy& c) { return c.src; },
+              [](const kv::BlockCopy& c) { return c.dst; });
 
   batch_.clear();
-  sampled_ids_.clear();
-  batch_.query_start.push_back(0);
-  batch_.table_offsets.push_back(0);
-  for (const auto& s : step.scheduled) {
-    const sched::Sequence* seq = scheduler.find(s.id);
-    const auto& table = scheduler.kv().block_table(s.id);
-    const int32_t index = static_cast<int32_t>(batch_.num_seqs());
-    for (int64_t i = 0; i < s.num_new_tokens; ++i) {
-      const int64_t pos = s.start + i;
-      batch_.token_ids.push_back(seq->tokens[pos]);
-      batch_.positions.push_back(static_cast<int32_t>(pos));
-      batch_.token_seq.push_back(index);
-      batch_.slot_mapping.push_back(int64_t{table[pos / block_size_]} * block_size_ + pos % block_size_);
-    }
-    batch_.block_tables.insert(batch_.block_tables.end(), table.begin(), table.end());
-    batch_.table_offsets.push_back(static_cast<int32_t>(batch_.block_tables.size()));
-    batch_.query_start.push_back(static_cast<int32_t>(batch_.token_ids.size()));
-    if (s.samples) {
-      batch_.logits_rows.push_back(static_cast<int32_t>(batch_.token_ids.size()) - 1);
-      sampled_ids_.push_back(s.id);
-    }
+  first_logits_row_.clear();
+  int32_t logits_rows = 0;
+  for (const sched::ScheduledSequence& s : plan.scheduled) {
+    const sched::SequenceMirror::Entry& e = *mirror_.find(s.id);
+    const int64_t committed = s.num_new_tokens - s.num_spec_tokens;
+    tokens_.assign(e.tokens.begin() + s.start, e.tokens.begin() + s.start + committed);
+    tokens_.insert(tokens_.end(), s.spec_token_ids.begin(), s.spec_token_ids.end());
+    batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, block_size_, s.num_logits_rows);
+    first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
+    logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }
-  logits_.resize(batch_.logits_rows.size() * model_.config().n_vocab);
-  if (batch_.num_tokens() > 0) model_.forward(batch_, device_, logits_.data(), pool_);
+  logits_ = batch_.num_tokens() > 0 ? model_.forward(batch_, device_) : std::span<const float>();
+  return {};
 }
 
 }  // namespace vesper::engine

@@ -1,44 +1,60 @@
-// ModelRunner: turns a SchedulerOutput into work on the backend: swap-outs, swap-ins and
-// copy-on-write block copies first, then one forward pass over a ForwardBatch built from the
-// scheduled sequences (prefill chunks and decodes together, no padding). It owns the device KV
-// cache and the host swap space, both allocated once at start.
+// ModelRunner: runs step plans (sched/scheduler_output.h) on the backend. It owns the device KV
+// storage and the host swap storage (allocated once at start) and keeps a mirror of its
+// sequences (sched/sequence_mirror.h) built from the plans alone: it never asks the scheduler
+// anything, so the plans it runs may come from a scheduler in another thread or process.
 //
-// Contract the prefix cache relies on: within each layer, the forward pass writes the K/V of
-// every scheduled token before any attention of that layer reads the cache. A sequence admitted
-// in a step may then share prefix-cache blocks that another sequence fills in that same step
-// (sched/scheduler.h).
+// execute(plan): applies the plan to the mirror, performs its swap-outs, swap-ins and
+// copy-on-write copies (in that order: swap-outs read blocks the step may hand to others), then
+// builds one ForwardBatch with the batch builder (ForwardBatch::add_sequence: prefill chunks,
+// decodes and verifications together, no padding) and runs one forward pass. The K/V contract
+// the scheduler relies on is model/model.h's.
 #pragma once
 
-#include <memory>
+#include <cstdint>
+#include <span>
 #include <vector>
 
-#include "backend/kv_cache.h"
-#include "core/thread_pool.h"
+#include "backend/backend.h"
+#include "core/result.h"
 #include "model/model.h"
-#include "sched/scheduler.h"
+#include "sched/scheduler_output.h"
+#include "sched/sequence_mirror.h"
 
 namespace vesper::engine {
 
 class ModelRunner {
  public:
-  ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size, ThreadPool& pool);
+  ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
 
-  // Runs the step. For each scheduled sequence with samples == true, in order, one row of
-  // logits ([n_vocab]) is left in logits(); sampled_ids() says whose.
-  void execute(const sched::SchedulerOutput& step, const sched::Scheduler& scheduler);
+  // Runs the plan. An error, with nothing run, when the plan does not fit the mirror (a plan
+  // from another history).
+  Status execute(const sched::SchedulerOutput& plan);
 
-  const std::vector<sched::SeqId>& sampled_ids() const { return sampled_ids_; }
-  float* logits_row(size_t i) { return logits_.data() + i * model_.config().n_vocab; }
+  // The logits of the last execute: scheduled entry i's rows (num_logits_rows of them, the
+  // last committed token's first) start at row first_logits_row()[i] (-1: none).
+  const std::vector<int32_t>& first_logits_row() const { return first_logits_row_; }
+  std::span<const float> logits_row(int64_t row) const {
+    return logits_.subspan(static_cast<size_t>(row * n_vocab_), static_cast<size_t>(n_vocab_));
+  }
+
+  const sched::SequenceMirror& mirror() const { return mirror_; }
+  backend::KvHandle device_kv() const { return device_; }
 
  private:
   model::Model& model_;
-  ThreadPool& pool_;
+  backend::Backend& backend_;
   int64_t block_size_;
-  backend::KvCache device_;
-  backend::KvCache host_;
+  int64_t n_vocab_;
+  backend::KvHandle device_;
+  backend::KvHandle host_;
+  sched::SequenceMirror mirror_;
+  // Reused every step.
   model::ForwardBatch batch_;
-  std::vector<float> logits_;
-  std::vector<sched::SeqId> sampled_ids_;
+  std::vector<int32_t> tokens_, copy_src_, copy_dst_, first_logits_row_;
+  std::span<const float> logits_;
 };
 
 }  // namespace vesper::engine

@@ -48,7 +48,7 @@ struct RequestMetrics {
 
 struct RequestOutput {
   std::string request_id;
-  std::vector<int32_t> prompt_token_ids;
+  std::vector<int32_t> prompt_token_ids;  // in the final output only (the caller has it meanwhile)
   int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
   std::vector<CompletionOutput> outputs;
   bool finished = false;

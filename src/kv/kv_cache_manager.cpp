@@ -15,13 +15,16 @@ KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_block
   VESPER_CHECK(block_size > 0 && num_device_blocks > 0 && num_host_blocks >= 0);
 }
 
-bool KvCacheManager::allocate_slots(SeqId seq, int64_t first_written, int64_t num_tokens,
-                                    std::vector<BlockCopy>& copies, const PrefixMatch* prefix) {
+std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t num_computed, int64_t num_new,
+                                                           int64_t num_lookahead, const PrefixMatch* prefix) {
   VESPER_CHECK(host_tables_.count(seq) == 0, "allocate_slots for swapped-out sequence %lld",
                static_cast<long long>(seq));
+  VESPER_CHECK(num_computed >= 0 && num_new >= 0 && num_lookahead >= 0, "negative token counts");
+  const int64_t written_end = num_computed + num_new;
+  const int64_t num_tokens = written_end + num_lookahead;
   std::vector<BlockId>& table = device_tables_[seq];
   if (prefix != nullptr && !prefix->blocks.empty()) {
-    VESPER_CHECK(table.empty() && first_written == prefix->num_tokens && num_tokens > prefix->num_tokens,
+    VESPER_CHECK(table.empty() && num_computed == prefix->num_tokens && num_tokens > prefix->num_tokens,
                  "prefix match applied to sequence %lld that holds blocks", static_cast<long long>(seq));
     // Matched blocks nobody references leave the evictable list and no longer count as free.
     int64_t revived = 0;
@@ -30,7 +33,7 @@ bool KvCacheManager::allocate_slots(SeqId seq, int64_t first_written, int64_t nu
     const int64_t need_new = blocks_for(num_tokens) - static_cast<int64_t>(prefix->blocks.size());
     if (need_new + revived > device_.num_free()) {
       device_tables_.erase(seq);
-      return false;
+      return std::nullopt;
     }
     // Claim the matched blocks before allocating, so allocation cannot evict them.
     for (BlockId b : prefix->blocks) device_.add_ref(b);
@@ -40,19 +43,20 @@ bool KvCacheManager::allocate_slots(SeqId seq, int64_t first_written, int64_t nu
   const int64_t have = static_cast<int64_t>(table.size());
   const int64_t need_new = std::max<int64_t>(0, blocks_for(num_tokens) - have);
   // Shared blocks among those written this step must become private first.
-  const int64_t first_block = first_written / block_size_;
-  const int64_t last_block = std::min(have, blocks_for(num_tokens));
+  const int64_t first_block = num_computed / block_size_;
+  const int64_t last_block = num_new == 0 ? first_block : std::min(have, blocks_for(written_end));
   int64_t need_cow = 0;
   for (int64_t b = first_block; b < last_block; ++b)
     if (device_.ref_count(table[b]) > 1) ++need_cow;
   if (need_new + need_cow > device_.num_free()) {
     if (table.empty()) device_tables_.erase(seq);
-    return false;
+    return std::nullopt;
   }
+  KvAllocation granted;
   for (int64_t b = first_block; b < last_block; ++b) {
     if (device_.ref_count(table[b]) <= 1) continue;
     const BlockId fresh = (*device_.allocate(1))[0];
-    copies.push_back({table[b], fresh});
+    granted.copies_.push_back({table[b], fresh});
     device_.release(table[b]);
     table[b] = fresh;
   }
@@ -60,7 +64,21 @@ bool KvCacheManager::allocate_slots(SeqId seq, int64_t first_written, int64_t nu
     auto blocks = device_.allocate(need_new);
     table.insert(table.end(), blocks->begin(), blocks->end());
   }
-  return true;
+  return granted;
+}
+
+void KvCacheManager::truncate(SeqId seq, int64_t num_tokens) {
+  VESPER_CHECK(num_tokens >= 0, "truncate to a negative length");
+  uncache_blocks_from(seq, num_tokens);
+  auto it = device_tables_.find(seq);
+  if (it == device_tables_.end()) return;
+  std::vector<BlockId>& table = it->second;
+  const auto keep = static_cast<size_t>(blocks_for(num_tokens));
+  // Last blocks first, as free() releases them.
+  while (table.size() > keep) {
+    device_.release(table.back());
+    table.pop_back();
+  }
 }
 
 void KvCacheManager::fork(SeqId parent, SeqId child) {
@@ -72,7 +90,19 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
   if (auto h = hashes_.find(parent); h != hashes_.end()) hashes_[child] = h->second;
 }
 
-void KvCacheManager::free(SeqId seq) {
+std::unordered_map<BlockId, BlockId> KvCacheManager::take_copies_into(SeqId seq, std::vector<BlockCopy>& planned) const {
+  std::unordered_map<BlockId, BlockId> copied_from;
+  auto it = device_tables_.find(seq);
+  if (it == device_tables_.end() || planned.empty()) return copied_from;
+  const std::vector<BlockId>& table = it->second;
+  for (const BlockCopy& c : planned)
+    if (std::find(table.begin(), table.end(), c.dst) != table.end()) copied_from[c.dst] = c.src;
+  std::erase_if(planned, [&](const BlockCopy& c) { return copied_from.count(c.dst) != 0; });
+  return copied_from;
+}
+
+void KvCacheManager::free(SeqId seq, std::vector<BlockCopy>* planned_copies) {
+  if (planned_copies != nullptr) take_copies_into(seq, *planned_copies);
   if (auto it = device_tables_.find(seq); it != device_tables_.end()) {
     // Release in reverse so a sequence's last blocks are reused first, its first blocks last.
     for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) device_.release(*b);
@@ -157,13 +187,16 @@ bool KvCacheManager::can_swap_out(SeqId seq) const {
   return it != device_tables_.end() && static_cast<int64_t>(it->second.size()) <= host_.num_free();
 }
 
-std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq) {
+std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq, std::vector<BlockCopy>* planned_copies) {
   VESPER_CHECK(can_swap_out(seq), "swap_out of sequence %lld without room", static_cast<long long>(seq));
+  std::unordered_map<BlockId, BlockId> copied_from;
+  if (planned_copies != nullptr) copied_from = take_copies_into(seq, *planned_copies);
   std::vector<BlockId>& table = device_tables_[seq];
   auto host_blocks = *host_.allocate(static_cast<int64_t>(table.size()));
   std::vector<SwapMapping> moves;
   for (size_t i = 0; i < table.size(); ++i) {
-    moves.push_back({table[i], host_blocks[i]});
+    const auto src = copied_from.find(table[i]);
+    moves.push_back({src == copied_from.end() ? table[i] : src->second, host_blocks[i]});
     device_.release(table[i]);
   }
   host_tables_[seq] = std::move(host_blocks);
@@ -190,6 +223,20 @@ std::vector<SwapMapping> KvCacheManager::swap_in(SeqId seq) {
   device_tables_[seq] = std::move(device_blocks);
   host_tables_.erase(seq);
   return moves;
+}
+
+void KvCacheManager::check_sequence(SeqId seq, std::span<const int32_t> tokens, int64_t num_committed) const {
+  const std::vector<BlockId>& table = block_table(seq);
+  VESPER_CHECK(static_cast<int64_t>(block_hashes(seq).size()) * block_size_ <= num_committed,
+               "sequence %lld has hashed blocks past its committed tokens", static_cast<long long>(seq));
+  for (size_t i = 0; i < table.size(); ++i) {
+    const std::span<const int32_t> cached = device_.tokens_of(table[i]);
+    if (cached.empty()) continue;
+    VESPER_CHECK(static_cast<int64_t>((i + 1)) * block_size_ <= static_cast<int64_t>(tokens.size()) &&
+                     std::equal(cached.begin(), cached.end(), tokens.begin() + static_cast<int64_t>(i) * block_size_),
+                 "sequence %lld: cached block %d at position %zu holds other tokens", static_cast<long long>(seq),
+                 table[i], i);
+  }
 }
 
 void KvCacheManager::check_invariants() const {

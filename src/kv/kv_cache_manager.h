@@ -1,16 +1,30 @@
 // KvCacheManager: which physical blocks hold which sequence's KV, on the device and in the host
 // swap space. Pure bookkeeping over two BlockPools; the engine performs the copies it asks for.
 //
-// The scheduler asks allocate_slots() before scheduling tokens: either every block the new
-// tokens need is granted (and blocks shared with a forked sibling that would be written are
-// replaced by private copies: copy-on-write), or nothing changes and the answer is false, which
-// means "preempt someone". The scheduler never sees the pools' inner structure.
+// The contract with the scheduler (vLLM V1's allocate_slots):
+//  - allocate_slots(seq, num_computed, num_new, num_lookahead) is asked before a step schedules
+//    num_new tokens of seq (speculative ones included). The answer is an opaque KvAllocation,
+//    or nothing, which means "preempt someone" (and then nothing changed). A granted
+//    allocation covers num_computed + num_new + num_lookahead tokens; the blocks holding the
+//    num_new tokens about to be written are private to seq (a block shared with a forked sibling
+//    is replaced by a copy: the allocation lists the copies the step must run first). Lookahead
+//    slots are room for tokens proposed later (speculative decoding); they are not written now.
+//  - truncate(seq, num_tokens) takes back what a step did not keep (rejected speculative
+//    tokens, unused lookahead): the blocks past num_tokens are released and leave the prefix
+//    cache. Stale K/V may stay in the last kept block past num_tokens: every position is written
+//    again before anything reads it (the forward pass writes a step's K/V before its attention
+//    reads, model/model.h).
+//  - Preemption goes through free() / swap_out() with the step's planned copies: copies planned
+//    into the victim's blocks are dropped, and a swap-out reads such a block from the copy's
+//    source. The scheduler never sees the pools' inner structure or rewrites mappings itself.
 //
 // Automatic prefix caching (when enabled): full device blocks are indexed by a hash chain over
 // their tokens (kv/block_hash.h). A new sequence starts from the longest chain of cached blocks
 // matching its tokens (match_prefix, then allocate_slots with the match) and computes only the
-// rest. Blocks join the index once their tokens are computed (cache_full_blocks); unreferenced
-// cached blocks stay valid until the pool evicts them, least recently used first.
+// rest. Blocks join the index once their tokens are committed, that is computed (or about to be,
+// in the step being planned) and not speculative (cache_full_blocks is given the committed
+// count); unreferenced cached blocks stay valid until the pool evicts them, least recently used
+// first.
 //
 // Invariant (check_invariants): each block's ref_count equals the number of block-table entries
 // that point at it, device and host alike; a cached block in a sequence's table is cached under
@@ -18,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +54,17 @@ struct SwapMapping {
   BlockId host;
 };
 
+// What allocate_slots granted. The scheduler learns only the copy-on-write copies it must put in
+// the step's plan (to run before the forward pass); the blocks themselves stay the manager's.
+class KvAllocation {
+ public:
+  const std::vector<BlockCopy>& copies() const { return copies_; }
+
+ private:
+  friend class KvCacheManager;
+  std::vector<BlockCopy> copies_;
+};
+
 // The cached blocks a new sequence can start from: blocks[i] holds tokens [i*bs, (i+1)*bs).
 struct PrefixMatch {
   std::vector<BlockId> blocks;
@@ -55,16 +81,24 @@ class KvCacheManager {
 
   int64_t block_size() const { return block_size_; }
   int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+  int64_t num_device_blocks() const { return device_.num_blocks(); }
+  // Device blocks allocate_slots can still hand out (free or evictable).
+  int64_t num_free_device_blocks() const { return device_.num_free(); }
+  // The pools, for statistics and tests.
   const BlockPool& device_pool() const { return device_; }
   const BlockPool& host_pool() const { return host_; }
 
-  // Makes `seq`'s table cover num_tokens tokens, of which [first_written, num_tokens) are about
-  // to be written. Appends to `copies` the copy-on-write copies needed. False, with nothing
-  // changed, when the device has too few free blocks.
+  // Grows `seq`'s table to cover num_computed + num_new + num_lookahead tokens and makes the
+  // blocks of tokens [num_computed, num_computed + num_new) private (copy-on-write). Nothing,
+  // with nothing changed, when the device has too few free blocks.
   // With `prefix` (a match_prefix result for a sequence that holds no blocks yet, and
-  // first_written == prefix->num_tokens), the table starts with the matched blocks, shared.
-  bool allocate_slots(SeqId seq, int64_t first_written, int64_t num_tokens, std::vector<BlockCopy>& copies,
-                      const PrefixMatch* prefix = nullptr);
+  // num_computed == prefix->num_tokens), the table starts with the matched blocks, shared.
+  std::optional<KvAllocation> allocate_slots(SeqId seq, int64_t num_computed, int64_t num_new,
+                                             int64_t num_lookahead = 0, const PrefixMatch* prefix = nullptr);
+
+  // Keeps the blocks holding seq's first num_tokens tokens and releases the rest; blocks past
+  // num_tokens leave the prefix cache (their tokens were not committed). No-op for an unknown seq.
+  void truncate(SeqId seq, int64_t num_tokens);
 
   // The longest chain of cached blocks holding a prefix of `tokens` under chain root `root`,
   // stopping short of the last token (which must be computed to get its logits). Empty when
@@ -84,8 +118,10 @@ class KvCacheManager {
   // The child shares every block of the parent (n > 1 sampling after the prompt's prefill).
   void fork(SeqId parent, SeqId child);
 
-  // Releases all of seq's blocks, on the device or the host. No-op for an unknown seq.
-  void free(SeqId seq);
+  // Releases all of seq's blocks, on the device or the host. No-op for an unknown seq. With
+  // `planned_copies` (the copies planned so far in the step being built), the copies into seq's
+  // blocks are dropped: seq gives those blocks up before the step runs.
+  void free(SeqId seq, std::vector<BlockCopy>* planned_copies = nullptr);
 
   bool has_device_blocks(SeqId seq) const { return device_tables_.count(seq) != 0; }
   bool is_swapped(SeqId seq) const { return host_tables_.count(seq) != 0; }
@@ -95,14 +131,23 @@ class KvCacheManager {
   // shared on the device are not shared on the host); swap-in brings them back into fresh
   // device blocks. can_* say whether the target pool has room; can_swap_in's num_tokens asks for
   // room to grow the table to cover that many tokens as well (the tokens computed right after).
+  // With `planned_copies`, copies planned into seq's blocks this step are dropped and the
+  // swap-out of such a block reads the copy's source: the fresh block holds nothing yet (copies
+  // run after swap-outs), while the source still holds what the copy was to bring.
   bool can_swap_out(SeqId seq) const;
-  std::vector<SwapMapping> swap_out(SeqId seq);
+  std::vector<SwapMapping> swap_out(SeqId seq, std::vector<BlockCopy>* planned_copies = nullptr);
   bool can_swap_in(SeqId seq, int64_t num_tokens = 0) const;
   std::vector<SwapMapping> swap_in(SeqId seq);
 
   void check_invariants() const;
+  // Checks seq's cached blocks against its tokens: each cached block in its table holds exactly
+  // the tokens at that position, and only committed positions (< num_committed) are hashed.
+  void check_sequence(SeqId seq, std::span<const int32_t> tokens, int64_t num_committed) const;
 
  private:
+  // The planned copies into seq's device blocks, removed from `planned` (dst -> src).
+  std::unordered_map<BlockId, BlockId> take_copies_into(SeqId seq, std::vector<BlockCopy>& planned) const;
+
   int64_t block_size_;
   bool prefix_caching_;
   BlockPool device_;

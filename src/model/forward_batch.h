@@ -1,13 +1,23 @@
-// ForwardBatch: everything one forward pass needs, as flat arrays. Prefill chunks and decodes
-// of many sequences ride in one batch with no padding; the model does not know what a request
-// is. Tokens of one sequence are contiguous: sequence s owns rows
+// ForwardBatch: everything one forward pass needs, as flat arrays. Prefill chunks, decodes and
+// verifications of many sequences ride in one batch with no padding; the model does not know
+// what a request is. Tokens of one sequence are contiguous: sequence s owns rows
 // [query_start[s], query_start[s + 1]).
+//
+// Attention: a row attends to its sequence's K/V at positions 0..its position (causal), unless
+// its sequence has a tree description (speculative candidates shaped as a tree, as Medusa
+// verifies them): then a row attends to the sequence's context (positions before its first row)
+// and to the rows on its own path from the tree's root, and no other row. Each row's K/V goes to
+// its own slot (slot_mapping), so rows at the same depth (same position) do not collide.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace vesper::model {
+
+// tree_parents value for the rows of sequences without a tree description.
+inline constexpr int32_t kNoTree = -2;
 
 struct ForwardBatch {
   std::vector<int32_t> token_ids;      // [num_tokens]
@@ -18,9 +28,16 @@ struct ForwardBatch {
   std::vector<int32_t> table_offsets;  // [num_seqs + 1]
   std::vector<int64_t> slot_mapping;   // [num_tokens] KV cache slot of each token
   std::vector<int32_t> logits_rows;    // rows whose logits are wanted, in output order
+  // [num_seqs] the adapter (LoRA) slot of each sequence; -1: the base model alone.
+  std::vector<int32_t> seq_adapter;
+  // Empty when no sequence has a tree; else [num_tokens]: for rows of a tree sequence, the
+  // parent's row as an offset within the sequence's rows (-1: the root, which follows the
+  // context); kNoTree for rows of other sequences.
+  std::vector<int32_t> tree_parents;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return query_start.empty() ? 0 : static_cast<int64_t>(query_start.size()) - 1; }
+  bool has_trees() const { return !tree_parents.empty(); }
 
   void clear() {
     token_ids.clear();
@@ -31,13 +48,19 @@ struct ForwardBatch {
     table_offsets.clear();
     slot_mapping.clear();
     logits_rows.clear();
+    seq_adapter.clear();
+    tree_parents.clear();
   }
 
-  // Appends a run of `tokens` of one sequence starting at position `start_pos`, whose block
-  // table is `table` (block_size tokens per block). `want_logits` asks for the last token's
-  // logits. Used by runners and tests to build batches.
-  void add_sequence(const std::vector<int32_t>& tokens, int32_t start_pos,
-                    const std::vector<int32_t>& table, int64_t block_size, bool want_logits);
+  // The batch builder (runners and tests alike): appends a run of `tokens` of one sequence
+  // starting at position `start_pos`, whose block table is `table` (block_size tokens per
+  // block). The last `num_logits_rows` rows want logits. `adapter` is the sequence's adapter
+  // slot. With `tree_parents` (one per token: the parent's offset among these tokens, -1 for
+  // the root, parents before children), the tokens form a tree: a row's position is start_pos
+  // plus its depth, and its K/V slot is that of position start_pos + its offset.
+  void add_sequence(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> table,
+                    int64_t block_size, int64_t num_logits_rows, int32_t adapter = -1,
+                    std::span<const int32_t> tree_parents = {});
 };
 
 }  // namespace vesper::model

@@ -1,13 +1,8 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <initializer_list>
-#include <utility>
 
-#include "backend/matmul.h"
-#include "backend/ops.h"
-#include "backend/paged_attention.h"
 #include "tensor/quant.h"
 
 namespace vesper::model {
@@ -21,7 +16,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 class Binder {
  public:
-  explicit Binder(const gguf::GgufFile& file) : file_(file) {}
+  Binder(const gguf::GgufFile& file, backend::Backend& backend) : file_(file), backend_(backend) {}
 
   const gguf::TensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
 
@@ -35,20 +30,15 @@ class Binder {
       return make_error(file_.path() + ": tensor " + t->name + " has shape " +
                         shape_string(t->shape) + ", expected [" + std::to_string(n_in) + ", " +
                         std::to_string(n_out) + "]");
-    if (!backend::matmul_supported(t->type))
+    auto loaded = backend_.load_weight(backend::WeightSource{t->type, t->data, n_in, n_out});
+    if (!loaded)
       return make_error(file_.path() + ": tensor " + t->name + " has type " +
-                        std::string(tensor::type_name(t->type)) +
-                        ", which Vesper cannot compute with yet");
-    Weight w{t->type, t->data, n_in, n_out, nullptr};
-    if (backend::packable(t->type, n_in, n_out)) {
-      w.packed = std::make_shared<const backend::PackedWeights>(
-          backend::prepare_weights(t->type, t->data, n_in, n_out));
-      // The packed copy replaces the mapped bytes, so their pages need not stay resident (peak
-      // memory stays about the file size). token_embd's stay: get_rows reads its rows.
-      if (t->name != "token_embd.weight")
-        file_.mapping().release_pages(t->data, tensor::row_size(t->type, n_in) * n_out);
-    }
-    return w;
+                        std::string(tensor::type_name(t->type)) + ", which Vesper cannot compute with yet");
+    // A backend copy replaces the mapped bytes, so their pages need not stay resident (peak
+    // memory stays about the file size). token_embd's stay: get_rows reads its rows.
+    if (loaded->copied && t->name != "token_embd.weight")
+      file_.mapping().release_pages(t->data, tensor::row_size(t->type, n_in) * n_out);
+    return Weight{t->type, t->data, n_in, n_out, loaded->handle};
   }
 
   // A 1-D f32 vector (norm weights, biases).
@@ -67,27 +57,34 @@ class Binder {
     return reinterpret_cast<const float*>(t->data);
   }
 
+  // The backend's copy (or in-place view) of a vector; no buffer for an absent one.
+  backend::Tensor constant(const float* v, int64_t n) const {
+    return v == nullptr ? backend::Tensor{} : backend_.constant(v, n);
+  }
+
  private:
   const gguf::GgufFile& file_;
+  backend::Backend& backend_;
 };
-
 }  // namespace
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Backend& backend) {
   VESPER_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
   VESPER_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(file));
-  std::unique_ptr<Model> m(new Model());
+  std::unique_ptr<Model> m(new Model(backend));
   m->file_ = std::move(file);
   m->config_ = config;
   const ModelConfig& c = m->config_;
-  Binder bind(m->file_);
+  Binder bind(m->file_, backend);
   ModelWeights& w = m->weights_;
 
   const gguf::TensorInfo* embd = m->file_.find_tensor("token_embd.weight");
-  if (!tensor::traits(embd->type).supported)
+  auto embd_loaded =
+      backend.load_weight(backend::WeightSource{embd->type, embd->data, c.n_embd, c.n_vocab, /*matmul=*/false});
+  if (!embd_loaded)
     return make_error(path + ": tensor token_embd.weight has unsupported type " +
                       std::string(tensor::type_name(embd->type)));
-  w.token_embd = Weight{embd->type, embd->data, c.n_embd, c.n_vocab, nullptr};
+  w.token_embd = Weight{embd->type, embd->data, c.n_embd, c.n_vocab, embd_loaded->handle};
   VESPER_ASSIGN_OR_RETURN(w.output_norm, bind.vector("output_norm.weight", c.n_embd));
   if (const gguf::TensorInfo* out = bind.find("output.weight")) {
     VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix_from(out, c.n_embd, c.n_vocab));
@@ -118,115 +115,160 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path) {
     VESPER_ASSIGN_OR_RETURN(l.w_up, bind.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff));
     VESPER_ASSIGN_OR_RETURN(l.w_down, bind.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd));
   }
+  m->output_norm_ = bind.constant(w.output_norm, c.n_embd);
+  m->rope_freqs_ = bind.constant(w.rope_freqs, c.rope_dims / 2);
+  for (const LayerWeights& l : w.layers) {
+    m->layers_.push_back(LayerTensors{bind.constant(l.attn_norm, c.n_embd), bind.constant(l.bq, c.q_dim()),
+                                      bind.constant(l.bk, c.kv_dim()), bind.constant(l.bv, c.kv_dim()),
+                                      bind.constant(l.q_norm, c.head_dim), bind.constant(l.k_norm, c.head_dim),
+                                      bind.constant(l.ffn_norm, c.n_embd)});
+  }
   return m;
 }
 
-backend::KvCacheShape Model::kv_shape(int64_t n_blocks, int64_t block_size) const {
-  return backend::KvCacheShape{config_.n_layer, n_blocks, block_size, config_.n_head_kv,
-                               config_.head_dim};
-}
-
-void Model::reserve(int64_t n) {
-  if (n <= capacity_tokens_) return;
-  const ModelConfig& c = config_;
-  x_.resize(n * c.n_embd);
-  xn_.resize(n * c.n_embd);
-  q_.resize(n * c.q_dim());
-  k_.resize(n * c.kv_dim());
-  v_.resize(n * c.kv_dim());
-  attn_.resize(n * c.q_dim());
-  gate_.resize(n * c.n_ff);
-  up_.resize(n * c.n_ff);
-  tmp_.resize(n * c.n_embd);
-  last_.resize(n * c.n_embd);
-  capacity_tokens_ = n;
+backend::KvCacheSpec Model::kv_spec(int64_t block_size) const {
+  backend::KvCacheSpec spec;
+  spec.dtype = backend::KvDtype::kF32;
+  spec.n_layers = config_.n_layer;
+  spec.block_size = block_size;
+  spec.n_kv_heads = config_.n_head_kv;
+  spec.head_dim = config_.head_dim;
+  return spec;
 }
 
 namespace {
-void matmul(const Weight& w, const float* x, int64_t rows, float* y, ThreadPool& pool) {
-  if (w.packed != nullptr) {
-    backend::matmul(*w.packed, x, rows, y, pool);
-  } else {
-    backend::matmul(w.type, w.data, w.n_in, w.n_out, x, rows, y, pool);
-  }
-}
-
-// The products of several weights that read the same input, as one job on the pool
-// (backend::matmul_group: the same bits as one matmul each).
-void matmul_shared_input(std::initializer_list<std::pair<const Weight*, float*>> products,
-                         const float* x, int64_t rows, ThreadPool& pool) {
-  backend::MatmulTarget targets[backend::kMaxMatmulGroup];
-  int n = 0;
-  int64_t n_in = 0;
-  for (const auto& [w, y] : products) {
-    targets[n++] = backend::MatmulTarget{w->packed.get(), w->type, w->data, w->n_out, y};
-    n_in = w->n_in;
-  }
-  backend::matmul_group(targets, n, n_in, x, rows, pool);
-}
+// Floats per batch row of the activations: x, xn, tmp (n_embd), q, attn (q_dim), k, v (kv_dim),
+// gate, up (n_ff).
+int64_t row_floats(const ModelConfig& c) { return 3 * c.n_embd + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.n_ff; }
 }  // namespace
 
-void Model::forward(const ForwardBatch& batch, backend::KvCache& kv, float* logits,
-                    ThreadPool& pool) {
+int64_t Model::activation_bytes(const ModelConfig& c, const StepCapacity& cap) {
+  const int64_t floats = cap.tokens * row_floats(c) + cap.logits_rows * (c.n_embd + c.n_vocab);
+  // token ids, positions, token_seq (int32), slot mapping (int64), logits rows, tables, offsets.
+  const int64_t index_bytes = cap.tokens * (3 * 4 + 8) + cap.logits_rows * 4 + cap.table_entries * 4 + (cap.seqs + 1) * 4;
+  return floats * 4 + index_bytes;
+}
+
+Model::~Model() { release_activations(); }
+
+void Model::release_activations() {
+  for (backend::Tensor* t : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &tmp_, &last_, &logits_, &token_ids_,
+                             &positions_, &token_seq_, &slot_mapping_, &block_tables_, &table_offsets_, &logits_rows_})
+    if (t->buffer.valid()) backend_.release(t->buffer);
+}
+
+void Model::reserve(const StepCapacity& want) {
+  StepCapacity cap = capacity_;
+  cap.tokens = std::max(cap.tokens, want.tokens);
+  cap.logits_rows = std::max(cap.logits_rows, want.logits_rows);
+  cap.seqs = std::max(cap.seqs, want.seqs);
+  cap.table_entries = std::max(cap.table_entries, want.table_entries);
+  if (cap.tokens == capacity_.tokens && cap.logits_rows == capacity_.logits_rows && cap.seqs == capacity_.seqs &&
+      cap.table_entries == capacity_.table_entries)
+    return;
+  release_activations();
+  capacity_ = cap;
+  const ModelConfig& c = config_;
+  using backend::DType;
+  using backend::MemoryKind;
+  auto f32 = [&](int64_t rows, int64_t cols) { return backend_.allocate(DType::kF32, rows, cols, MemoryKind::kDevice); };
+  auto i32 = [&](int64_t n) { return backend_.allocate(DType::kI32, n, 1, MemoryKind::kDevice); };
+  const int64_t n = std::max<int64_t>(cap.tokens, 1), m = std::max<int64_t>(cap.logits_rows, 1);
+  x_ = f32(n, c.n_embd);
+  xn_ = f32(n, c.n_embd);
+  tmp_ = f32(n, c.n_embd);
+  q_ = f32(n, c.q_dim());
+  attn_ = f32(n, c.q_dim());
+  k_ = f32(n, c.kv_dim());
+  v_ = f32(n, c.kv_dim());
+  gate_ = f32(n, c.n_ff);
+  up_ = f32(n, c.n_ff);
+  last_ = f32(m, c.n_embd);
+  logits_ = backend_.allocate(DType::kF32, m, c.n_vocab, MemoryKind::kHostVisible);
+  token_ids_ = i32(n);
+  positions_ = i32(n);
+  token_seq_ = i32(n);
+  slot_mapping_ = backend_.allocate(DType::kI64, n, 1, MemoryKind::kDevice);
+  block_tables_ = i32(std::max<int64_t>(cap.table_entries, 1));
+  table_offsets_ = i32(cap.seqs + 1);
+  logits_rows_ = i32(m);
+}
+
+std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHandle kv) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens();
-  if (n == 0) return;
-  reserve(n);
+  const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
+  if (n == 0) return {};
+  VESPER_CHECK(!batch.has_trees(), "tree attention is not supported by this backend's kernels yet");
+  reserve(StepCapacity{n, m, batch.num_seqs(), static_cast<int64_t>(batch.block_tables.size())});
+  backend::Backend& b = backend_;
   const int64_t d = c.n_embd;
 
-  backend::get_rows(weights_.token_embd.type, weights_.token_embd.data, d, batch.token_ids.data(),
-                    n, x_.data());
+  // The batch's inputs go to the device once; every layer reads them there.
+  const backend::Tensor ids = token_ids_.rows_view(0, n);
+  const backend::Tensor rows = logits_rows_.rows_view(0, m);
+  backend::AttentionInputs in;
+  in.num_tokens = n;
+  in.positions = positions_.rows_view(0, n);
+  in.token_seq = token_seq_.rows_view(0, n);
+  in.slot_mapping = slot_mapping_.rows_view(0, n);
+  in.block_tables = block_tables_.rows_view(0, static_cast<int64_t>(batch.block_tables.size()));
+  in.table_offsets = table_offsets_.rows_view(0, batch.num_seqs() + 1);
+  b.copy_to_device(ids, batch.token_ids.data());
+  b.copy_to_device(in.positions, batch.positions.data());
+  b.copy_to_device(in.token_seq, batch.token_seq.data());
+  b.copy_to_device(in.slot_mapping, batch.slot_mapping.data());
+  b.copy_to_device(in.block_tables, batch.block_tables.data());
+  b.copy_to_device(in.table_offsets, batch.table_offsets.data());
+  b.copy_to_device(rows, batch.logits_rows.data());
 
-  backend::AttentionBatch ab;
-  ab.num_tokens = n;
-  ab.positions = batch.positions.data();
-  ab.token_seq = batch.token_seq.data();
-  ab.slot_mapping = batch.slot_mapping.data();
-  ab.block_tables = batch.block_tables.data();
-  ab.table_offsets = batch.table_offsets.data();
+  const backend::Tensor x = x_.rows_view(0, n), xn = xn_.rows_view(0, n), tmp = tmp_.rows_view(0, n);
+  const backend::Tensor q = q_.rows_view(0, n), k = k_.rows_view(0, n), v = v_.rows_view(0, n);
+  const backend::Tensor attn = attn_.rows_view(0, n), gate = gate_.rows_view(0, n), up = up_.rows_view(0, n);
 
-  backend::RopeParams rope;
+  b.get_rows(weights_.token_embd.handle, ids, x);
+
+  backend::RopeConfig rope;
   rope.style = c.arch.rope_style;
   rope.rope_dims = c.rope_dims;
   rope.freq_base = c.rope_freq_base;
   rope.freq_scale = c.rope_freq_scale;
-  rope.freq_factors = weights_.rope_freqs;
+  rope.freq_factors = rope_freqs_;
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& l = weights_.layers[il];
-    backend::rms_norm(x_.data(), l.attn_norm, d, n, c.rms_eps, xn_.data());
-    matmul_shared_input({{&l.wq, q_.data()}, {&l.wk, k_.data()}, {&l.wv, v_.data()}}, xn_.data(), n,
-                        pool);
-    if (l.bq != nullptr) backend::add_bias(q_.data(), l.bq, c.q_dim(), n);
-    if (l.bk != nullptr) backend::add_bias(k_.data(), l.bk, c.kv_dim(), n);
-    if (l.bv != nullptr) backend::add_bias(v_.data(), l.bv, c.kv_dim(), n);
-    if (l.q_norm != nullptr)
-      backend::rms_norm_heads(q_.data(), l.q_norm, c.head_dim, n, c.n_head, c.rms_eps);
-    if (l.k_norm != nullptr)
-      backend::rms_norm_heads(k_.data(), l.k_norm, c.head_dim, n, c.n_head_kv, c.rms_eps);
+    const LayerTensors& t = layers_[il];
+    b.rms_norm(x, t.attn_norm, c.rms_eps, xn);
+    const backend::MatmulGroupTarget qkv[] = {{l.wq.handle, q}, {l.wk.handle, k}, {l.wv.handle, v}};
+    b.matmul_group(qkv, xn);
+    if (t.bq.buffer.valid()) b.add_bias(q, t.bq);
+    if (t.bk.buffer.valid()) b.add_bias(k, t.bk);
+    if (t.bv.buffer.valid()) b.add_bias(v, t.bv);
+    if (t.q_norm.buffer.valid()) b.rms_norm_heads(q, t.q_norm, c.head_dim, c.rms_eps);
+    if (t.k_norm.buffer.valid()) b.rms_norm_heads(k, t.k_norm, c.head_dim, c.rms_eps);
     // One pass for Q and K: each row's rotation angles are computed once for both.
-    backend::rope_qk(q_.data(), c.n_head, k_.data(), c.n_head_kv, n, c.head_dim,
-                     batch.positions.data(), rope);
-    backend::write_kv(kv, il, ab, k_.data(), v_.data());
-    backend::paged_attention(kv, il, ab, q_.data(), c.n_head, kq_scale, attn_.data(), pool);
-    matmul(l.wo, attn_.data(), n, tmp_.data(), pool);
-    backend::add_inplace(x_.data(), tmp_.data(), n * d);
+    b.rope_qk(q, k, c.head_dim, in.positions, rope);
+    b.write_kv(kv, il, in, k, v);
+    b.paged_attention(kv, il, in, q, c.n_head, kq_scale, attn);
+    b.matmul(l.wo.handle, attn, tmp);
+    b.add(x, tmp);
 
-    backend::rms_norm(x_.data(), l.ffn_norm, d, n, c.rms_eps, xn_.data());
-    matmul_shared_input({{&l.w_gate, gate_.data()}, {&l.w_up, up_.data()}}, xn_.data(), n, pool);
-    backend::silu_mul(gate_.data(), up_.data(), n * c.n_ff);
-    matmul(l.w_down, gate_.data(), n, tmp_.data(), pool);
-    backend::add_inplace(x_.data(), tmp_.data(), n * d);
+    b.rms_norm(x, t.ffn_norm, c.rms_eps, xn);
+    const backend::MatmulGroupTarget gate_up[] = {{l.w_gate.handle, gate}, {l.w_up.handle, up}};
+    b.matmul_group(gate_up, xn);
+    b.silu_mul(gate, up);
+    b.matmul(l.w_down.handle, gate, tmp);
+    b.add(x, tmp);
   }
 
   // Only the rows whose logits are wanted go through the final norm and the output matmul.
-  const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
-  for (int64_t i = 0; i < m; ++i)
-    std::memcpy(last_.data() + i * d, x_.data() + int64_t{batch.logits_rows[i]} * d,
-                d * sizeof(float));
-  backend::rms_norm(last_.data(), weights_.output_norm, d, m, c.rms_eps, last_.data());
-  matmul(weights_.output, last_.data(), m, logits, pool);
+  const backend::Tensor last = last_.rows_view(0, m), logits = logits_.rows_view(0, m);
+  b.gather_rows(x, rows, last);
+  b.rms_norm(last, output_norm_, c.rms_eps, last);
+  b.matmul(weights_.output.handle, last, logits);
+  b.synchronize();
+  return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * c.n_vocab)};
 }
 
 }  // namespace vesper::model

@@ -1,35 +1,44 @@
-// Model: a llama-family transformer loaded from GGUF, its weights used in place from the
-// mmap'd file, and one forward pass over a ForwardBatch that reads and writes a paged KvCache.
+// Model: a llama-family transformer loaded from GGUF, its weights bound to a backend
+// (backend/backend.h), and one forward pass over a ForwardBatch that reads and writes the
+// backend's paged KV storage. The model issues backend ops on handles and never touches the
+// memory behind them; which weights are repacked, where buffers live and how ops run is the
+// backend's business.
 //
 // The forward pass is batch-invariant: the logits of a row depend only on that row's token,
 // position and context, never on the other rows of the batch or how a prompt was chunked.
+//
+// The K/V write-before-read contract, which the scheduler and the prefix cache rely on: within
+// each layer, the forward pass writes the K/V of every token of the batch to its slot before any
+// attention of that layer reads the cache. So tokens of one prefill chunk see one another, a
+// sequence admitted in a step may share prefix-cache blocks that another sequence fills in that
+// same step, and stale K/V left in a slot (rejected speculative tokens) is overwritten before
+// anything reads it.
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "backend/kv_cache.h"
-#include "backend/packed_weights.h"
+#include "backend/backend.h"
+#include "backend/kv_cache_spec.h"
 #include "core/result.h"
-#include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 
 namespace vesper::model {
 
-// A weight matrix of n_out rows x n_in columns (GGUF shape [n_in, n_out]) in the mapping, and,
-// for q4_0 / q8_0 / k-quant (q2_K ... q6_K) matrices with n_out a multiple of 8, the same weights
-// repacked at load into 8-row interleaved chunks (backend/packed_weights.h) that matmul reads
-// instead; the mapped pages of a packed matrix are then released and not touched again (except
-// token_embd's rows when the output matrix is tied to it).
+// A weight matrix of n_out rows x n_in columns (GGUF shape [n_in, n_out]) as it lies in the
+// mapped file (what the f64 reference reads), and the backend's handle to it. When the backend
+// keeps a copy of its own (the CPU repacks q4_0 / q8_0 / k-quant matrices), the mapped pages are
+// released and not touched again (except token_embd's rows, which get_rows reads).
 struct Weight {
   tensor::GgmlType type = tensor::GgmlType::kF32;
   const void* data = nullptr;
   int64_t n_in = 0;
   int64_t n_out = 0;
-  std::shared_ptr<const backend::PackedWeights> packed;  // null: matmul reads `data`
+  backend::WeightHandle handle;
 };
 
 struct LayerWeights {
@@ -44,6 +53,8 @@ struct LayerWeights {
   Weight w_gate, w_up, w_down;
 };
 
+// The weights as the file holds them: matrices, and f32 vectors (norms, biases, RoPE factors)
+// in the mapping.
 struct ModelWeights {
   Weight token_embd;
   const float* output_norm = nullptr;
@@ -52,33 +63,65 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
+// How large a step the activation buffers hold: rows of the batch, rows whose logits are
+// wanted, sequences and block-table entries. Sized once at start from the scheduler's budgets.
+struct StepCapacity {
+  int64_t tokens = 0;
+  int64_t logits_rows = 0;
+  int64_t seqs = 0;
+  int64_t table_entries = 0;
+};
+
 class Model {
  public:
-  // Opens, validates and binds a GGUF model. Errors name the file and the fault.
-  static Result<std::unique_ptr<Model>> load(const std::string& path);
+  // Opens, validates and binds a GGUF model to `backend` (which must outlive the model). Errors
+  // name the file and the fault.
+  static Result<std::unique_ptr<Model>> load(const std::string& path, backend::Backend& backend);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
   const gguf::GgufFile& file() const { return file_; }
   const ModelWeights& weights() const { return weights_; }
+  backend::Backend& backend() { return backend_; }
 
-  // The KV cache geometry this model needs for `n_blocks` blocks of `block_size` tokens.
-  backend::KvCacheShape kv_shape(int64_t n_blocks, int64_t block_size) const;
+  // The KV storage this model needs, with blocks of `block_size` tokens, in the f32 layout.
+  backend::KvCacheSpec kv_spec(int64_t block_size) const;
 
-  // Runs the batch. Writes logits for each of batch.logits_rows, in order, into `logits`
-  // ([logits_rows.size() x n_vocab]). K/V of every batch token are stored at its slot.
-  void forward(const ForwardBatch& batch, backend::KvCache& kv, float* logits, ThreadPool& pool);
+  // Bytes of the activation buffers a step of `capacity` needs (the memory plan's figure).
+  static int64_t activation_bytes(const ModelConfig& config, const StepCapacity& capacity);
+  // Allocates the activation buffers for steps up to `capacity` (once, at start). A later batch
+  // beyond them grows them (tests do that; the engine never does).
+  void reserve(const StepCapacity& capacity);
+  const StepCapacity& capacity() const { return capacity_; }
+
+  // Runs the batch against `kv` (storage of kv_spec()) and returns the logits of each of
+  // batch.logits_rows, in order ([logits_rows.size() x n_vocab], host memory valid until the
+  // next forward). K/V of every batch token are stored at its slot. Batches with a tree
+  // description are not supported by the fast attention yet (a check fails).
+  std::span<const float> forward(const ForwardBatch& batch, backend::KvHandle kv);
 
  private:
-  Model() = default;
-  void reserve(int64_t num_tokens);
+  explicit Model(backend::Backend& backend) : backend_(backend) {}
+  void release_activations();
 
+  // What the backend holds of a layer: weight handles and f32 vectors.
+  struct LayerTensors {
+    backend::Tensor attn_norm, bq, bk, bv, q_norm, k_norm, ffn_norm;
+  };
+
+  backend::Backend& backend_;
   gguf::GgufFile file_;
   ModelConfig config_;
   ModelWeights weights_;
+  backend::Tensor output_norm_, rope_freqs_;
+  std::vector<LayerTensors> layers_;
 
-  // Activation scratch, grown to the largest batch seen and reused.
-  int64_t capacity_tokens_ = 0;
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, last_;
+  // Activations and batch inputs, allocated by reserve().
+  StepCapacity capacity_;
+  backend::Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, last_, logits_;
+  backend::Tensor token_ids_, positions_, token_seq_, slot_mapping_, block_tables_, table_offsets_, logits_rows_;
 };
 
 }  // namespace vesper::model

@@ -1,7 +1,6 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "core/check.h"
 
@@ -21,11 +20,11 @@ Status Scheduler::add(Sequence seq) {
                       std::to_string(seq.max_total_tokens - n) + ") is " + std::to_string(seq.max_total_tokens) +
                       " tokens, more than --max-model-len " + std::to_string(config_.max_model_len));
   const int64_t blocks = kv_.blocks_for(seq.max_total_tokens);
-  if (blocks > kv_.device_pool().num_blocks())
+  if (blocks > kv_.num_device_blocks())
     return make_error("the request needs up to " + std::to_string(seq.max_total_tokens) + " tokens (" +
                       std::to_string(blocks) + " KV blocks) but the whole KV cache holds " +
-                      std::to_string(kv_.device_pool().num_blocks()) + " blocks of " +
-                      std::to_string(kv_.block_size()) + " tokens");
+                      std::to_string(kv_.num_device_blocks()) + " blocks of " + std::to_string(kv_.block_size()) +
+                      " tokens");
   if (!config_.enable_chunked_prefill && n > config_.max_num_batched_tokens)
     return make_error("the prompt has " + std::to_string(n) + " tokens, more than --max-num-batched-tokens " +
                       std::to_string(config_.max_num_batched_tokens) + " with chunked prefill disabled");
@@ -41,6 +40,7 @@ Status Scheduler::add(Sequence seq) {
   VESPER_CHECK(sequences_.count(seq.id) == 0, "duplicate sequence id %lld", static_cast<long long>(seq.id));
   seq.status = SeqStatus::kWaiting;
   seq.num_computed_tokens = 0;
+  seq.spec_in_flight.clear();
   if (kv_.prefix_caching_enabled()) seq.prefix_root = kv::root_block_hash(seq.cache_salt);
   sequences_.emplace(seq.id, std::move(seq));
   return {};
@@ -68,6 +68,10 @@ std::vector<SeqId> Scheduler::ordered(SeqStatus status) const {
   return ids;
 }
 
+void Scheduler::drop_from_runner(SeqId id, std::vector<SeqId>& dropped) {
+  if (runner_.erase(id) != 0) dropped.push_back(id);
+}
+
 void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
   // Undo the victim's share of this step if it was already scheduled.
   auto it = std::find_if(out.scheduled.begin(), out.scheduled.end(),
@@ -77,38 +81,43 @@ void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
     out.num_batched_tokens -= it->num_new_tokens;
     out.scheduled.erase(it);
   }
-  // Copy-on-write copies planned this step into the victim's blocks have not run yet, and the
-  // engine runs swap-outs before copies. Drop them (the victim gives those blocks up), and have a
-  // swap-out read such a block from the copy's source instead: the fresh block holds nothing yet,
-  // while the source, shared until now, still holds the data the copy was to bring.
-  std::unordered_map<kv::BlockId, kv::BlockId> copied_from;  // dst -> src
-  const std::vector<kv::BlockId>& table = kv_.block_table(victim.id);
-  for (const kv::BlockCopy& c : out.block_copies)
-    if (std::find(table.begin(), table.end(), c.dst) != table.end()) copied_from[c.dst] = c.src;
-  std::erase_if(out.block_copies, [&](const kv::BlockCopy& c) { return copied_from.count(c.dst) != 0; });
+  victim.spec_in_flight.clear();
+  victim.spec_token_ids.clear();
   // Blocks indexed for this step's tokens will not be computed now.
   kv_.uncache_blocks_from(victim.id, victim.num_computed_tokens);
   ++totals_.num_preemptions;
   ++victim.num_preemptions;
   out.preempted.push_back(victim.id);
+  drop_from_runner(victim.id, out.dropped);
+  // The KV manager drops the copies planned into the victim's blocks (and has a swap-out read
+  // such a block from the copy's source).
   if (config_.preemption_mode == PreemptionMode::kSwap && kv_.can_swap_out(victim.id)) {
-    auto moves = kv_.swap_out(victim.id);
-    for (kv::SwapMapping& m : moves)
-      if (auto src = copied_from.find(m.device); src != copied_from.end()) m.device = src->second;
+    auto moves = kv_.swap_out(victim.id, &out.block_copies);
     out.swap_out.insert(out.swap_out.end(), moves.begin(), moves.end());
     victim.status = SeqStatus::kSwapped;
     ++totals_.num_swap_outs;
     return;
   }
-  kv_.free(victim.id);
+  kv_.free(victim.id, &out.block_copies);
   victim.num_computed_tokens = 0;
   victim.status = SeqStatus::kWaiting;
   ++totals_.num_recomputes;
 }
 
-bool Scheduler::allocate_or_preempt(Sequence& seq, int64_t num_new, SchedulerOutput& out) {
-  const int64_t first = seq.num_computed_tokens;
-  while (!kv_.allocate_slots(seq.id, first, first + num_new, out.block_copies)) {
+bool Scheduler::allocate_or_preempt(Sequence& seq, int64_t num_new, int64_t& num_spec, SchedulerOutput& out) {
+  for (;;) {
+    auto granted = kv_.allocate_slots(seq.id, seq.num_computed_tokens, num_new + num_spec,
+                                      config_.num_lookahead_slots);
+    if (granted) {
+      out.block_copies.insert(out.block_copies.end(), granted->copies().begin(), granted->copies().end());
+      return true;
+    }
+    // Speculation is optional: without room for the proposals, the sequence computes its own
+    // token this step rather than push anyone out.
+    if (num_spec > 0) {
+      num_spec = 0;
+      continue;
+    }
     // Victim: the running sequence served last (lowest priority, latest arrival).
     Sequence* victim = nullptr;
     for (auto& [id, s] : sequences_)
@@ -119,40 +128,48 @@ bool Scheduler::allocate_or_preempt(Sequence& seq, int64_t num_new, SchedulerOut
     }
     preempt(*victim, out);
   }
-  return true;
 }
 
-void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, SchedulerOutput& out) {
+void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec, SchedulerOutput& out) {
   ScheduledSequence s;
   s.id = seq.id;
   s.start = seq.num_computed_tokens;
-  s.num_new_tokens = num_new;
-  s.samples = seq.num_computed_tokens + num_new == seq.num_tokens();
+  s.num_new_tokens = num_new + num_spec;
+  s.num_spec_tokens = num_spec;
+  const bool reaches_end = seq.num_computed_tokens + num_new == seq.num_tokens();
+  s.num_logits_rows = reaches_end ? 1 + num_spec : 0;
+  s.spec_token_ids.assign(seq.spec_token_ids.begin(), seq.spec_token_ids.begin() + num_spec);
+  seq.spec_in_flight = s.spec_token_ids;
   seq.num_computed_tokens += num_new;
-  out.scheduled.push_back(s);
-  out.num_batched_tokens += num_new;
+  out.num_batched_tokens += s.num_new_tokens;
+  out.scheduled.push_back(std::move(s));
+  // Only committed tokens enter the prefix cache.
   kv_.cache_full_blocks(seq.id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
 }
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
+  out.dropped = std::move(pending_drops_);
+  pending_drops_.clear();
   const int64_t budget = config_.max_num_batched_tokens;
   auto room = [&] { return budget - out.num_batched_tokens; };
   auto seats = [&] { return static_cast<int64_t>(out.scheduled.size()) < config_.max_num_seqs; };
 
-  // 1 and 2: running sequences, decodes before prefill chunks.
-  for (const bool decodes : {true, false}) {
+  // 1 and 2: running sequences, those with one token to compute before those with more.
+  for (const bool one_token : {true, false}) {
     for (SeqId id : ordered(SeqStatus::kRunning)) {
       Sequence& seq = get(id);
       if (seq.status != SeqStatus::kRunning) continue;  // preempted meanwhile
-      const bool is_decode = seq.num_uncomputed() == 1 && !seq.in_prefill();
-      if (is_decode != decodes) continue;
+      const int64_t uncomputed = seq.num_uncomputed();
+      if ((uncomputed <= 1) != one_token) continue;
       if (std::any_of(out.scheduled.begin(), out.scheduled.end(), [&](const auto& s) { return s.id == id; })) continue;
-      int64_t num_new = std::min(seq.num_uncomputed(), room());
-      if (!config_.enable_chunked_prefill && num_new < seq.num_uncomputed()) continue;
+      const int64_t num_new = std::min(uncomputed, room());
+      if (!config_.enable_chunked_prefill && num_new < uncomputed) continue;
       if (num_new <= 0 || !seats()) continue;
-      if (!allocate_or_preempt(seq, num_new, out)) continue;
-      schedule_tokens(seq, num_new, out);
+      int64_t num_spec =
+          num_new == uncomputed ? std::min<int64_t>(static_cast<int64_t>(seq.spec_token_ids.size()), room() - num_new) : 0;
+      if (!allocate_or_preempt(seq, num_new, num_spec, out)) continue;
+      schedule_tokens(seq, num_new, num_spec, out);
     }
   }
 
@@ -165,14 +182,14 @@ SchedulerOutput Scheduler::schedule() {
       if (!config_.enable_chunked_prefill && num_new < seq.num_uncomputed()) break;
       // Room for its blocks and for the tokens it computes now: swapped in without the latter, it
       // would hold blocks without running and be the next victim, swapped out again for nothing.
-      if (!kv_.can_swap_in(id, seq.num_computed_tokens + num_new)) break;
+      if (!kv_.can_swap_in(id, seq.num_computed_tokens + num_new + config_.num_lookahead_slots)) break;
       auto moves = kv_.swap_in(id);
       out.swap_in.insert(out.swap_in.end(), moves.begin(), moves.end());
       seq.status = SeqStatus::kRunning;
-      const bool allocated =
-          kv_.allocate_slots(id, seq.num_computed_tokens, seq.num_computed_tokens + num_new, out.block_copies);
-      VESPER_CHECK(allocated, "no blocks for swapped-in sequence %lld", static_cast<long long>(id));
-      schedule_tokens(seq, num_new, out);
+      auto granted = kv_.allocate_slots(id, seq.num_computed_tokens, num_new, config_.num_lookahead_slots);
+      VESPER_CHECK(granted.has_value(), "no blocks for swapped-in sequence %lld", static_cast<long long>(id));
+      out.block_copies.insert(out.block_copies.end(), granted->copies().begin(), granted->copies().end());
+      schedule_tokens(seq, num_new, 0, out);
     }
   }
 
@@ -182,7 +199,7 @@ SchedulerOutput Scheduler::schedule() {
   // any sequence is swapped).
   const bool any_swapped = std::any_of(sequences_.begin(), sequences_.end(),
                                        [](const auto& entry) { return entry.second.status == SeqStatus::kSwapped; });
-  if (out.preempted.empty() && !any_swapped && kv_.device_pool().num_free() > 0) {
+  if (out.preempted.empty() && !any_swapped && kv_.num_free_device_blocks() > 0) {
     for (SeqId id : ordered(SeqStatus::kWaiting)) {
       Sequence& seq = get(id);
       kv::PrefixMatch match;
@@ -192,33 +209,89 @@ SchedulerOutput Scheduler::schedule() {
       const int64_t num_new = std::min(uncomputed, room());
       if (num_new <= 0 || !seats()) break;
       if (!config_.enable_chunked_prefill && num_new < uncomputed) break;
-      if (!kv_.allocate_slots(id, start, start + num_new, out.block_copies, &match)) break;
+      auto granted = kv_.allocate_slots(id, start, num_new, config_.num_lookahead_slots, &match);
+      if (!granted) break;
+      out.block_copies.insert(out.block_copies.end(), granted->copies().begin(), granted->copies().end());
       seq.num_computed_tokens = start;
       if (kv_.prefix_caching_enabled()) {
         totals_.prefix_cache_queries += seq.num_tokens();
         totals_.prefix_cache_hits += start;
       }
       seq.status = SeqStatus::kRunning;
-      schedule_tokens(seq, num_new, out);
+      schedule_tokens(seq, num_new, 0, out);
     }
   }
+  describe_for_runner(out);
   return out;
+}
+
+void Scheduler::describe_for_runner(SchedulerOutput& out) {
+  for (const ScheduledSequence& s : out.scheduled) {
+    const Sequence& seq = get(s.id);
+    const std::vector<kv::BlockId>& table = kv_.block_table(s.id);
+    auto it = runner_.find(s.id);
+    if (it == runner_.end()) {
+      out.new_sequences.push_back(NewSequenceData{s.id, seq.tokens, table});
+      runner_.emplace(s.id, RunnerView{seq.num_tokens(), table});
+      continue;
+    }
+    RunnerView& view = it->second;
+    CachedSequenceData c;
+    c.id = s.id;
+    c.new_token_ids.assign(seq.tokens.begin() + view.num_tokens, seq.tokens.end());
+    const size_t keep = std::min(view.block_table.size(), table.size());
+    for (size_t i = 0; i < keep; ++i)
+      if (view.block_table[i] != table[i]) c.replaced_blocks.push_back({static_cast<int32_t>(i), table[i]});
+    c.new_block_ids.assign(table.begin() + static_cast<int64_t>(keep), table.end());
+    c.num_blocks = static_cast<int64_t>(table.size());
+    view.num_tokens = seq.num_tokens();
+    view.block_table = table;
+    out.cached_sequences.push_back(std::move(c));
+  }
 }
 
 void Scheduler::append_token(SeqId id, int32_t token) {
   Sequence& seq = get(id);
   VESPER_CHECK(seq.status == SeqStatus::kRunning, "append_token to sequence %lld that is not running",
                static_cast<long long>(id));
+  VESPER_CHECK(seq.spec_in_flight.empty(), "append_token to sequence %lld before its verification was accepted",
+               static_cast<long long>(id));
   seq.tokens.push_back(token);
+  seq.spec_token_ids.clear();  // proposed for the old end
+}
+
+void Scheduler::set_spec_tokens(SeqId id, std::vector<int32_t> tokens) {
+  Sequence& seq = get(id);
+  // Never more than the sequence may still grow by.
+  const auto room = static_cast<size_t>(std::max<int64_t>(0, seq.max_total_tokens - seq.num_tokens()));
+  if (tokens.size() > room) tokens.resize(room);
+  seq.spec_token_ids = std::move(tokens);
+}
+
+void Scheduler::accept_spec_tokens(SeqId id, int64_t num_accepted) {
+  Sequence& seq = get(id);
+  VESPER_CHECK(num_accepted >= 0 && num_accepted <= static_cast<int64_t>(seq.spec_in_flight.size()),
+               "sequence %lld: %lld of %zu speculative tokens accepted", static_cast<long long>(id),
+               static_cast<long long>(num_accepted), seq.spec_in_flight.size());
+  // The accepted tokens' K/V were written by the step: they are committed and computed.
+  seq.tokens.insert(seq.tokens.end(), seq.spec_in_flight.begin(), seq.spec_in_flight.begin() + num_accepted);
+  seq.num_computed_tokens += num_accepted;
+  seq.spec_in_flight.clear();
+  seq.spec_token_ids.clear();
+  // The rejected ones' slots go back; what was accepted may fill blocks for the prefix cache.
+  kv_.truncate(id, seq.num_computed_tokens);
+  kv_.cache_full_blocks(id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
 }
 
 void Scheduler::fork(SeqId parent, SeqId child) {
   Sequence copy = get(parent);
   VESPER_CHECK(copy.status == SeqStatus::kRunning, "fork of a sequence that is not running");
+  VESPER_CHECK(copy.spec_in_flight.empty(), "fork of a sequence with speculative tokens in flight");
   // Checked before the KV manager shares any block: emplace below would silently keep the
   // existing sequence while the child's blocks stayed allocated under its id.
   VESPER_CHECK(sequences_.count(child) == 0, "fork into existing sequence %lld", static_cast<long long>(child));
   copy.id = child;
+  copy.spec_token_ids.clear();
   kv_.fork(parent, child);
   sequences_.emplace(child, std::move(copy));
 }
@@ -227,6 +300,7 @@ void Scheduler::remove(SeqId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return;
   kv_.free(id);
+  drop_from_runner(id, pending_drops_);
   sequences_.erase(it);
 }
 
@@ -251,31 +325,25 @@ void Scheduler::check_invariants() const {
     switch (s.status) {
       case SeqStatus::kRunning: {
         // Cached blocks in the table hold exactly this sequence's tokens at their position, and
-        // only computed (or being computed this step) positions are cached.
-        const std::vector<kv::BlockId>& table = kv_.block_table(id);
-        const int64_t bs = kv_.block_size();
-        VESPER_CHECK(static_cast<int64_t>(kv_.block_hashes(id).size()) * bs <= s.num_computed_tokens,
-                     "running sequence %lld has hashed blocks past its computed tokens", static_cast<long long>(id));
-        for (size_t i = 0; i < table.size(); ++i) {
-          const std::span<const int32_t> cached = kv_.device_pool().tokens_of(table[i]);
-          if (cached.empty()) continue;
-          VESPER_CHECK(static_cast<int64_t>((i + 1) * bs) <= s.num_tokens() &&
-                           std::equal(cached.begin(), cached.end(), s.tokens.begin() + static_cast<int64_t>(i) * bs),
-                       "running sequence %lld: cached block %d at position %zu holds other tokens",
-                       static_cast<long long>(id), table[i], i);
-        }
+        // only committed, computed (or being computed this step) positions are cached.
+        kv_.check_sequence(id, s.tokens, s.num_computed_tokens);
         VESPER_CHECK(kv_.has_device_blocks(id) || s.num_computed_tokens == 0,
                      "running sequence %lld has computed tokens but no blocks", static_cast<long long>(id));
-        VESPER_CHECK(static_cast<int64_t>(kv_.block_table(id).size()) >= kv_.blocks_for(s.num_computed_tokens),
+        const int64_t in_kv = s.num_computed_tokens + static_cast<int64_t>(s.spec_in_flight.size());
+        VESPER_CHECK(static_cast<int64_t>(kv_.block_table(id).size()) >= kv_.blocks_for(in_kv),
                      "running sequence %lld has too few blocks", static_cast<long long>(id));
         break;
       }
       case SeqStatus::kWaiting:
         VESPER_CHECK(!kv_.has_device_blocks(id) && !kv_.is_swapped(id) && s.num_computed_tokens == 0,
                      "waiting sequence %lld holds blocks", static_cast<long long>(id));
+        VESPER_CHECK(runner_.count(id) == 0, "waiting sequence %lld is still held by the runner",
+                     static_cast<long long>(id));
         break;
       case SeqStatus::kSwapped:
         VESPER_CHECK(kv_.is_swapped(id) && !kv_.has_device_blocks(id), "swapped sequence %lld misplaced",
+                     static_cast<long long>(id));
+        VESPER_CHECK(runner_.count(id) == 0, "swapped sequence %lld is still held by the runner",
                      static_cast<long long>(id));
         break;
       case SeqStatus::kFinished:

@@ -1,20 +1,25 @@
-// Scheduler: vLLM's iteration-level scheduler. Each step answers two questions in order: which
-// sequences fit in KV memory (capacity, preempting when blocks run out), then how many tokens
-// each computes this step (the token budget, with chunked prefill).
+// Scheduler: vLLM's iteration-level scheduler, on vLLM V1's one model of work: every sequence has
+// committed tokens, num_computed_tokens and maybe speculative tokens, and each step gives some
+// sequences some tokens to compute, under the token and sequence budgets. Each step answers two
+// questions in order: which sequences fit in KV memory (capacity, preempting when blocks run
+// out), then how many tokens each computes this step (the token budget, with chunked prefill).
 //
 // Policy (Sarathi-Serve's stall-free batching):
-//  1. running decodes first, in priority order;
-//  2. then running, partly prefilled prompts, as chunks that fill the token budget;
+//  1. running sequences with one token left to compute (the token just sampled, with the
+//     speculative tokens proposed after it), in priority order, so a step never stalls them;
+//  2. then running sequences with more left (prompt chunks), chunks filling the token budget;
 //  3. then swapped-out sequences, swapped back in while blocks allow (for their blocks and the
 //     tokens they compute next);
 //  4. then waiting sequences (new or preempted by recompute), in priority order, once no
 //     sequence is left swapped out. With prefix caching, a sequence starts from the longest
 //     chain of cached blocks matching its tokens and computes only the rest.
-// Blocks are indexed in the prefix cache as soon as a step is planned to fill them. A sequence
-// admitted later in the same step may then share them: the forward pass writes every token's
-// K/V of a layer before any attention of that layer reads (ModelRunner's contract). Preemption
-// happens only while planning running sequences (1 and 2), before anyone can match, and takes
-// back the victim's blocks indexed in this step.
+// Speculative tokens ride along only when the sequence is scheduled up to its last committed
+// token and the budgets and KV slots allow them; otherwise it computes its own tokens that step.
+// Blocks are indexed in the prefix cache as soon as a step is planned to fill them with
+// committed tokens (never speculative ones). A sequence admitted later in the same step may then
+// share them: the forward pass writes every token's K/V of a layer before any attention of that
+// layer reads (model/model.h). Preemption happens only while planning running sequences (1 and
+// 2), before anyone can match, and takes back the victim's blocks indexed in this step.
 // When a sequence cannot get blocks, the lowest-priority, latest-arrived running sequence is
 // preempted: by recompute (blocks freed, prefilled again later) or by swap (blocks copied to the
 // host pool; recompute when the pool is full). No new sequence starts in a step that preempted.
@@ -22,17 +27,21 @@
 // A sequence that could never fit (longer than max_model_len or than the whole KV capacity) is
 // rejected when added, so no step can deadlock; FCFS within a priority level prevents starvation.
 //
-// The scheduler is pure bookkeeping: it owns the Sequences and drives the KvCacheManager;
-// the engine runs the step it returns and then appends sampled tokens.
+// The scheduler is pure bookkeeping: it owns the Sequences and drives the KvCacheManager. Each
+// plan it returns is self-contained (sched/scheduler_output.h): it tracks what the runner holds
+// and sends new sequences whole and running ones as changes. The engine runs the plan and then
+// reports back: append_token for sampled tokens, accept_spec_tokens after a verification.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/result.h"
 #include "kv/kv_cache_manager.h"
+#include "sched/scheduler_output.h"
 #include "sched/sequence.h"
 
 namespace vesper::sched {
@@ -45,24 +54,9 @@ struct SchedulerConfig {
   int64_t max_model_len = 2048;
   bool enable_chunked_prefill = true;
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
-};
-
-struct ScheduledSequence {
-  SeqId id = 0;
-  int64_t start = 0;          // first token computed this step (num_computed before the step)
-  int64_t num_new_tokens = 0;
-  bool samples = false;       // the step reaches the sequence's last token: a new token is sampled
-};
-
-struct SchedulerOutput {
-  std::vector<ScheduledSequence> scheduled;
-  std::vector<kv::BlockCopy> block_copies;   // copy-on-write, before the forward pass
-  std::vector<kv::SwapMapping> swap_out;     // device -> host, before anything else
-  std::vector<kv::SwapMapping> swap_in;      // host -> device, after swap-out
-  std::vector<SeqId> preempted;              // preempted this step (either mode)
-  int64_t num_batched_tokens = 0;
-
-  bool empty() const { return scheduled.empty(); }
+  // KV slots reserved past what a step computes, for tokens proposed later (vLLM's lookahead
+  // slots); 0 without speculative decoding.
+  int64_t num_lookahead_slots = 0;
 };
 
 struct SchedulerStats {
@@ -90,11 +84,21 @@ class Scheduler {
   // recompute must be prefilled again in one step).
   Status add(Sequence seq);
 
-  // Plans one step and commits it: blocks are allocated, num_computed_tokens advanced.
+  // Plans one step and commits it: blocks are allocated, num_computed_tokens advanced (by the
+  // committed tokens scheduled; speculative ones are in flight until accept_spec_tokens).
   SchedulerOutput schedule();
 
   // A running sequence gains a sampled token.
   void append_token(SeqId id, int32_t token);
+
+  // Speculative tokens proposed to follow the sequence's committed tokens; a later step verifies
+  // them when it schedules the sequence up to its end (it may also not: they are then dropped
+  // when the sequence gains a token). Replaces earlier proposals.
+  void set_spec_tokens(SeqId id, std::vector<int32_t> tokens);
+  // After a step that verified the sequence's speculative tokens: the first num_accepted become
+  // committed (their K/V are computed), the rest are rolled back (their KV slots released). The
+  // engine then appends the token sampled after the last accepted one (append_token).
+  void accept_spec_tokens(SeqId id, int64_t num_accepted);
 
   // Creates `child` as a running copy of running sequence `parent`, sharing its blocks.
   void fork(SeqId parent, SeqId child);
@@ -112,16 +116,30 @@ class Scheduler {
 
  private:
   Sequence& get(SeqId id);
-  // Grants blocks for seq's next num_new tokens, preempting others as needed. False if seq
-  // itself had to be preempted (or cannot fit even alone).
-  bool allocate_or_preempt(Sequence& seq, int64_t num_new, SchedulerOutput& out);
+  // Grants blocks for seq's next num_new committed and num_spec speculative tokens, preempting
+  // others as needed; drops the speculative tokens (num_spec = 0) rather than preempt for them.
+  // False if seq itself had to be preempted (or cannot fit even alone).
+  bool allocate_or_preempt(Sequence& seq, int64_t num_new, int64_t& num_spec, SchedulerOutput& out);
   void preempt(Sequence& victim, SchedulerOutput& out);
-  void schedule_tokens(Sequence& seq, int64_t num_new, SchedulerOutput& out);
+  void schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec, SchedulerOutput& out);
+  // Fills the plan's new and cached sequence data for what it schedules, and records what the
+  // runner then holds.
+  void describe_for_runner(SchedulerOutput& out);
   std::vector<SeqId> ordered(SeqStatus status) const;
+
+  // What the runner holds of a sequence: its committed tokens up to num_tokens and this table.
+  struct RunnerView {
+    int64_t num_tokens = 0;
+    std::vector<kv::BlockId> block_table;
+  };
+  // Forgets the runner's copy of `id`, telling the runner in `dropped`.
+  void drop_from_runner(SeqId id, std::vector<SeqId>& dropped);
 
   SchedulerConfig config_;
   kv::KvCacheManager& kv_;
   std::map<SeqId, Sequence> sequences_;
+  std::unordered_map<SeqId, RunnerView> runner_;
+  std::vector<SeqId> pending_drops_;  // removed since the last plan, held by the runner
   SchedulerStats totals_;
 };
 

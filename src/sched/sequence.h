@@ -1,6 +1,8 @@
 // Sequence: the unit the scheduler schedules: a token list (prompt then output) and how much
-// of it has its KV in the cache. A request with n > 1 parallel samples owns n sequences, forked
-// from the first once its prompt is computed.
+// of it has its KV in the cache, plus speculative tokens proposed for it. Every sequence is the
+// same kind of thing (vLLM V1): no prefill or decode phase, just committed tokens, how many are
+// computed, and what a step gives it to compute. A request with n > 1 parallel samples owns n
+// sequences, forked from the first once its prompt is computed.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +19,14 @@ enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
 
 struct Sequence {
   SeqId id = 0;
-  std::vector<int32_t> tokens;     // prompt followed by generated tokens
+  std::vector<int32_t> tokens;     // committed: prompt followed by generated tokens
   int64_t num_prompt_tokens = 0;
-  int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  int64_t num_computed_tokens = 0;  // committed tokens whose K/V are in the cache
+  // Speculative decoding: tokens proposed to follow `tokens`, to be verified by the next step
+  // that schedules the sequence up to its end (set_spec_tokens), and those a step is verifying
+  // (scheduled, not yet accepted or rejected: accept_spec_tokens).
+  std::vector<int32_t> spec_token_ids;
+  std::vector<int32_t> spec_in_flight;
   int64_t max_total_tokens = 0;     // prompt + max output: the most this sequence can grow to
   int32_t priority = 0;             // lower is served first (vLLM)
   int64_t arrival = 0;              // arrival order; ties in priority go to the earlier
@@ -35,6 +42,7 @@ struct Sequence {
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
   bool in_prefill() const { return num_computed_tokens < num_prompt_tokens; }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
 };
 
 // Scheduling order: priority, then arrival, then id (deterministic).

@@ -77,10 +77,14 @@ void GenerationJob::start(int32_t priority) {
     }
   }
   for (size_t p = 0; p < prompts_.size(); ++p) {
+    engine::EngineRequest request{id_ + "-" + std::to_string(p), prompts_[p].ids, params_, priority};
     engine_.add_request(
-        id_ + "-" + std::to_string(p), prompts_[p].ids, params_, priority,
-        [self, p](const engine::RequestOutput& out) { self->on_output(p, out); },
-        [self](const engine::AsyncEngine::RequestError& error) { self->on_error(error); });
+        std::move(request),
+        // On the engine thread: hand the output over to the connection, nothing more.
+        [self, p](const engine::RequestOutput& out) { self->sink_->post([self, p, out] { self->on_output(p, out); }); },
+        [self](const engine::AsyncEngine::RequestError& error) {
+          self->sink_->post([self, error] { self->on_error(error); });
+        });
   }
 }
 

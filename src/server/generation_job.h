@@ -1,7 +1,9 @@
 // GenerationJob: one completions or chat-completions HTTP request in flight: its engine requests
 // (one per prompt; each with n samples), the stream of chunks or the final response body, usage
-// accounting, and abort on disconnect. Engine callbacks arrive on the engine thread one at a
-// time, so the job's state needs no lock; the sink is thread-safe.
+// accounting, and abort on disconnect. The engine thread only hands each output over to the
+// connection's executor (ResponseSink::post); the job turns it into JSON and SSE there, so the
+// engine thread never encodes responses. Everything the job does runs on that one executor, so
+// its state needs no lock.
 #pragma once
 
 #include <functional>

@@ -99,6 +99,9 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
   void end_stream() override {
     net::post(stream_.get_executor(), [self = shared_from_this()] { self->do_end_stream(); });
   }
+  void post(std::function<void()> work) override {
+    net::post(stream_.get_executor(), [self = shared_from_this(), w = std::move(work)] { w(); });
+  }
   void on_disconnect(std::function<void()> callback) override {
     std::lock_guard<std::mutex> lock(disconnect_mutex_);
     on_disconnect_ = std::move(callback);

@@ -24,6 +24,10 @@ class ResponseSink {
   virtual void end_stream() = 0;
   // `callback` runs (once, on an I/O thread) if the client goes away before the response ends.
   virtual void on_disconnect(std::function<void()> callback) = 0;
+  // Runs `work` on the connection's own executor, after what was posted before it and never at
+  // the same time as the connection's other work (its writes, its disconnect callback): the
+  // place to turn engine outputs into response bytes, off the engine thread.
+  virtual void post(std::function<void()> work) = 0;
 };
 
 }  // namespace vesper::server

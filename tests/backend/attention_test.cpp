@@ -38,7 +38,7 @@ class Fixture {
     for (int64_t len : seq_lens) blocks += (len + block_size - 1) / block_size;
     const int64_t pool_blocks = blocks + 5;
     cache_ =
-        std::make_unique<KvCache>(KvCacheShape{2, pool_blocks, block_size, n_kv_heads, head_dim});
+        std::make_unique<KvCache>(KvCacheSpec{KvDtype::kF32, 2, block_size, n_kv_heads, head_dim}, pool_blocks);
     std::vector<int32_t> free(pool_blocks);
     std::iota(free.begin(), free.end(), 0);
     std::shuffle(free.begin(), free.end(), rng_);
@@ -52,8 +52,8 @@ class Fixture {
     table_offsets_.push_back(static_cast<int32_t>(tables_.size()));
     // Fill every slot of both layers (unused ones too) so nothing reads uninitialised memory.
     for (int64_t layer = 0; layer < 2; ++layer)
-      for (int64_t s = 0; s < cache_->shape().num_slots(); ++s)
-        for (int64_t h = 0; h < cache_->shape().n_kv_heads; ++h)
+      for (int64_t s = 0; s < cache_->num_slots(); ++s)
+        for (int64_t h = 0; h < cache_->spec().n_kv_heads; ++h)
           for (int64_t i = 0; i < head_dim; ++i) {
             cache_->key(layer, s, h)[i] = u(rng_);
             cache_->value(layer, s, h)[i] = u(rng_);
@@ -73,7 +73,7 @@ class Fixture {
     return queries_[seq].data() + pos * n_heads_ * head_dim_;
   }
   int64_t slot(int64_t seq, int64_t pos) const {
-    const int64_t bs = cache_->shape().block_size;
+    const int64_t bs = cache_->spec().block_size;
     return int64_t{tables_[table_offsets_[seq] + pos / bs]} * bs + pos % bs;
   }
   const float* query(int64_t seq, int64_t pos) const {
@@ -109,7 +109,7 @@ class Fixture {
 
   std::vector<double> reference(int64_t seq, int64_t pos, double scale) const {
     // The reference takes each position's heads side by side, as the model produces them.
-    const int64_t n_kv = cache_->shape().n_kv_heads;
+    const int64_t n_kv = cache_->spec().n_kv_heads;
     std::vector<std::vector<float>> k_slots, v_slots;
     std::vector<const float*> k, v;
     for (int64_t j = 0; j <= pos; ++j) {

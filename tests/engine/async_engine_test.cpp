@@ -81,8 +81,8 @@ TEST(AsyncEngine, RequestsFromManyThreadsAllFinishWithTheirTokens) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const int k = t * kPerThread + i;
-        engine.add_request("r" + std::to_string(k), prompt_of(engine, "Once upon a time"),
-                           greedy(5 + k % 7), 0, collectors[k]->on_output(),
+        engine.add_request({"r" + std::to_string(k), prompt_of(engine, "Once upon a time"),
+                           greedy(5 + k % 7), 0}, collectors[k]->on_output(),
                            collectors[k]->on_error());
       }
     });
@@ -100,7 +100,7 @@ TEST(AsyncEngine, RequestsFromManyThreadsAllFinishWithTheirTokens) {
 TEST(AsyncEngine, MaxTokensZeroOnAnIdleEngineIsAnsweredWithoutOtherTraffic) {
   AsyncEngine engine(make_engine(stories_config()));
   Collector c;
-  engine.add_request("zero", prompt_of(engine, "Once"), greedy(0), 0, c.on_output(), c.on_error());
+  engine.add_request({"zero", prompt_of(engine, "Once"), greedy(0), 0}, c.on_output(), c.on_error());
   c.wait();  // hung before: the engine thread waited for work that was already done
   ASSERT_EQ(c.outputs.size(), 1u);
   EXPECT_TRUE(c.outputs[0].finished);
@@ -114,8 +114,8 @@ TEST(AsyncEngine, AbortsRacingTheEngineThreadLeaveNothingBehind) {
   for (int i = 0; i < kRequests; ++i) collectors.push_back(std::make_unique<Collector>());
   std::thread adder([&] {
     for (int i = 0; i < kRequests; ++i)
-      engine.add_request("r" + std::to_string(i),
-                         prompt_of(engine, "Lily and Ben went to the park"), greedy(40), 0,
+      engine.add_request({"r" + std::to_string(i),
+                         prompt_of(engine, "Lily and Ben went to the park"), greedy(40), 0},
                          collectors[i]->on_output(), collectors[i]->on_error());
   });
   std::thread aborter([&] {
@@ -135,13 +135,12 @@ TEST(AsyncEngine, AnErrorCallbackMayAbortSiblingsDuringShutdown) {
   // lock held, and the callback's abort() took the lock again.
   AsyncEngine engine(make_engine(stories_config()));
   Collector running;
-  engine.add_request("long", prompt_of(engine, "Once upon a time"), greedy(300), 0,
+  engine.add_request({"long", prompt_of(engine, "Once upon a time"), greedy(300), 0},
                      running.on_output(), running.on_error());
   std::thread stopper([&] { engine.shutdown(30); });
   while (engine.accepting()) std::this_thread::yield();
   std::atomic<bool> refused{false};
-  engine.add_request(
-      "late", prompt_of(engine, "Hi"), greedy(3), 0, [](const RequestOutput&) {},
+  engine.add_request({"late", prompt_of(engine, "Hi"), greedy(3), 0}, [](const RequestOutput&) {},
       [&](const AsyncEngine::RequestError& e) {
         EXPECT_EQ(e.kind, AsyncEngine::RequestError::Kind::kShuttingDown);
         engine.abort("late-sibling");
@@ -161,8 +160,8 @@ TEST(AsyncEngine, TheShutdownDeadlineEndsEveryRequestWithAnAbortOutput) {
   two.n = 2;
   for (int i = 0; i < 3; ++i) {
     collectors.push_back(std::make_unique<Collector>());
-    engine.add_request("r" + std::to_string(i), prompt_of(engine, "Once upon a time"),
-                       i == 2 ? two : greedy(500), 0, collectors.back()->on_output(),
+    engine.add_request({"r" + std::to_string(i), prompt_of(engine, "Once upon a time"),
+                       i == 2 ? two : greedy(500), 0}, collectors.back()->on_output(),
                        collectors.back()->on_error());
   }
   engine.shutdown(0.001);
@@ -180,15 +179,14 @@ TEST(AsyncEngine, TheShutdownDeadlineEndsEveryRequestWithAnAbortOutput) {
 TEST(AsyncEngine, ACallbackThatThrowsAbortsItsRequestAndTheEngineGoesOn) {
   AsyncEngine engine(make_engine(stories_config()));
   std::atomic<int> calls{0};
-  engine.add_request(
-      "bad", prompt_of(engine, "Once upon a time"), greedy(50), 0,
+  engine.add_request({"bad", prompt_of(engine, "Once upon a time"), greedy(50), 0},
       [&](const RequestOutput&) {
         ++calls;
         throw std::runtime_error("client bug");
       },
       nullptr);
   Collector good;
-  engine.add_request("good", prompt_of(engine, "The little dog"), greedy(20), 0, good.on_output(),
+  engine.add_request({"good", prompt_of(engine, "The little dog"), greedy(20), 0}, good.on_output(),
                      good.on_error());
   good.wait();
   EXPECT_EQ(good.generated(), 20);
@@ -206,8 +204,8 @@ TEST(AsyncEngine, WaitingCountsOnlyRequestsBeyondFreeSequenceSlots) {
   std::vector<std::unique_ptr<Collector>> collectors;
   for (int i = 0; i < 10; ++i) {
     collectors.push_back(std::make_unique<Collector>());
-    engine.add_request("r" + std::to_string(i), prompt_of(engine, "Once upon a time"), greedy(200),
-                       0, collectors.back()->on_output(), collectors.back()->on_error());
+    engine.add_request({"r" + std::to_string(i), prompt_of(engine, "Once upon a time"), greedy(200),
+                       0}, collectors.back()->on_output(), collectors.back()->on_error());
   }
   // At most 10 submitted, 4 slots: at most 6 wait, whatever the engine thread has picked up.
   EXPECT_LE(engine.num_waiting(), 6);

@@ -36,7 +36,7 @@ TEST(Engine, ParallelSamplesShareThePromptBlocks) {
   p.seed = 3;
   p.max_tokens = 20;
   p.ignore_eos = true;
-  ASSERT_TRUE(e->add_request("r", prompt, p).ok());
+  ASSERT_TRUE(e->add_request({"r", prompt, p}).ok());
   // The step that computes the prompt forks the samples; right after it, the four sequences
   // hold the prompt's full blocks once, plus a private copy of the partial last block each at most.
   const int64_t bs = e->memory_plan().block_size;
@@ -64,8 +64,8 @@ TEST(Engine, ParallelSamplesShareThePromptBlocks) {
   auto g = make_engine(stories_config());
   sample::SamplingParams gp = greedy(20);
   gp.n = 3;
-  ASSERT_TRUE(g->add_request("n3", prompt, gp).ok());
-  ASSERT_TRUE(g->add_request("n1", prompt, greedy(20)).ok());
+  ASSERT_TRUE(g->add_request({"n3", prompt, gp}).ok());
+  ASSERT_TRUE(g->add_request({"n1", prompt, greedy(20)}).ok());
   auto gd = run_to_completion(*g);
   for (const auto& c : gd.at("n3").outputs) EXPECT_EQ(c.token_ids, gd.at("n1").outputs[0].token_ids);
   testing_util::expect_no_leaks(*g);
@@ -88,8 +88,8 @@ TEST(Engine, AbortInEveryStateFreesEverything) {
   for (int round = 0; round < 400 && aborted_in.size() < 4; ++round) {
     if (e->stats().num_requests < 6) {
       const bool is_long = next % 2 == 0;
-      ASSERT_TRUE(e->add_request("r" + std::to_string(next), is_long ? long_prompt : short_prompt,
-                                 greedy(is_long ? 80 : 150)).ok());
+      ASSERT_TRUE(e->add_request({"r" + std::to_string(next), is_long ? long_prompt : short_prompt,
+                                 greedy(is_long ? 80 : 150)}).ok());
       ++next;
     }
     for (int i = 0; i < next; ++i) {
@@ -117,22 +117,22 @@ TEST(Engine, RejectsRequestsThatCanNeverFitAndKeepsServingOthers) {
   c.scheduler.max_model_len = 200;
   auto e = make_engine(c);
   const auto prompt = encode(*e, "Once upon a time");
-  ASSERT_TRUE(e->add_request("ok", prompt, greedy(10)).ok());
-  auto too_long = e->add_request("long", std::vector<int32_t>(201, 300), greedy(1));
+  ASSERT_TRUE(e->add_request({"ok", prompt, greedy(10)}).ok());
+  auto too_long = e->add_request({"long", std::vector<int32_t>(201, 300), greedy(1)});
   ASSERT_FALSE(too_long.ok());
   EXPECT_NE(too_long.error().message.find("--max-model-len 200"), std::string::npos) << too_long.error().message;
-  auto too_big = e->add_request("big", prompt, greedy(180));
+  auto too_big = e->add_request({"big", prompt, greedy(180)});
   ASSERT_FALSE(too_big.ok());
   EXPECT_NE(too_big.error().message.find("whole KV cache holds 8 blocks"), std::string::npos) << too_big.error().message;
-  auto dup = e->add_request("ok", prompt, greedy(1));
+  auto dup = e->add_request({"ok", prompt, greedy(1)});
   ASSERT_FALSE(dup.ok());
   EXPECT_NE(dup.error().message.find("already in use"), std::string::npos);
-  auto bad_token = e->add_request("bad", {1, 99999}, greedy(1));
+  auto bad_token = e->add_request({"bad", {1, 99999}, greedy(1)});
   ASSERT_FALSE(bad_token.ok());
   EXPECT_NE(bad_token.error().message.find("99999"), std::string::npos);
   sample::SamplingParams bad = greedy(5);
   bad.top_p = 0;
-  auto bad_params = e->add_request("badp", prompt, bad);
+  auto bad_params = e->add_request({"badp", prompt, bad});
   ASSERT_FALSE(bad_params.ok());
   EXPECT_NE(bad_params.error().message.find("top_p"), std::string::npos);
   auto done = run_to_completion(*e);
@@ -145,19 +145,19 @@ TEST(Engine, StopStringsMinTokensStopTokensAndLogprobs) {
   auto e = make_engine(stories_config());
   const auto prompt = encode(*e, "Once upon a time");
   // Reference greedy run: ", there was a little girl named Lily. She loved to play ..."
-  ASSERT_TRUE(e->add_request("ref", prompt, greedy(32)).ok());
+  ASSERT_TRUE(e->add_request({"ref", prompt, greedy(32)}).ok());
   sample::SamplingParams stop = greedy(32);
   stop.stop = {"girl", "Lily"};
-  ASSERT_TRUE(e->add_request("stop", prompt, stop).ok());
+  ASSERT_TRUE(e->add_request({"stop", prompt, stop}).ok());
   sample::SamplingParams stop_incl = stop;
   stop_incl.include_stop_str_in_output = true;
-  ASSERT_TRUE(e->add_request("stop_incl", prompt, stop_incl).ok());
+  ASSERT_TRUE(e->add_request({"stop_incl", prompt, stop_incl}).ok());
   sample::SamplingParams stop_tok = greedy(32);
   stop_tok.stop_token_ids = {298};  // the sixth greedy token (" gir" of " girl")
-  ASSERT_TRUE(e->add_request("stop_tok", prompt, stop_tok).ok());
+  ASSERT_TRUE(e->add_request({"stop_tok", prompt, stop_tok}).ok());
   sample::SamplingParams lp = greedy(8);
   lp.logprobs = 3;
-  ASSERT_TRUE(e->add_request("logprobs", prompt, lp).ok());
+  ASSERT_TRUE(e->add_request({"logprobs", prompt, lp}).ok());
   std::map<std::string, std::string> streamed;
   std::map<std::string, RequestOutput> done;
   while (e->has_unfinished()) {
@@ -201,7 +201,7 @@ TEST(Engine, MinTokensSuppressesStopTokensUntilReached) {
   p.ignore_eos = false;
   p.stop_token_ids = {432};  // the first greedy token (",")
   p.min_tokens = 3;
-  ASSERT_TRUE(e->add_request("r", prompt, p).ok());
+  ASSERT_TRUE(e->add_request({"r", prompt, p}).ok());
   auto done = run_to_completion(*e);
   const auto& out = done.at("r").outputs[0];
   EXPECT_GE(out.token_ids.size(), 3u);
@@ -213,8 +213,8 @@ TEST(Engine, LowerPriorityValueIsServedFirst) {
   c.scheduler.max_num_seqs = 1;
   auto e = make_engine(c);
   const auto prompt = encode(*e, "Hi");
-  ASSERT_TRUE(e->add_request("late", prompt, greedy(3), /*priority=*/5).ok());
-  ASSERT_TRUE(e->add_request("early", prompt, greedy(3), /*priority=*/-1).ok());
+  ASSERT_TRUE(e->add_request({"late", prompt, greedy(3), /*priority=*/5}).ok());
+  ASSERT_TRUE(e->add_request({"early", prompt, greedy(3), /*priority=*/-1}).ok());
   std::vector<std::string> order;
   while (e->has_unfinished())
     for (auto& out : e->step())
@@ -225,7 +225,7 @@ TEST(Engine, LowerPriorityValueIsServedFirst) {
 TEST(Engine, MaxTokensZeroFinishesAtOnce) {
   auto e = make_engine(stories_config());
   sample::SamplingParams p = greedy(0);
-  ASSERT_TRUE(e->add_request("z", encode(*e, "Hi"), p).ok());
+  ASSERT_TRUE(e->add_request({"z", encode(*e, "Hi"), p}).ok());
   auto outs = e->step();
   ASSERT_EQ(outs.size(), 1u);
   EXPECT_TRUE(outs[0].finished);
@@ -264,7 +264,7 @@ TEST(EngineLongRun, TwoThousandRandomRequestsWithAborts) {
         p.n = (rng() % 10 == 0) ? 2 : 1;
         p.ignore_eos = true;
         const std::string id = std::to_string(added++);
-        ASSERT_TRUE(e->add_request(id, prompt, p, static_cast<int32_t>(rng() % 3)).ok());
+        ASSERT_TRUE(e->add_request({id, prompt, p, static_cast<int32_t>(rng() % 3)}).ok());
         live.insert(id);
       }
       if (!live.empty() && rng() % 5 == 0) {

@@ -94,7 +94,7 @@ inline RunResult run_ids(const engine::EngineConfig& config, const std::vector<s
   RunResult r;
   if (e == nullptr) return r;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto st = e->add_request(std::to_string(i), prompts[i], params);
+    auto st = e->add_request({std::to_string(i), prompts[i], params});
     EXPECT_TRUE(st.ok()) << st.error().message;
   }
   r.outputs = run_to_completion(*e);

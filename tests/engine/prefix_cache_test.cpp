@@ -150,7 +150,7 @@ TEST(PrefixCache, SharedSystemPromptIsComputedOnce) {
   // Arriving one step apart, they share it just the same.
   auto e = make_engine(cache_config(true));
   for (int i = 0; i < 32; ++i) {
-    ASSERT_TRUE(e->add_request(std::to_string(i), prompts[i], params).ok());
+    ASSERT_TRUE(e->add_request({std::to_string(i), prompts[i], params}).ok());
     e->step();
     e->check_invariants();
   }
@@ -167,8 +167,8 @@ TEST(PrefixCache, MultiTurnChatComputesOnlyEachTurnsNewTokens) {
   for (int turn = 0; turn < 5; ++turn) {
     const std::string id = "turn" + std::to_string(turn);
     const int64_t computed_before = on->stats().prefill_tokens_computed;
-    ASSERT_TRUE(on->add_request(id, prompt, params).ok());
-    ASSERT_TRUE(off->add_request(id, prompt, params).ok());
+    ASSERT_TRUE(on->add_request({id, prompt, params}).ok());
+    ASSERT_TRUE(off->add_request({id, prompt, params}).ok());
     const auto on_out = run_to_completion(*on).at(id);
     const auto off_out = run_to_completion(*off).at(id);
     ASSERT_EQ(on_out.outputs[0].token_ids, off_out.outputs[0].token_ids) << "turn " << turn;
@@ -195,14 +195,14 @@ TEST(PrefixCache, DivergenceMidBlockReusesOnlyTheBlocksBeforeIt) {
   auto e = make_engine(cache_config(true));
   const auto a = story_ids(100, 3);
   auto params = greedy_params(2);
-  ASSERT_TRUE(e->add_request("a", a, params).ok());
+  ASSERT_TRUE(e->add_request({"a", a, params}).ok());
   run_to_completion(*e);
   // Same first 53 tokens, then different: block 3 (tokens 48..63) differs.
   auto b = std::vector<int32_t>(a.begin(), a.begin() + 53);
   for (int k = 0; k < 47; ++k) b.push_back(3 + (k * 13 + 5) % 500);
   ASSERT_NE(b[53], a[53]);
   const int64_t before = e->stats().prefill_tokens_computed;
-  ASSERT_TRUE(e->add_request("b", b, params).ok());
+  ASSERT_TRUE(e->add_request({"b", b, params}).ok());
   const auto out = run_to_completion(*e).at("b");
   EXPECT_EQ(out.num_cached_tokens, 48);
   EXPECT_EQ(e->stats().prefill_tokens_computed - before, 100 - 48);
@@ -215,7 +215,7 @@ TEST(PrefixCache, SaltsIsolateRequestsAndSkipReadingComputesEverything) {
     auto p = greedy_params(2);
     p.cache_salt = salt;
     p.skip_reading_prefix_cache = skip;
-    EXPECT_TRUE(e->add_request(id, prompt, p).ok());
+    EXPECT_TRUE(e->add_request({id, prompt, p}).ok());
     return run_to_completion(*e).at(id).num_cached_tokens;
   };
   EXPECT_EQ(run("plain", "", false), 0);
@@ -282,7 +282,7 @@ TEST(PrefixCacheLongRun, RandomRequestsOverFewPrefixesWithAborts) {
         p.logprobs = -1;
         p.n = (rng() % 8 == 0) ? 2 : 1;
         const std::string id = std::to_string(added++);
-        ASSERT_TRUE(e->add_request(id, prompt, p).ok());
+        ASSERT_TRUE(e->add_request({id, prompt, p}).ok());
         live.insert(id);
         prompt_of[id] = prompt;
       }

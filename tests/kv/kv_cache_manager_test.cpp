@@ -12,14 +12,15 @@
 namespace vesper::kv {
 namespace {
 
+// Covers num_tokens tokens of which [first_written, num_tokens) are written now.
 bool alloc(KvCacheManager& kv, SeqId seq, int64_t first_written, int64_t num_tokens,
            std::vector<BlockCopy>* copies_out = nullptr) {
-  std::vector<BlockCopy> copies;
-  const bool ok = kv.allocate_slots(seq, first_written, num_tokens, copies);
+  const auto granted = kv.allocate_slots(seq, first_written, num_tokens - first_written);
   kv.check_invariants();
+  const std::vector<BlockCopy> copies = granted ? granted->copies() : std::vector<BlockCopy>{};
   if (copies_out != nullptr) *copies_out = copies;
   else EXPECT_TRUE(copies.empty());
-  return ok;
+  return granted.has_value();
 }
 
 TEST(KvCacheManager, BlocksForRoundsUp) {
@@ -137,16 +138,16 @@ TEST(KvCacheManager, ForkAtABlockBoundaryNeedsNoCopy) {
   EXPECT_EQ(kv.device_pool().ref_count(kv.block_table(1)[2]), 1);
 }
 
-TEST(KvCacheManager, CopyOnWriteAppendsToExistingCopies) {
+TEST(KvCacheManager, CopyOnWriteIsReportedByTheAllocation) {
   KvCacheManager kv(8, 0, 4);
   ASSERT_TRUE(alloc(kv, 1, 0, 6));
   kv.fork(1, 2);
-  std::vector<BlockCopy> copies = {{7, 7}};
-  ASSERT_TRUE(kv.allocate_slots(1, 6, 7, copies));
-  ASSERT_EQ(copies.size(), 2u);
-  EXPECT_EQ(copies[0].src, 7);
-  EXPECT_EQ(copies[1].src, kv.block_table(2)[1]);
-  EXPECT_EQ(copies[1].dst, kv.block_table(1)[1]);
+  const auto granted = kv.allocate_slots(1, 6, 1);
+  ASSERT_TRUE(granted);
+  const std::vector<BlockCopy>& copies = granted->copies();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, kv.block_table(2)[1]);
+  EXPECT_EQ(copies[0].dst, kv.block_table(1)[1]);
 }
 
 TEST(KvCacheManager, ChunkWrittenAcrossSharedBlocksCopiesEachOfThem) {
@@ -204,7 +205,7 @@ TEST(KvCacheManager, FreedTableReleasesLastBlocksFirst) {
   kv.free(1);
   // Free list: 3 (never used), then 2, 1, 0: the sequence's first block is reused last.
   std::vector<BlockCopy> copies;
-  ASSERT_TRUE(kv.allocate_slots(2, 0, 16, copies));
+  ASSERT_TRUE(kv.allocate_slots(2, 0, 16));
   EXPECT_EQ(kv.block_table(2), (std::vector<BlockId>{3, 2, 1, 0}));
 }
 
@@ -332,14 +333,14 @@ TEST_F(KvCacheManagerDeathTest, MisuseAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   KvCacheManager kv(4, 1, 4);
   std::vector<BlockCopy> copies;
-  ASSERT_TRUE(kv.allocate_slots(1, 0, 8, copies));
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 8));
   EXPECT_DEATH(kv.swap_out(1), "swap_out of sequence 1 without room");
   EXPECT_DEATH(kv.swap_in(1), "swap_in of sequence 1 without room");
   EXPECT_DEATH(kv.fork(7, 8), "fork of sequence 7 without blocks");
   EXPECT_DEATH(kv.fork(1, 1), "fork into existing sequence 1");
-  ASSERT_TRUE(kv.allocate_slots(2, 0, 1, copies));
+  ASSERT_TRUE(kv.allocate_slots(2, 0, 1));
   kv.swap_out(2);
-  EXPECT_DEATH(kv.allocate_slots(2, 1, 2, copies), "allocate_slots for swapped-out sequence 2");
+  EXPECT_DEATH(kv.allocate_slots(2, 1, 1), "allocate_slots for swapped-out sequence 2");
 }
 
 }  // namespace

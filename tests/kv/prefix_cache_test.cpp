@@ -141,9 +141,8 @@ TEST(BlockPoolCache, ClearCacheForgetsEverything) {
 
 // A sequence computes `tokens` fully (allocate + cache in one go) and is freed.
 void compute_and_free(KvCacheManager& kv, SeqId seq, const std::vector<int32_t>& tokens, const BlockHash& root) {
-  std::vector<BlockCopy> copies;
   const PrefixMatch m = kv.match_prefix(tokens, root);
-  ASSERT_TRUE(kv.allocate_slots(seq, m.num_tokens, static_cast<int64_t>(tokens.size()), copies, &m));
+  ASSERT_TRUE(kv.allocate_slots(seq, m.num_tokens, static_cast<int64_t>(tokens.size()) - m.num_tokens, 0, &m));
   kv.cache_full_blocks(seq, tokens, static_cast<int64_t>(tokens.size()), root);
   kv.check_invariants();
   kv.free(seq);
@@ -178,17 +177,17 @@ TEST(KvPrefixCache, SharedBlocksAreReferencedOncePerUserAndNeverCopied) {
   KvCacheManager kv(32, 0, 4, true);
   const BlockHash root = root_block_hash("");
   const auto prompt = iota_tokens(10);
-  std::vector<BlockCopy> copies;
-  ASSERT_TRUE(kv.allocate_slots(1, 0, 10, copies));
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 10));
   kv.cache_full_blocks(1, prompt, 10, root);
   auto other = prompt;
   other.push_back(3);
   other.push_back(4);
   const PrefixMatch m = kv.match_prefix(other, root);
   ASSERT_EQ(m.num_tokens, 8);
-  ASSERT_TRUE(kv.allocate_slots(2, 8, 12, copies, &m));
+  const auto granted = kv.allocate_slots(2, 8, 4, 0, &m);
+  ASSERT_TRUE(granted);
   kv.check_invariants();
-  EXPECT_TRUE(copies.empty());
+  EXPECT_TRUE(granted->copies().empty());
   EXPECT_EQ(kv.device_pool().ref_count(kv.block_table(1)[0]), 2);
   EXPECT_EQ(kv.block_table(2)[0], kv.block_table(1)[0]);
   EXPECT_EQ(kv.block_table(2)[1], kv.block_table(1)[1]);
@@ -211,13 +210,12 @@ TEST(KvPrefixCache, AllocationWithAMatchIsAllOrNothing) {
   const PrefixMatch m = kv.match_prefix(tokens, root);
   ASSERT_EQ(m.num_tokens, 8);
   // Hitting 4 evictable blocks and needing 3 new ones: 7 > 6 blocks, refused, nothing changes.
-  std::vector<BlockCopy> copies;
-  EXPECT_FALSE(kv.allocate_slots(2, 8, 13, copies, &m));
+  EXPECT_FALSE(kv.allocate_slots(2, 8, 5, 0, &m));
   kv.check_invariants();
   EXPECT_FALSE(kv.has_device_blocks(2));
   EXPECT_EQ(kv.device_pool().num_evictable(), 4);
   // Needing 2 new ones fits exactly, and the matched blocks are not evicted to make room.
-  ASSERT_TRUE(kv.allocate_slots(2, 8, 11, copies, &m));
+  ASSERT_TRUE(kv.allocate_slots(2, 8, 3, 0, &m));
   kv.check_invariants();
   EXPECT_EQ(std::vector<BlockId>(kv.block_table(2).begin(), kv.block_table(2).begin() + 4), m.blocks);
   EXPECT_EQ(kv.device_pool().num_free(), 0);
@@ -231,11 +229,10 @@ TEST(KvPrefixCache, LeavesAreEvictedBeforeTheirParents) {
   const std::vector<BlockId> chain = kv.match_prefix(longer, root).blocks;
   ASSERT_EQ(chain.size(), 5u);
   // The 3 plain free blocks go first; then the chain is eaten from its leaf.
-  std::vector<BlockCopy> copies;
-  ASSERT_TRUE(kv.allocate_slots(2, 0, 3, copies));
+  ASSERT_TRUE(kv.allocate_slots(2, 0, 3));
   EXPECT_EQ(kv.device_pool().num_evictions(), 0);
   for (int64_t n = 1; n <= 5; ++n) {
-    ASSERT_TRUE(kv.allocate_slots(2, 2 + n, 3 + n, copies));
+    ASSERT_TRUE(kv.allocate_slots(2, 2 + n, 1));
     kv.check_invariants();
     EXPECT_EQ(kv.block_table(2).back(), chain[5 - n]);
     EXPECT_EQ(kv.match_prefix(longer, root).num_tokens, 5 - n);
@@ -246,10 +243,9 @@ TEST(KvPrefixCache, UncacheTakesBackBlocksOfAStepThatWillNotRun) {
   KvCacheManager kv(16, 0, 4, true);
   const BlockHash root = root_block_hash("");
   const auto tokens = iota_tokens(12);
-  std::vector<BlockCopy> copies;
-  ASSERT_TRUE(kv.allocate_slots(1, 0, 4, copies));
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 4));
   kv.cache_full_blocks(1, tokens, 4, root);  // step 1 computed block 0
-  ASSERT_TRUE(kv.allocate_slots(1, 4, 12, copies));
+  ASSERT_TRUE(kv.allocate_slots(1, 4, 8));
   kv.cache_full_blocks(1, tokens, 12, root);  // step 2 planned blocks 1 and 2...
   EXPECT_EQ(kv.device_pool().num_cached(), 3);
   kv.uncache_blocks_from(1, 4);  // ...but was preempted while planning
@@ -263,8 +259,7 @@ TEST(KvPrefixCache, ForkSharesHashesAndSwapKeepsThem) {
   KvCacheManager kv(16, 16, 4, true);
   const BlockHash root = root_block_hash("");
   const auto tokens = iota_tokens(10);
-  std::vector<BlockCopy> copies;
-  ASSERT_TRUE(kv.allocate_slots(1, 0, 10, copies));
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 10));
   kv.cache_full_blocks(1, tokens, 10, root);
   kv.fork(1, 2);
   kv.check_invariants();
@@ -302,9 +297,8 @@ TEST(KvPrefixCache, RandomizedSharingKeepsInvariants) {
     const int extra = 1 + static_cast<int>(rng() % 12);
     for (int i = 0; i < extra; ++i) t.push_back(static_cast<int32_t>(rng() % 3));
     const PrefixMatch m = kv.match_prefix(t, root);
-    std::vector<BlockCopy> copies;
-    const int64_t end = std::min<int64_t>(static_cast<int64_t>(t.size()), m.num_tokens + 1 + rng() % 8);
-    if (kv.allocate_slots(id, m.num_tokens, end, copies, &m)) {
+      const int64_t end = std::min<int64_t>(static_cast<int64_t>(t.size()), m.num_tokens + 1 + rng() % 8);
+    if (kv.allocate_slots(id, m.num_tokens, end - m.num_tokens, 0, &m)) {
       hits += m.num_tokens;
       kv.cache_full_blocks(id, t, end, root);
       live.push_back({id, std::move(t), end});
@@ -318,7 +312,7 @@ TEST(KvPrefixCache, RandomizedSharingKeepsInvariants) {
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
         continue;
       }
-      if (r == 1 && kv.allocate_slots(live[i].id, live[i].computed, live[i].computed + 1, copies)) {
+      if (r == 1 && kv.allocate_slots(live[i].id, live[i].computed, 1)) {
         ++live[i].computed;
         kv.cache_full_blocks(live[i].id, live[i].tokens, live[i].computed, root);
       }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
+#include "model/model_test_util.h"
 #include "sample/sampler.h"
 
 namespace vesper::model {
@@ -21,23 +22,23 @@ nlohmann::json load_expected(const std::string& path) {
 
 // Greedy continuation of `prompt` for n tokens through the paged forward pass: the prompt in
 // one chunk, then one token per step.
-std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n, ThreadPool& pool,
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_t n,
                             std::vector<std::vector<float>>* step_logits = nullptr,
                             const std::vector<int32_t>* forced = nullptr) {
   const int64_t bs = 16;
   const int64_t total = static_cast<int64_t>(prompt.size()) + n;
   const int64_t blocks = (total + bs - 1) / bs;
-  backend::KvCache kv(m.kv_shape(blocks, bs));
+  testing_util::ScopedKv kv(m, blocks, bs);
   std::vector<int32_t> table(blocks);
   for (int64_t i = 0; i < blocks; ++i) table[i] = static_cast<int32_t>(i);
   std::vector<int32_t> out;
-  std::vector<float> logits(m.config().n_vocab);
   std::vector<int32_t> next = prompt;
   int32_t pos = 0;
   for (int64_t step = 0; step < n; ++step) {
     ForwardBatch b;
-    b.add_sequence(next, pos, table, bs, true);
-    m.forward(b, kv, logits.data(), pool);
+    b.add_sequence(next, pos, table, bs, 1);
+    const std::span<const float> row = m.forward(b, kv.handle());
+    const std::vector<float> logits(row.begin(), row.end());
     pos += static_cast<int32_t>(next.size());
     if (step_logits) step_logits->push_back(logits);
     const int32_t t = sample::argmax(logits);
@@ -48,15 +49,14 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int64_
 }
 
 TEST(LlamaCppParity, Stories260KGreedyIdsMatchTokenForToken) {
-  auto m = Model::load("../shared/models/stories260K.gguf");
+  auto m = testing_util::load_model("../shared/models/stories260K.gguf");
   ASSERT_TRUE(m.ok()) << m.error().message;
   const auto expected = load_expected("bench/llamacpp/expected_stories260K.json");
-  ThreadPool pool(2);
   int checked = 0;
   for (const auto& r : expected["results"]) {
     const auto prompt = r["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = r["ids"].get<std::vector<int32_t>>();
-    const auto got = greedy(**m, prompt, static_cast<int64_t>(want.size()), pool);
+    const auto got = greedy(**m, prompt, static_cast<int64_t>(want.size()));
     EXPECT_EQ(got, want) << "prompt: " << r["prompt"].get<std::string>();
     ++checked;
   }
@@ -69,16 +69,15 @@ TEST(LlamaCppParity, Stories260KGreedyIdsMatchTokenForToken) {
 // logits within 2e-3 (llama.cpp rounds activations to f16 for f16 weights), and Vesper's argmax
 // must be a token llama.cpp also scores within that tolerance of its maximum.
 TEST(LlamaCppParity, LlamaTinyRandomF16LogitsMatchTeacherForced) {
-  auto m = Model::load("../shared/models/llama-2-tiny-random.gguf");
+  auto m = testing_util::load_model("../shared/models/llama-2-tiny-random.gguf");
   ASSERT_TRUE(m.ok()) << m.error().message;
   const auto expected = load_expected("bench/llamacpp/expected_llama2_tiny_random.json");
-  ThreadPool pool(2);
   const float tol = 2e-3f;
   for (const auto& r : expected["results"]) {
     const auto prompt = r["prompt_ids"].get<std::vector<int32_t>>();
     const auto want = r["ids"].get<std::vector<int32_t>>();
     std::vector<std::vector<float>> logits;
-    const auto got = greedy(**m, prompt, static_cast<int64_t>(want.size()), pool, &logits, &want);
+    const auto got = greedy(**m, prompt, static_cast<int64_t>(want.size()), &logits, &want);
     for (size_t step = 0; step < want.size(); ++step) {
       const auto& top = r["top"][step];
       const float best = top[0][1].get<float>();

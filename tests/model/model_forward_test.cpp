@@ -18,14 +18,15 @@ using tensor::GgmlType;
 
 std::string synth_path(const std::string& name) { return ::testing::TempDir() + "vesper_model_" + name + ".gguf"; }
 
-std::unique_ptr<Model> make_model(const SynthSpec& spec, const std::string& name) {
+// Writes the synthetic model and loads it on a CPU backend of `threads` threads.
+testing_util::LoadedModel make_model(const SynthSpec& spec, const std::string& name, int threads = 2) {
   ThreadPool pool(2);
   const std::string path = synth_path(name);
   auto st = write_synthetic_model(spec, path, pool);
   EXPECT_TRUE(st.ok()) << st.error().message;
-  auto m = Model::load(path);
+  auto m = testing_util::load_model(path, threads);
   EXPECT_TRUE(m.ok()) << m.error().message;
-  return m.ok() ? std::move(*m) : nullptr;
+  return m.ok() ? std::move(*m) : testing_util::LoadedModel{};
 }
 
 // max |fast - ref| / max |ref| over all positions' logits.
@@ -88,10 +89,9 @@ TEST_P(ForwardMatchesReference, AllArchitectures) {
     s.seed = 17;
     s.tied_embeddings = arch == "qwen2";
     auto m = make_model(s, arch + "_" + std::string(tensor::type_name(tc.type)));
-    ASSERT_NE(m, nullptr);
-    ThreadPool pool(2);
+    ASSERT_NE(m.model, nullptr);
     const auto tokens = random_tokens(13, m->config().n_vocab, 5);
-    const auto fast = testing_util::sequence_logits(*m, tokens, 64, 16, 0, pool);
+    const auto fast = testing_util::sequence_logits(*m, tokens, 64, 16, 0);
     reference::RoundingTrace trace;
     trace.window = kTieWindow;
     double err = relative_error(fast, reference::forward_all_positions(*m, tokens, &trace));
@@ -148,10 +148,9 @@ TEST(ForwardMatchesReference, RopeVariantsAndOddHeadSizes) {
   variants.push_back({"qwen3_head_dim", qwen3});
   for (const auto& v : variants) {
     auto m = make_model(v.spec, v.name);
-    ASSERT_NE(m, nullptr);
-    ThreadPool pool(2);
+    ASSERT_NE(m.model, nullptr);
     const auto tokens = random_tokens(21, m->config().n_vocab, 9);
-    const auto fast = testing_util::sequence_logits(*m, tokens, 64, 8, 0, pool);
+    const auto fast = testing_util::sequence_logits(*m, tokens, 64, 8, 0);
     const double err = relative_error(fast, reference::forward_all_positions(*m, tokens));
     EXPECT_LT(err, 2e-5) << v.name;
   }
@@ -167,14 +166,18 @@ TEST(BatchInvariance, LogitsBitIdenticalAcrossChunkingBatchingAndLayout) {
   s.n_vocab = 128;
   for (GgmlType type : {GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     s.type = type;
-    auto m = make_model(s, "invariance_" + std::string(tensor::type_name(type)));
-    ASSERT_NE(m, nullptr);
-    ThreadPool pool1(1), pool3(3);
+    // The same model on a backend of one thread and on one of three.
+    const std::string name = "invariance_" + std::string(tensor::type_name(type));
+    auto m1 = make_model(s, name, 1);
+    ASSERT_NE(m1.model, nullptr);
+    auto loaded3 = testing_util::load_model(synth_path(name), 3);
+    ASSERT_TRUE(loaded3.ok()) << loaded3.error().message;
+    testing_util::LoadedModel& m = *loaded3;
     const auto tokens = random_tokens(40, m->config().n_vocab, 21);
-    const auto whole = testing_util::sequence_logits(*m, tokens, 40, 16, 0, pool1);
+    const auto whole = testing_util::sequence_logits(*m1, tokens, 40, 16, 0);
     for (int64_t chunk : {1, 3, 16, 17}) {
       for (int64_t block_size : {8, 16, 32}) {
-        const auto chunked = testing_util::sequence_logits(*m, tokens, chunk, block_size, 77, pool3);
+        const auto chunked = testing_util::sequence_logits(*m, tokens, chunk, block_size, 77);
         ASSERT_EQ(chunked.size(), whole.size());
         for (size_t p = 0; p < whole.size(); ++p)
           ASSERT_EQ(0, std::memcmp(whole[p].data(), chunked[p].data(), whole[p].size() * sizeof(float)))
@@ -185,7 +188,7 @@ TEST(BatchInvariance, LogitsBitIdenticalAcrossChunkingBatchingAndLayout) {
     // The same sequence decoded inside a mixed batch (a prefill chunk of another sequence and
     // decodes of two more) gives the same logits.
     const int64_t bs = 16, pool_blocks = 64;
-    backend::KvCache kv(m->kv_shape(pool_blocks, bs));
+    testing_util::ScopedKv kv(*m, pool_blocks, bs);
     const std::vector<int32_t> t0 = {0, 1, 2, 3}, t1 = {4, 5, 6, 7}, t2 = {8, 9, 10, 11}, t3 = {12, 13, 14, 15};
     const std::vector<int32_t>* tables[] = {&t0, &t1, &t2, &t3};
     const auto other1 = random_tokens(30, m->config().n_vocab, 1);
@@ -204,13 +207,12 @@ TEST(BatchInvariance, LogitsBitIdenticalAcrossChunkingBatchingAndLayout) {
         take[sidx] = std::min<size_t>(1 + rng() % 7, seqs[sidx].size() - done[sidx]);
         if (take[sidx] == 0) continue;
         first_row.push_back(b.token_ids.size());
+        // Logits of sequence 0's rows only (it comes first, so they are rows 0 .. take[0] - 1).
         b.add_sequence(std::vector<int32_t>(seqs[sidx].begin() + done[sidx], seqs[sidx].begin() + done[sidx] + take[sidx]),
-                       static_cast<int32_t>(done[sidx]), *tables[sidx], bs, false);
+                       static_cast<int32_t>(done[sidx]), *tables[sidx], bs,
+                       sidx == 0 ? static_cast<int64_t>(take[0]) : 0);
       }
-      // Logits of sequence 0's rows only.
-      for (size_t i = 0; i < take[0]; ++i) b.logits_rows.push_back(static_cast<int32_t>(i));
-      std::vector<float> logits(take[0] * v);
-      m->forward(b, kv, logits.data(), pool3);
+      const std::span<const float> logits = m->forward(b, kv.handle());
       for (size_t i = 0; i < take[0]; ++i)
         ASSERT_EQ(0, std::memcmp(logits.data() + i * v, whole[done[0] + i].data(), v * sizeof(float)))
             << tensor::type_name(type) << " mixed batch, position " << done[0] + i;
@@ -235,7 +237,7 @@ TEST(ModelLoad, ErrorsNameTheFault) {
     for (const auto& t : tensors) EXPECT_TRUE(w.add_tensor(t.name, t.shape, t.type, {t.data, t.size_bytes}).ok());
     const std::string out = synth_path(name);
     EXPECT_TRUE(w.write(out).ok());
-    auto m = Model::load(out);
+    auto m = testing_util::load_model(out);
     EXPECT_FALSE(m.ok());
     return m.ok() ? std::string() : m.error().message;
   };

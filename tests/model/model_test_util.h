@@ -8,9 +8,42 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "model/model.h"
 
 namespace vesper::testing_util {
+
+// A model bound to a CPU backend of its own (`threads` compute threads).
+struct LoadedModel {
+  std::unique_ptr<backend::CpuBackend> backend;
+  std::unique_ptr<model::Model> model;
+
+  model::Model& operator*() const { return *model; }
+  model::Model* operator->() const { return model.get(); }
+};
+
+inline Result<LoadedModel> load_model(const std::string& path, int threads = 2) {
+  LoadedModel m;
+  m.backend = std::make_unique<backend::CpuBackend>(threads);
+  VESPER_ASSIGN_OR_RETURN(m.model, model::Model::load(path, *m.backend));
+  return m;
+}
+
+// Paged KV storage on the model's backend, released at scope exit.
+class ScopedKv {
+ public:
+  ScopedKv(model::Model& m, int64_t blocks, int64_t block_size)
+      : backend_(m.backend()),
+        kv_(backend_.create_kv(m.kv_spec(block_size), blocks, backend::MemoryKind::kDevice)) {}
+  ~ScopedKv() { backend_.release_kv(kv_); }
+  ScopedKv(const ScopedKv&) = delete;
+  ScopedKv& operator=(const ScopedKv&) = delete;
+  backend::KvHandle handle() const { return kv_; }
+
+ private:
+  backend::Backend& backend_;
+  backend::KvHandle kv_;
+};
 
 // Block table of `n_blocks` distinct physical blocks, shuffled by `seed` (0: identity).
 inline std::vector<int32_t> block_table(int64_t n_blocks, int64_t pool_blocks, uint64_t seed) {
@@ -24,23 +57,21 @@ inline std::vector<int32_t> block_table(int64_t n_blocks, int64_t pool_blocks, u
 // Logits of every position of `tokens`, computed `chunk` tokens per forward pass (the last
 // chunk may be shorter). All positions' logits are requested.
 inline std::vector<std::vector<float>> sequence_logits(model::Model& m, const std::vector<int32_t>& tokens,
-                                                       int64_t chunk, int64_t block_size, uint64_t table_seed,
-                                                       ThreadPool& pool) {
+                                                       int64_t chunk, int64_t block_size, uint64_t table_seed) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t n_blocks = (n + block_size - 1) / block_size;
   const int64_t pool_blocks = n_blocks * 2 + 3;
-  backend::KvCache kv(m.kv_shape(pool_blocks, block_size));
+  ScopedKv kv(m, pool_blocks, block_size);
   const std::vector<int32_t> table = block_table(n_blocks, pool_blocks, table_seed);
   std::vector<std::vector<float>> out;
   const int64_t v = m.config().n_vocab;
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     model::ForwardBatch b;
+    // Every row's logits: the batch builder's last `len` rows.
     b.add_sequence(std::vector<int32_t>(tokens.begin() + start, tokens.begin() + start + len),
-                   static_cast<int32_t>(start), table, block_size, false);
-    for (int64_t i = 0; i < len; ++i) b.logits_rows.push_back(static_cast<int32_t>(i));
-    std::vector<float> logits(len * v);
-    m.forward(b, kv, logits.data(), pool);
+                   static_cast<int32_t>(start), table, block_size, len);
+    const std::span<const float> logits = m.forward(b, kv.handle());
     for (int64_t i = 0; i < len; ++i) out.emplace_back(logits.begin() + i * v, logits.begin() + (i + 1) * v);
   }
   return out;

@@ -15,10 +15,16 @@
 //    sequence starts while one stays swapped;
 //  - copies are order-independent (no block is both a copy's source and a copy's destination,
 //    no block is copied into twice), so an engine may run them as one batched kernel;
-//  - KV contents: a model of every device and host slot follows the step's swap-outs, swap-ins
-//    and copies, checks that each scheduled sequence finds the K/V of all its computed tokens in
-//    its block table, then writes the step's new tokens (never into a block another sequence
-//    shares). This catches lost, stale or clobbered KV however it happens.
+//  - the plan is self-contained: a SequenceMirror built from the plans alone holds, for every
+//    scheduled sequence, exactly the scheduler's committed tokens and the KV manager's table;
+//  - KV contents, from the plan and the mirror alone (as a runner in another process would): a
+//    model of every device and host slot follows the step's swap-outs, swap-ins and copies, checks
+//    that each scheduled sequence finds the K/V of all its computed tokens in its block table,
+//    then writes the step's new tokens, speculative ones included (never into a block another
+//    sequence shares). This catches lost, stale or clobbered KV however it happens, rejected
+//    speculative K/V read before being overwritten among them;
+//  - with speculation on (set_speculation), running sequences get random proposals; after a
+//    step verifies them a random number is accepted and the rest rolled back.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -37,6 +43,7 @@
 
 #include "kv/kv_cache_manager.h"
 #include "sched/scheduler.h"
+#include "sched/sequence_mirror.h"
 
 namespace vesper::sched::testing {
 
@@ -54,8 +61,9 @@ class KvContentModel {
         device_(kv.device_pool().num_blocks() * kv.block_size(), kEmpty),
         host_(kv.host_pool().num_blocks() * kv.block_size(), kEmpty) {}
 
-  // Runs one step's memory traffic and forward pass; returns "" or what went wrong.
-  std::string run_step(const SchedulerOutput& out, const Scheduler& sched) {
+  // Runs one step's memory traffic and forward pass from the plan and the runner's mirror (already
+  // updated with the plan); returns "" or what went wrong.
+  std::string run_step(const SchedulerOutput& out, const SequenceMirror& mirror) {
     for (const auto& m : out.swap_out) copy_block(device_, m.device, host_, m.host);
     for (const auto& m : out.swap_in) copy_block(host_, m.host, device_, m.device);
     {
@@ -69,12 +77,17 @@ class KvContentModel {
     }
     for (const auto& c : out.block_copies) copy_block(device_, c.src, device_, c.dst);
     // The forward pass writes every token's K/V of a layer before any attention of that layer
-    // reads (ModelRunner's contract), so a step's writes land before its reads are checked.
+    // reads (the model's contract), so a step's writes land before its reads are checked.
     for (const auto& s : out.scheduled) {
-      const Sequence* seq = sched.find(s.id);
-      if (seq == nullptr) return "scheduled sequence " + std::to_string(s.id) + " is unknown";
-      const auto& table = kv_.block_table(s.id);
-      for (int64_t pos = s.start; pos < s.start + s.num_new_tokens; ++pos) {
+      const SequenceMirror::Entry* seq = mirror.find(s.id);
+      if (seq == nullptr) return "scheduled sequence " + std::to_string(s.id) + " is not in the runner's mirror";
+      const auto& table = seq->block_table;
+      const int64_t end = s.start + s.num_new_tokens;
+      if (static_cast<int64_t>(table.size()) < kv_.blocks_for(end))
+        return "sequence " + std::to_string(s.id) + " has " + std::to_string(table.size()) + " blocks for " +
+               std::to_string(end) + " tokens";
+      const int64_t committed_end = end - s.num_spec_tokens;
+      for (int64_t pos = s.start; pos < end; ++pos) {
         const kv::BlockId b = table[pos / bs_];
         // A shared block may be written only when it is a prefix-cache block: its content is fixed
         // by its tokens, so every sharer writes (or reads) the same K/V (a sequence admitted in
@@ -83,23 +96,20 @@ class KvContentModel {
           return "sequence " + std::to_string(s.id) + " writes position " + std::to_string(pos) +
                  " into block " + std::to_string(b) + " shared by " +
                  std::to_string(kv_.device_pool().ref_count(b)) + " tables";
-        device_[b * bs_ + pos % bs_] = kv_tag(pos, seq->tokens[pos]);
+        const int32_t token = pos < committed_end ? seq->tokens[pos] : s.spec_token_ids[pos - committed_end];
+        device_[b * bs_ + pos % bs_] = kv_tag(pos, token);
       }
     }
     for (const auto& s : out.scheduled) {
-      const Sequence* seq = sched.find(s.id);
-      if (seq == nullptr) return "scheduled sequence " + std::to_string(s.id) + " is unknown";
-      const auto& table = kv_.block_table(s.id);
-      if (static_cast<int64_t>(table.size()) < kv_.blocks_for(s.start + s.num_new_tokens))
-        return "sequence " + std::to_string(s.id) + " has " + std::to_string(table.size()) + " blocks for " +
-               std::to_string(s.start + s.num_new_tokens) + " tokens";
+      const SequenceMirror::Entry* seq = mirror.find(s.id);
+      const auto& table = seq->block_table;
       for (int64_t pos = 0; pos < s.start; ++pos) {
         const int64_t slot = table[pos / bs_] * bs_ + pos % bs_;
         const int64_t want = kv_tag(pos, seq->tokens[pos]);
         if (device_[slot] != want) {
           std::ostringstream msg;
-          msg << "sequence " << s.id << " (preempted " << seq->num_preemptions << " times) reads position " << pos
-              << " from device block " << table[pos / bs_] << ": holds "
+          msg << "sequence " << s.id << " reads position " << pos << " from device block " << table[pos / bs_]
+              << ": holds "
               << (device_[slot] == kEmpty ? std::string("nothing")
                                           : "pos " + std::to_string(device_[slot] >> 32) + " token " +
                                                 std::to_string(device_[slot] & 0xffffffff))
@@ -151,6 +161,13 @@ class Driver {
   // Called for each sequence whose step samples, before its token is appended (forks go here).
   std::function<void(Driver&, SeqId)> on_sample;
 
+  // Speculation: before each step, each running sequence with one token to compute gets 1-4
+  // random proposals with probability `rate`; after the step a random number of them is accepted.
+  void set_speculation(double rate) { spec_rate_ = rate; }
+  int64_t num_spec_proposed() const { return spec_proposed_; }
+  int64_t num_spec_verified() const { return spec_verified_; }
+  int64_t num_spec_accepted() const { return spec_accepted_; }
+
   int32_t random_token() { return static_cast<int32_t>(rng_() & 0x3fffffff); }
 
   // Adds a sequence with a random prompt of prompt_len tokens. arrival defaults to add order.
@@ -199,6 +216,17 @@ class Driver {
       before[id] = {s->status, s->num_computed_tokens, s->num_tokens(), s->num_uncomputed() == 1 && !s->in_prefill()};
     }
     const SchedulerStats stats_before = sched_.stats();
+    if (spec_rate_ > 0) {
+      for (SeqId id : live_) {
+        const Sequence* s = sched_.find(id);
+        if (s->status != SeqStatus::kRunning || s->num_uncomputed() != 1 || s->in_prefill()) continue;
+        if (std::uniform_real_distribution<double>(0, 1)(rng_) >= spec_rate_) continue;
+        std::vector<int32_t> proposal(1 + rng_() % 4);
+        for (int32_t& t : proposal) t = random_token();
+        spec_proposed_ += static_cast<int64_t>(proposal.size());
+        sched_.set_spec_tokens(id, std::move(proposal));
+      }
+    }
 
     SchedulerOutput out = sched_.schedule();
     ++steps_;
@@ -240,11 +268,15 @@ class Driver {
       } else {
         EXPECT_EQ(s.start, b.num_computed) << at << s.id;
       }
-      EXPECT_EQ(seq->num_computed_tokens, s.start + s.num_new_tokens) << at << s.id;
-      EXPECT_LE(s.start + s.num_new_tokens, seq->num_tokens()) << at << s.id;
-      EXPECT_EQ(s.samples, s.start + s.num_new_tokens == seq->num_tokens()) << at << s.id;
+      const int64_t committed_end = s.start + s.num_new_tokens - s.num_spec_tokens;
+      EXPECT_EQ(seq->num_computed_tokens, committed_end) << at << s.id;
+      EXPECT_LE(committed_end, seq->num_tokens()) << at << s.id;
+      EXPECT_EQ(s.samples(), committed_end == seq->num_tokens()) << at << s.id;
+      EXPECT_EQ(s.num_logits_rows, s.samples() ? 1 + s.num_spec_tokens : 0) << at << s.id;
+      EXPECT_TRUE(s.num_spec_tokens == 0 || s.samples()) << at << "speculation on a partial chunk of " << s.id;
+      EXPECT_EQ(static_cast<int64_t>(s.spec_token_ids.size()), s.num_spec_tokens) << at << s.id;
       if (!cfg.enable_chunked_prefill) {
-        EXPECT_EQ(s.start + s.num_new_tokens, seq->num_tokens()) << at << "chunk of " << s.id << " without chunking";
+        EXPECT_EQ(committed_end, seq->num_tokens()) << at << "chunk of " << s.id << " without chunking";
       }
     }
 
@@ -315,13 +347,33 @@ class Driver {
       for (const Sequence* w : still_swapped)
         EXPECT_FALSE(served_before(*w, *a)) << at << "swapped sequence " << a->id << " overtook " << w->id;
 
+    // The plan alone brings the runner's mirror up to date: it holds what the scheduler holds.
+    const Status applied = mirror_.apply(out);
+    EXPECT_TRUE(applied.ok()) << at << (applied.ok() ? "" : applied.error().message);
+    for (const auto& s : out.scheduled) {
+      const SequenceMirror::Entry* m = mirror_.find(s.id);
+      const Sequence* seq = sched_.find(s.id);
+      if (m == nullptr || seq == nullptr) continue;
+      EXPECT_EQ(m->tokens, seq->tokens) << at << "the mirror's tokens of " << s.id;
+      EXPECT_EQ(m->block_table, kv_.block_table(s.id)) << at << "the mirror's table of " << s.id;
+    }
+    // A serialized copy of the plan is the same plan.
+    const auto copy = SchedulerOutput::deserialize(out.serialize());
+    EXPECT_TRUE(copy.ok() && *copy == out) << at << "the plan does not survive serialization";
+
     // The step's memory traffic and forward pass.
-    const std::string kv_error = content_.run_step(out, sched_);
+    const std::string kv_error = content_.run_step(out, mirror_);
     EXPECT_EQ(kv_error, "") << at;
 
     // Sampling, then finishing.
     for (const auto& s : out.scheduled) {
-      if (!s.samples) continue;
+      if (!s.samples()) continue;
+      if (s.num_spec_tokens > 0) {
+        const auto accepted = static_cast<int64_t>(rng_() % static_cast<uint64_t>(s.num_spec_tokens + 1));
+        sched_.accept_spec_tokens(s.id, accepted);
+        spec_verified_ += s.num_spec_tokens;
+        spec_accepted_ += accepted;
+      }
       if (on_sample) on_sample(*this, s.id);
       const Sequence* seq = sched_.find(s.id);
       if (seq->num_tokens() < seq->max_total_tokens) sched_.append_token(s.id, random_token());
@@ -363,7 +415,10 @@ class Driver {
   std::array<std::vector<int32_t>, 3> prefixes_;
   Scheduler sched_;
   KvContentModel content_;
+  SequenceMirror mirror_;
   std::mt19937_64 rng_;
+  double spec_rate_ = 0;
+  int64_t spec_proposed_ = 0, spec_verified_ = 0, spec_accepted_ = 0;
   std::set<SeqId> live_;
   std::map<SeqId, Exit> exits_;
   std::vector<SchedulerOutput> history_;

@@ -1,7 +1,7 @@
 // sched/Scheduler under a long random workload: thousands of sequences with random prompt and
-// output lengths, priorities, forks and aborts in every state, on a KV cache small enough to
-// preempt often, for each preemption mode, with chunked prefill on and off, at several block
-// sizes. Every step is checked by the fake engine (sched_driver.h: invariants, budgets, order,
+// output lengths, priorities, forks, speculative tokens (randomly accepted and rolled back) and
+// aborts in every state, on a KV cache small enough to preempt often, for each preemption mode,
+// with chunked prefill on and off, at several block sizes. Every step is checked by the fake engine (sched_driver.h: invariants, budgets, order,
 // and the KV contents each sequence reads); the run must also make progress every step and end
 // with every sequence gone and every block free.
 //
@@ -77,6 +77,7 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
   cfg.enable_chunked_prefill = chunked;
   cfg.preemption_mode = mode;
   Driver d(cfg, kDeviceTokens / block_size, host_tokens / block_size, block_size, seed, prefix_caching);
+  d.set_speculation(0.3);
   std::mt19937_64& rng = d.rng();
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
@@ -154,6 +155,10 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
   EXPECT_GT(finished, accepted / 2);
   EXPECT_GT(rejected, 0);
   EXPECT_GT(forks, 0);
+  // Speculation ran, and both acceptance and rollback happened.
+  EXPECT_GT(d.num_spec_verified(), 0);
+  EXPECT_GT(d.num_spec_accepted(), 0);
+  EXPECT_LT(d.num_spec_accepted(), d.num_spec_verified());
   const SchedulerStats stats = d.sched().stats();
   EXPECT_GT(stats.num_preemptions, 100);
   if (prefix_caching) {

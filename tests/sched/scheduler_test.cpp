@@ -121,7 +121,7 @@ TEST(Scheduler, OneSequencePrefillsThenDecodesToCompletion) {
   ASSERT_EQ(out.scheduled.size(), 1u);
   EXPECT_EQ(out.scheduled[0].start, 0);
   EXPECT_EQ(out.scheduled[0].num_new_tokens, 10);
-  EXPECT_TRUE(out.scheduled[0].samples);
+  EXPECT_TRUE(out.scheduled[0].samples());
   EXPECT_EQ(out.num_batched_tokens, 10);
   EXPECT_EQ(d.kv().block_table(1).size(), 3u);
   for (int64_t pos = 10; pos < 13; ++pos) {
@@ -129,7 +129,7 @@ TEST(Scheduler, OneSequencePrefillsThenDecodesToCompletion) {
     ASSERT_EQ(out.scheduled.size(), 1u);
     EXPECT_EQ(out.scheduled[0].start, pos);
     EXPECT_EQ(out.scheduled[0].num_new_tokens, 1);
-    EXPECT_TRUE(out.scheduled[0].samples);
+    EXPECT_TRUE(out.scheduled[0].samples());
   }
   EXPECT_FALSE(d.sched().has_unfinished());
   EXPECT_EQ(d.exits().at(1), Exit::kFinished);
@@ -147,7 +147,7 @@ TEST(Scheduler, ChunkedPrefillSplitsALongPromptAcrossSteps) {
     ASSERT_EQ(out.scheduled.size(), 1u) << i;
     EXPECT_EQ(out.scheduled[0].start, chunks[i].first) << i;
     EXPECT_EQ(out.scheduled[0].num_new_tokens, chunks[i].second) << i;
-    EXPECT_EQ(out.scheduled[0].samples, i >= 2) << i;  // only the chunk reaching the end samples
+    EXPECT_EQ(out.scheduled[0].samples(), i >= 2) << i;  // only the chunk reaching the end samples
     if (d.sched().find(1) != nullptr) {
       EXPECT_EQ(d.kv().block_table(1).size(), blocks[i]) << i;
     }
@@ -192,7 +192,7 @@ TEST(Scheduler, TokenBudgetIsSharedByDecodesChunksAndNewPrompts) {
   EXPECT_EQ(out.scheduled[0].num_new_tokens, 6);
   EXPECT_EQ(out.scheduled[1].id, 2);
   EXPECT_EQ(out.scheduled[1].num_new_tokens, 4);
-  EXPECT_FALSE(out.scheduled[1].samples);
+  EXPECT_FALSE(out.scheduled[1].samples());
   EXPECT_EQ(out.num_batched_tokens, 10);
   EXPECT_EQ(d.sched().find(3)->status, SeqStatus::kWaiting);
   out = d.step();
@@ -201,7 +201,7 @@ TEST(Scheduler, TokenBudgetIsSharedByDecodesChunksAndNewPrompts) {
   EXPECT_EQ(out.scheduled[1].id, 2);  // the rest of its prompt
   EXPECT_EQ(out.scheduled[1].start, 4);
   EXPECT_EQ(out.scheduled[1].num_new_tokens, 2);
-  EXPECT_TRUE(out.scheduled[1].samples);
+  EXPECT_TRUE(out.scheduled[1].samples());
   EXPECT_EQ(out.scheduled[2].id, 3);  // the whole new prompt fits in the remaining 7
   EXPECT_EQ(out.scheduled[2].num_new_tokens, 6);
   EXPECT_EQ(out.num_batched_tokens, 9);
@@ -342,7 +342,7 @@ TEST(Scheduler, RecomputePreemptionTakesTheLowestPriorityLatestArrivalFirst) {
       if (const auto* s = find_scheduled(d.history()[i], id)) {
         EXPECT_EQ(s->start, 0) << id;
         EXPECT_EQ(s->num_new_tokens, 5) << id;
-        EXPECT_TRUE(s->samples) << id;
+        EXPECT_TRUE(s->samples()) << id;
         seen = true;
       }
     EXPECT_TRUE(seen) << id;

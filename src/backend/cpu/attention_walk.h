@@ -32,7 +32,7 @@ namespace {
 //     writes out[d] = acc[d] * (1 / run_sum).
 template <class Tile>
 void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch) {
-  const KvCacheShape& shape = args.cache->shape();
+  const KvCacheSpec& shape = args.cache->spec();
   const int64_t head_dim = shape.head_dim, n_kv = shape.n_kv_heads, bs = shape.block_size;
   const int64_t group = args.group;
   const AttentionBatch& batch = args.batch;

@@ -1,0 +1,183 @@
+// Backend: the device a model runs on, shaped for one from the first line (ARCHITECTURE.md).
+//  - Memory is the backend's, behind handles: activation buffers (Tensor views of them), weights
+//    (WeightHandle: a matrix as the backend keeps it, repacked or not) and paged KV storage
+//    (KvHandle). The caller never dereferences device memory.
+//  - Copies between host and device are explicit (copy_to_device, copy_to_host). Buffers
+//    allocated host-visible (the logits a sampler reads) can also be read in place, after
+//    synchronize(), through host_view.
+//  - Ops are issued in order on one stream: an op may run when issued (the CPU backend) or later
+//    (a device queue); each sees the effects of the ops issued before it, and synchronize() waits
+//    for all of them.
+// Every op keeps the promises of the CPU kernels it stands for: batch invariance (a row's result
+// never depends on the other rows, on the thread count or on the instruction set) and the
+// accuracy bounds of backend/matmul.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "backend/kv_cache_spec.h"
+#include "backend/ops.h"
+#include "core/result.h"
+#include "tensor/ggml_type.h"
+
+namespace vesper::backend {
+
+enum class DType : uint8_t { kF32, kI32, kI64 };
+int64_t dtype_bytes(DType dtype);
+
+// Where a buffer lives: on the device, or in host memory the device can also use (pinned memory
+// on a GPU; the same memory on the CPU), readable in place after synchronize().
+enum class MemoryKind { kDevice, kHostVisible };
+
+// A buffer of the backend's; id 0 is no buffer.
+struct Buffer {
+  uint32_t id = 0;
+  bool valid() const { return id != 0; }
+};
+
+// A 2-D view of a buffer: rows x cols elements of dtype, row-major, rows `cols` apart, starting
+// `offset` elements in.
+struct Tensor {
+  Buffer buffer;
+  DType dtype = DType::kF32;
+  int64_t offset = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t numel() const { return rows * cols; }
+  // Rows [first, first + count) of this view.
+  Tensor rows_view(int64_t first, int64_t count) const { return {buffer, dtype, offset + first * cols, count, cols}; }
+  // The same elements seen as rows of `new_cols` (numel must divide).
+  Tensor reshaped(int64_t new_cols) const { return {buffer, dtype, offset, numel() / new_cols, new_cols}; }
+};
+
+// A weight matrix (n_out rows of n_in) as the backend keeps it.
+struct WeightHandle {
+  uint32_t id = 0;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  bool valid() const { return id != 0; }
+};
+
+// Paged KV storage (KvCacheSpec's layout) of some number of blocks.
+struct KvHandle {
+  uint32_t id = 0;
+  bool valid() const { return id != 0; }
+};
+
+// A weight matrix as it lies in the model file: n_out rows of n_in elements of `type`, host
+// memory the backend may read during load_weight (and, on the CPU, keep using in place).
+struct WeightSource {
+  tensor::GgmlType type = tensor::GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  // False for a matrix only read by rows (an embedding table): get_rows, never matmul.
+  bool matmul = true;
+};
+
+// What load_weight did with the source: whether the backend now holds its own copy, so that the
+// caller may let the source's pages go (a GPU always copies; the CPU copies when it repacks).
+struct LoadedWeight {
+  WeightHandle handle;
+  bool copied = false;
+};
+
+// One sequence-batch's attention inputs, as device tensors (int32 unless noted), rows of one:
+// positions [num_tokens], token_seq [num_tokens], slot_mapping [num_tokens] (int64),
+// block_tables [total table entries], table_offsets [num_seqs + 1].
+struct AttentionInputs {
+  int64_t num_tokens = 0;
+  Tensor positions;
+  Tensor token_seq;
+  Tensor slot_mapping;
+  Tensor block_tables;
+  Tensor table_offsets;
+};
+
+// Rotary embedding, with llama3's per-pair frequency divisors as an optional device vector.
+struct RopeConfig {
+  RopeStyle style = RopeStyle::kNormal;
+  int64_t rope_dims = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  Tensor freq_factors;  // [rope_dims / 2] or no buffer
+};
+
+// One product of a group that reads the same activations (matmul_group).
+struct MatmulGroupTarget {
+  WeightHandle weight;
+  Tensor y;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu (avx2, 2 threads)": what the startup log says.
+  virtual std::string describe() const = 0;
+
+  // --- memory
+  // A buffer of rows x cols elements, uninitialised; the Tensor views all of it. Dies with
+  // the backend unless released.
+  virtual Tensor allocate(DType dtype, int64_t rows, int64_t cols, MemoryKind kind) = 0;
+  virtual void release(Buffer buffer) = 0;
+  // dst.numel() elements from host memory into dst / from src to host memory, in stream order.
+  virtual void copy_to_device(const Tensor& dst, const void* src) = 0;
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;
+  // The elements of a host-visible buffer's view, to read in place after synchronize().
+  virtual const void* host_view(const Tensor& t) const = 0;
+  // A constant f32 vector from host memory (norm weights, biases, RoPE factors) that lives as
+  // long as `data` does; the CPU uses it in place, a device copies it.
+  virtual Tensor constant(const float* data, int64_t n) = 0;
+
+  // --- weights
+  // Errors name the type when the backend cannot multiply by it.
+  virtual Result<LoadedWeight> load_weight(const WeightSource& source) = 0;
+
+  // --- paged KV storage
+  virtual KvHandle create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind kind) = 0;
+  virtual void release_kv(KvHandle kv) = 0;
+  virtual int64_t kv_bytes(KvHandle kv) const = 0;
+  // Copies whole blocks (every layer's K and V, metadata included): block src[i] of `from` into
+  // block dst[i] of `to` (the same storage for copy-on-write, device and host storage for swaps).
+  virtual void copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src,
+                              std::span<const int32_t> dst) = 0;
+
+  // --- ops (in issue order)
+  // out[i] = row ids[i] of the embedding matrix `table` (n_out rows of n_in), dequantized.
+  virtual void get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) = 0;
+  // y = x W^T for each row of x (x: rows x n_in, y: rows x n_out).
+  virtual void matmul(WeightHandle w, const Tensor& x, const Tensor& y) = 0;
+  // Several products of the same x (q/k/v, gate/up): the bits of one matmul each.
+  virtual void matmul_group(std::span<const MatmulGroupTarget> targets, const Tensor& x) = 0;
+  // y = rmsnorm(x) * weight, row by row (x and y may be the same view).
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) = 0;
+  // Per-head RMSNorm in place: each head_dim run of x's rows, scaled by weight [head_dim].
+  virtual void rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim, float eps) = 0;
+  // x[r] += bias for each row.
+  virtual void add_bias(const Tensor& x, const Tensor& bias) = 0;
+  // y += x elementwise.
+  virtual void add(const Tensor& y, const Tensor& x) = 0;
+  // gate = silu(gate) * up elementwise.
+  virtual void silu_mul(const Tensor& gate, const Tensor& up) = 0;
+  // RoPE of q (rows x n_head*head_dim) and k (rows x n_head_kv*head_dim) in place, row r at
+  // positions[r].
+  virtual void rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim, const Tensor& positions,
+                       const RopeConfig& rope) = 0;
+  // Stores each token's k and v rows into its slot of layer `layer`.
+  virtual void write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k, const Tensor& v) = 0;
+  // out = softmax(scale * q K^T) V over each token's context (causal, paged).
+  virtual void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q,
+                               int64_t n_heads, float scale, const Tensor& out) = 0;
+  // dst[i] = src[rows[i]] (rows: int32).
+  virtual void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) = 0;
+
+  // Waits until every op issued so far is done.
+  virtual void synchronize() = 0;
+};
+
+}  // namespace vesper::backend

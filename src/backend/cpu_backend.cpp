@@ -1,0 +1,226 @@
+#include "backend/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/matmul_cpu.h"
+#include "backend/matmul.h"
+#include "backend/paged_attention.h"
+
+namespace vesper::backend {
+
+int64_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+CpuBackend::CpuBackend(int threads)
+    : pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::hardware_threads())) {}
+
+CpuBackend::~CpuBackend() = default;
+
+std::string CpuBackend::describe() const {
+  return "cpu (" + std::string(cpu::isa_name(cpu::selected_isa())) + ", " + std::to_string(pool_->num_threads()) +
+         " threads)";
+}
+
+template <class T>
+T* CpuBackend::ptr(const Tensor& t) const {
+  VESPER_CHECK(t.buffer.valid() && t.buffer.id <= buffers_.size(), "tensor of an unknown buffer %u", t.buffer.id);
+  const Allocation& a = buffers_[t.buffer.id - 1];
+  VESPER_CHECK(a.data != nullptr, "tensor of a released buffer %u", t.buffer.id);
+  const int64_t end = (t.offset + t.numel()) * dtype_bytes(t.dtype);
+  VESPER_CHECK(t.offset >= 0 && end <= a.bytes, "tensor [%lld, %lld) bytes outside buffer %u of %lld bytes",
+               static_cast<long long>(t.offset * dtype_bytes(t.dtype)), static_cast<long long>(end), t.buffer.id,
+               static_cast<long long>(a.bytes));
+  return reinterpret_cast<T*>(const_cast<std::byte*>(a.data) + t.offset * dtype_bytes(t.dtype));
+}
+
+Tensor CpuBackend::allocate(DType dtype, int64_t rows, int64_t cols, MemoryKind /*kind: all host memory*/) {
+  const int64_t bytes = std::max<int64_t>(rows * cols * dtype_bytes(dtype), 1);
+  Allocation a;
+  a.owned = allocate_large_buffer(static_cast<size_t>(bytes));
+  VESPER_CHECK(a.owned != nullptr, "cannot allocate %lld bytes", static_cast<long long>(bytes));
+  a.data = a.owned.get();
+  a.bytes = bytes;
+  buffers_.push_back(std::move(a));
+  return Tensor{Buffer{static_cast<uint32_t>(buffers_.size())}, dtype, 0, rows, cols};
+}
+
+void CpuBackend::release(Buffer buffer) {
+  if (!buffer.valid() || buffer.id > buffers_.size()) return;
+  buffers_[buffer.id - 1] = Allocation{};
+}
+
+void CpuBackend::copy_to_device(const Tensor& dst, const void* src) {
+  if (dst.numel() > 0) std::memcpy(ptr<std::byte>(dst), src, static_cast<size_t>(dst.numel() * dtype_bytes(dst.dtype)));
+}
+
+void CpuBackend::copy_to_host(void* dst, const Tensor& src) {
+  if (src.numel() > 0) std::memcpy(dst, ptr<std::byte>(src), static_cast<size_t>(src.numel() * dtype_bytes(src.dtype)));
+}
+
+const void* CpuBackend::host_view(const Tensor& t) const { return ptr<std::byte>(t); }
+
+Tensor CpuBackend::constant(const float* data, int64_t n) {
+  Allocation a;
+  a.data = reinterpret_cast<const std::byte*>(data);
+  a.bytes = n * static_cast<int64_t>(sizeof(float));
+  buffers_.push_back(std::move(a));
+  return Tensor{Buffer{static_cast<uint32_t>(buffers_.size())}, DType::kF32, 0, 1, n};
+}
+
+Result<LoadedWeight> CpuBackend::load_weight(const WeightSource& source) {
+  if (source.matmul ? !matmul_supported(source.type) : !tensor::traits(source.type).supported)
+    return make_error("tensor type " + std::string(tensor::type_name(source.type)) + " is not supported by the CPU " +
+                      (source.matmul ? "matmul" : "row reader"));
+  CpuWeight w;
+  w.type = source.type;
+  w.data = source.data;
+  w.n_in = source.n_in;
+  w.n_out = source.n_out;
+  LoadedWeight loaded;
+  if (source.matmul && packable(source.type, source.n_in, source.n_out)) {
+    w.packed = prepare_weights(source.type, source.data, source.n_in, source.n_out);
+    loaded.copied = true;
+  }
+  weights_.push_back(std::move(w));
+  loaded.handle = WeightHandle{static_cast<uint32_t>(weights_.size()), source.n_in, source.n_out};
+  return loaded;
+}
+
+const CpuBackend::CpuWeight& CpuBackend::weight(WeightHandle w) const {
+  VESPER_CHECK(w.valid() && w.id <= weights_.size(), "unknown weight %u", w.id);
+  return weights_[w.id - 1];
+}
+
+KvHandle CpuBackend::create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind /*kind*/) {
+  caches_.push_back(std::make_unique<KvCache>(spec, num_blocks));
+  return KvHandle{static_cast<uint32_t>(caches_.size())};
+}
+
+void CpuBackend::release_kv(KvHandle kv) {
+  if (kv.valid() && kv.id <= caches_.size()) caches_[kv.id - 1].reset();
+}
+
+KvCache& CpuBackend::cache(KvHandle kv) const {
+  VESPER_CHECK(kv.valid() && kv.id <= caches_.size() && caches_[kv.id - 1] != nullptr, "unknown KV storage %u", kv.id);
+  return *caches_[kv.id - 1];
+}
+
+KvCache& CpuBackend::kv_cache(KvHandle kv) { return cache(kv); }
+
+int64_t CpuBackend::kv_bytes(KvHandle kv) const { return cache(kv).bytes(); }
+
+void CpuBackend::copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src,
+                                std::span<const int32_t> dst) {
+  VESPER_CHECK(src.size() == dst.size(), "%zu sources for %zu destinations", src.size(), dst.size());
+  KvCache& t = cache(to);
+  const KvCache& f = cache(from);
+  for (size_t i = 0; i < src.size(); ++i) t.copy_block_from(f, src[i], dst[i]);
+}
+
+void CpuBackend::get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) {
+  const CpuWeight& w = weight(table);
+  VESPER_CHECK(out.cols == w.n_in && out.rows == ids.numel(), "get_rows: shapes do not match");
+  backend::get_rows(w.type, w.data, w.n_in, ptr<int32_t>(ids), ids.numel(), ptr(out));
+}
+
+void CpuBackend::matmul(WeightHandle handle, const Tensor& x, const Tensor& y) {
+  const CpuWeight& w = weight(handle);
+  VESPER_CHECK(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows, "matmul: shapes do not match");
+  if (!w.packed.empty()) {
+    backend::matmul(w.packed, ptr(x), x.rows, ptr(y), *pool_);
+  } else {
+    backend::matmul(w.type, w.data, w.n_in, w.n_out, ptr(x), x.rows, ptr(y), *pool_);
+  }
+}
+
+void CpuBackend::matmul_group(std::span<const MatmulGroupTarget> targets, const Tensor& x) {
+  VESPER_CHECK(!targets.empty() && targets.size() <= kMaxMatmulGroup, "matmul_group of %zu targets", targets.size());
+  MatmulTarget t[kMaxMatmulGroup];
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const CpuWeight& w = weight(targets[i].weight);
+    VESPER_CHECK(w.n_in == x.cols && targets[i].y.cols == w.n_out && targets[i].y.rows == x.rows,
+                 "matmul_group: shapes do not match");
+    t[i] = MatmulTarget{w.packed.empty() ? nullptr : &w.packed, w.type, w.data, w.n_out, ptr(targets[i].y)};
+  }
+  backend::matmul_group(t, static_cast<int>(targets.size()), x.cols, ptr(x), x.rows, *pool_);
+}
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) {
+  VESPER_CHECK(weight.numel() == x.cols && y.cols == x.cols && y.rows == x.rows, "rms_norm: shapes do not match");
+  backend::rms_norm(ptr(x), ptr(weight), x.cols, x.rows, eps, ptr(y));
+}
+
+void CpuBackend::rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim, float eps) {
+  VESPER_CHECK(weight.numel() == head_dim && x.cols % head_dim == 0, "rms_norm_heads: shapes do not match");
+  backend::rms_norm_heads(ptr(x), ptr(weight), head_dim, x.rows, x.cols / head_dim, eps);
+}
+
+void CpuBackend::add_bias(const Tensor& x, const Tensor& bias) {
+  VESPER_CHECK(bias.numel() == x.cols, "add_bias: shapes do not match");
+  backend::add_bias(ptr(x), ptr(bias), x.cols, x.rows);
+}
+
+void CpuBackend::add(const Tensor& y, const Tensor& x) {
+  VESPER_CHECK(x.numel() == y.numel(), "add: shapes do not match");
+  backend::add_inplace(ptr(y), ptr(x), y.numel());
+}
+
+void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
+  VESPER_CHECK(gate.numel() == up.numel(), "silu_mul: shapes do not match");
+  backend::silu_mul(ptr(gate), ptr(up), gate.numel());
+}
+
+void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim, const Tensor& positions,
+                         const RopeConfig& rope) {
+  VESPER_CHECK(q.rows == k.rows && positions.numel() >= q.rows, "rope_qk: shapes do not match");
+  RopeParams p;
+  p.style = rope.style;
+  p.rope_dims = rope.rope_dims;
+  p.freq_base = rope.freq_base;
+  p.freq_scale = rope.freq_scale;
+  p.freq_factors = rope.freq_factors.buffer.valid() ? ptr(rope.freq_factors) : nullptr;
+  backend::rope_qk(ptr(q), q.cols / head_dim, ptr(k), k.cols / head_dim, q.rows, head_dim, ptr<int32_t>(positions), p);
+}
+
+AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
+  AttentionBatch b;
+  b.num_tokens = in.num_tokens;
+  b.positions = ptr<int32_t>(in.positions);
+  b.token_seq = ptr<int32_t>(in.token_seq);
+  b.slot_mapping = ptr<int64_t>(in.slot_mapping);
+  b.block_tables = ptr<int32_t>(in.block_tables);
+  b.table_offsets = ptr<int32_t>(in.table_offsets);
+  return b;
+}
+
+void CpuBackend::write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k, const Tensor& v) {
+  backend::write_kv(cache(kv), layer, attention_batch(in), ptr(k), ptr(v));
+}
+
+void CpuBackend::paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q,
+                                 int64_t n_heads, float scale, const Tensor& out) {
+  backend::paged_attention(cache(kv), layer, attention_batch(in), ptr(q), n_heads, scale, ptr(out), *pool_);
+}
+
+void CpuBackend::gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) {
+  VESPER_CHECK(src.cols == dst.cols && dst.rows == rows.numel() && src.dtype == dst.dtype,
+               "gather_rows: shapes do not match");
+  const auto row_bytes = static_cast<size_t>(src.cols * dtype_bytes(src.dtype));
+  const int32_t* ids = ptr<int32_t>(rows);
+  const auto* from = ptr<std::byte>(src);
+  auto* to = ptr<std::byte>(dst);
+  for (int64_t i = 0; i < dst.rows; ++i) {
+    VESPER_CHECK(ids[i] >= 0 && ids[i] < src.rows, "gather_rows: row %d of %lld", ids[i],
+                 static_cast<long long>(src.rows));
+    std::memcpy(to + i * row_bytes, from + ids[i] * row_bytes, row_bytes);
+  }
+}
+
+}  // namespace vesper::backend

@@ -1,0 +1,89 @@
+// CpuBackend: the Backend on this machine's CPU. It owns the compute thread pool, picks the
+// instruction set once at start (cpu::selected_isa), and decides how weights are kept: q4_0,
+// q8_0 and k-quant matrices are repacked into interleaved chunks (backend/packed_weights.h),
+// everything else is used in place from the caller's (memory-mapped) data. "Device" memory is
+// host memory, so host-visible buffers cost nothing extra and copies are memcpy; ops run when
+// issued, synchronize() has nothing to wait for.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/kv_cache.h"
+#include "backend/packed_weights.h"
+#include "backend/paged_attention.h"
+#include "core/large_buffer.h"
+#include "core/thread_pool.h"
+
+namespace vesper::backend {
+
+class CpuBackend final : public Backend {
+ public:
+  // `threads` compute threads (0: all hardware threads).
+  explicit CpuBackend(int threads);
+  ~CpuBackend() override;
+
+  ThreadPool& pool() { return *pool_; }
+  // The KV storage behind a handle, for tests that look inside it.
+  KvCache& kv_cache(KvHandle kv);
+
+  std::string describe() const override;
+
+  Tensor allocate(DType dtype, int64_t rows, int64_t cols, MemoryKind kind) override;
+  void release(Buffer buffer) override;
+  void copy_to_device(const Tensor& dst, const void* src) override;
+  void copy_to_host(void* dst, const Tensor& src) override;
+  const void* host_view(const Tensor& t) const override;
+  Tensor constant(const float* data, int64_t n) override;
+
+  Result<LoadedWeight> load_weight(const WeightSource& source) override;
+
+  KvHandle create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind kind) override;
+  void release_kv(KvHandle kv) override;
+  int64_t kv_bytes(KvHandle kv) const override;
+  void copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src, std::span<const int32_t> dst) override;
+
+  void get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) override;
+  void matmul(WeightHandle w, const Tensor& x, const Tensor& y) override;
+  void matmul_group(std::span<const MatmulGroupTarget> targets, const Tensor& x) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) override;
+  void rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim, float eps) override;
+  void add_bias(const Tensor& x, const Tensor& bias) override;
+  void add(const Tensor& y, const Tensor& x) override;
+  void silu_mul(const Tensor& gate, const Tensor& up) override;
+  void rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim, const Tensor& positions,
+               const RopeConfig& rope) override;
+  void write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k, const Tensor& v) override;
+  void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q, int64_t n_heads,
+                       float scale, const Tensor& out) override;
+  void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
+  void synchronize() override {}
+
+ private:
+  struct Allocation {
+    std::unique_ptr<std::byte[], LargeBufferFree> owned;  // null for constants kept in place
+    const std::byte* data = nullptr;
+    int64_t bytes = 0;
+  };
+  struct CpuWeight {
+    tensor::GgmlType type = tensor::GgmlType::kF32;
+    const void* data = nullptr;  // the source, in place (get_rows reads it; matmul too unless packed)
+    int64_t n_in = 0;
+    int64_t n_out = 0;
+    PackedWeights packed;  // empty: matmul reads `data`
+  };
+
+  template <class T = float>
+  T* ptr(const Tensor& t) const;
+  const CpuWeight& weight(WeightHandle w) const;
+  KvCache& cache(KvHandle kv) const;
+  AttentionBatch attention_batch(const AttentionInputs& in) const;
+
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<Allocation> buffers_;                // index id - 1; released entries are empty
+  std::vector<CpuWeight> weights_;                 // index id - 1
+  std::vector<std::unique_ptr<KvCache>> caches_;   // index id - 1
+};
+
+}  // namespace vesper::backend

@@ -1,0 +1,170 @@
+#include "sched/scheduler_output.h"
+
+#include "core/byte_stream.h"
+
+namespace vesper::sched {
+namespace {
+
+constexpr uint64_t kMagic = 0x56535031;  // "VSP1": the format's version
+
+#define VESPER_READ(var, expr)             \
+  auto var##_result = (expr);              \
+  if (!var##_result) return var##_result.error(); \
+  const auto var = *var##_result
+
+Status read_mappings(ByteReader& r, std::vector<kv::SwapMapping>& out) {
+  std::vector<int32_t> flat;
+  VESPER_TRY(r.ints(flat));
+  if (flat.size() % 2 != 0) return make_error("an odd number of swap mapping ids");
+  for (size_t i = 0; i < flat.size(); i += 2) out.push_back({flat[i], flat[i + 1]});
+  return {};
+}
+
+void write_mappings(ByteWriter& w, const std::vector<kv::SwapMapping>& m) {
+  std::vector<int32_t> flat;
+  flat.reserve(m.size() * 2);
+  for (const auto& x : m) {
+    flat.push_back(x.device);
+    flat.push_back(x.host);
+  }
+  w.ints<int32_t>(flat);
+}
+
+}  // namespace
+
+std::vector<uint8_t> SchedulerOutput::serialize() const {
+  ByteWriter w;
+  w.u64(kMagic);
+  w.ints<SeqId>(dropped);
+  w.u64(new_sequences.size());
+  for (const auto& n : new_sequences) {
+    w.i64(n.id);
+    w.ints<int32_t>(n.token_ids);
+    w.ints<kv::BlockId>(n.block_table);
+  }
+  w.u64(cached_sequences.size());
+  for (const auto& c : cached_sequences) {
+    w.i64(c.id);
+    w.ints<int32_t>(c.new_token_ids);
+    w.i64(c.num_blocks);
+    std::vector<int32_t> replaced;
+    for (const auto& e : c.replaced_blocks) {
+      replaced.push_back(e.index);
+      replaced.push_back(e.block);
+    }
+    w.ints<int32_t>(replaced);
+    w.ints<kv::BlockId>(c.new_block_ids);
+  }
+  write_mappings(w, swap_out);
+  write_mappings(w, swap_in);
+  std::vector<int32_t> copies;
+  for (const auto& c : block_copies) {
+    copies.push_back(c.src);
+    copies.push_back(c.dst);
+  }
+  w.ints<int32_t>(copies);
+  w.u64(scheduled.size());
+  for (const auto& s : scheduled) {
+    w.i64(s.id);
+    w.i64(s.start);
+    w.i64(s.num_new_tokens);
+    w.i64(s.num_spec_tokens);
+    w.i64(s.num_logits_rows);
+    w.ints<int32_t>(s.spec_token_ids);
+  }
+  w.ints<SeqId>(preempted);
+  w.i64(num_batched_tokens);
+  return w.take();
+}
+
+Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> bytes) {
+  ByteReader r(bytes);
+  SchedulerOutput out;
+  VESPER_READ(magic, r.u64());
+  if (magic != kMagic) return make_error("not a step plan (or another version of the format)");
+  VESPER_TRY(r.ints(out.dropped));
+  VESPER_READ(num_new, r.count());
+  out.new_sequences.resize(num_new);
+  for (auto& n : out.new_sequences) {
+    VESPER_READ(id, r.i64());
+    n.id = id;
+    VESPER_TRY(r.ints(n.token_ids));
+    VESPER_TRY(r.ints(n.block_table));
+  }
+  VESPER_READ(num_cached, r.count());
+  out.cached_sequences.resize(num_cached);
+  for (auto& c : out.cached_sequences) {
+    VESPER_READ(id, r.i64());
+    c.id = id;
+    VESPER_TRY(r.ints(c.new_token_ids));
+    VESPER_READ(num_blocks, r.i64());
+    c.num_blocks = num_blocks;
+    std::vector<int32_t> replaced;
+    VESPER_TRY(r.ints(replaced));
+    if (replaced.size() % 2 != 0) return make_error("an odd number of replaced block ids");
+    for (size_t i = 0; i < replaced.size(); i += 2) c.replaced_blocks.push_back({replaced[i], replaced[i + 1]});
+    VESPER_TRY(r.ints(c.new_block_ids));
+    if (c.num_blocks < static_cast<int64_t>(c.new_block_ids.size()))
+      return make_error("a table of " + std::to_string(c.num_blocks) + " blocks with " +
+                        std::to_string(c.new_block_ids.size()) + " new ones");
+  }
+  VESPER_TRY(read_mappings(r, out.swap_out));
+  VESPER_TRY(read_mappings(r, out.swap_in));
+  std::vector<int32_t> copies;
+  VESPER_TRY(r.ints(copies));
+  if (copies.size() % 2 != 0) return make_error("an odd number of block copy ids");
+  for (size_t i = 0; i < copies.size(); i += 2) out.block_copies.push_back({copies[i], copies[i + 1]});
+  VESPER_READ(num_scheduled, r.count());
+  out.scheduled.resize(num_scheduled);
+  for (auto& s : out.scheduled) {
+    VESPER_READ(id, r.i64());
+    VESPER_READ(start, r.i64());
+    VESPER_READ(num_new_tokens, r.i64());
+    VESPER_READ(num_spec, r.i64());
+    VESPER_READ(num_logits, r.i64());
+    s.id = id;
+    s.start = start;
+    s.num_new_tokens = num_new_tokens;
+    s.num_spec_tokens = num_spec;
+    s.num_logits_rows = num_logits;
+    VESPER_TRY(r.ints(s.spec_token_ids));
+    if (start < 0 || num_new_tokens < 0 || num_spec < 0 || num_spec > num_new_tokens ||
+        static_cast<int64_t>(s.spec_token_ids.size()) != num_spec || num_logits < 0 || num_logits > num_new_tokens)
+      return make_error("inconsistent scheduled entry for sequence " + std::to_string(id));
+  }
+  VESPER_TRY(r.ints(out.preempted));
+  VESPER_READ(batched, r.i64());
+  out.num_batched_tokens = batched;
+  if (!r.done()) return make_error(std::to_string(bytes.size() - r.offset()) + " bytes left after the plan");
+  return out;
+}
+
+bool operator==(const NewSequenceData& a, const NewSequenceData& b) {
+  return a.id == b.id && a.token_ids == b.token_ids && a.block_table == b.block_table;
+}
+bool operator==(const BlockTableEntry& a, const BlockTableEntry& b) { return a.index == b.index && a.block == b.block; }
+bool operator==(const CachedSequenceData& a, const CachedSequenceData& b) {
+  return a.id == b.id && a.new_token_ids == b.new_token_ids && a.num_blocks == b.num_blocks &&
+         a.replaced_blocks == b.replaced_blocks && a.new_block_ids == b.new_block_ids;
+}
+bool operator==(const ScheduledSequence& a, const ScheduledSequence& b) {
+  return a.id == b.id && a.start == b.start && a.num_new_tokens == b.num_new_tokens &&
+         a.num_spec_tokens == b.num_spec_tokens && a.num_logits_rows == b.num_logits_rows &&
+         a.spec_token_ids == b.spec_token_ids;
+}
+static bool same_mappings(const std::vector<kv::SwapMapping>& a, const std::vector<kv::SwapMapping>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].device != b[i].device || a[i].host != b[i].host) return false;
+  return true;
+}
+bool operator==(const SchedulerOutput& a, const SchedulerOutput& b) {
+  if (a.block_copies.size() != b.block_copies.size()) return false;
+  for (size_t i = 0; i < a.block_copies.size(); ++i)
+    if (a.block_copies[i].src != b.block_copies[i].src || a.block_copies[i].dst != b.block_copies[i].dst) return false;
+  return a.dropped == b.dropped && a.new_sequences == b.new_sequences && a.cached_sequences == b.cached_sequences &&
+         same_mappings(a.swap_out, b.swap_out) && same_mappings(a.swap_in, b.swap_in) && a.scheduled == b.scheduled &&
+         a.preempted == b.preempted && a.num_batched_tokens == b.num_batched_tokens;
+}
+
+}  // namespace vesper::sched
