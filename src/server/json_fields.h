@@ -27,6 +27,8 @@ class JsonFields {
   // `object` is the JSON value whose fields are read (a non-object has no fields); `path` is its
   // place in the request ("" for the body, "response_format", "messages[0]"), used in messages.
   explicit JsonFields(const nlohmann::json& object, std::string path = "");
+  // The fields are read from `object` in place: it must outlive the accessor.
+  JsonFields(nlohmann::json&& object, std::string path = "") = delete;
 
   // The full name of field `key` as messages show it.
   std::string name(std::string_view key) const;

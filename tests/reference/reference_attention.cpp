@@ -31,6 +31,42 @@ std::vector<double> attention(const float* q, int64_t n_heads, int64_t n_kv_head
   return out;
 }
 
+std::vector<std::vector<double>> batch_attention(const model::ForwardBatch& batch, int64_t block_size,
+                                                 const std::function<const float*(int64_t)>& key,
+                                                 const std::function<const float*(int64_t)>& value,
+                                                 const float* q, int64_t n_heads, int64_t n_kv_heads,
+                                                 int64_t head_dim, double scale) {
+  std::vector<std::vector<double>> out;
+  for (int64_t r = 0; r < batch.num_tokens(); ++r) {
+    const int32_t s = batch.token_seq[r];
+    const int32_t first = batch.query_start[s];
+    const int32_t* table = batch.block_tables.data() + batch.table_offsets[s];
+    auto slot_of = [&](int64_t pos) { return int64_t{table[pos / block_size]} * block_size + pos % block_size; };
+    std::vector<const float*> keys, values;
+    const bool tree = batch.has_trees() && batch.tree_parents[r] != model::kNoTree;
+    // The context: every position before the sequence's first row (tree), or before this row.
+    const int64_t context = tree ? batch.positions[first] : batch.positions[r];
+    for (int64_t p = 0; p < context; ++p) {
+      keys.push_back(key(slot_of(p)));
+      values.push_back(value(slot_of(p)));
+    }
+    if (tree) {
+      // The path from the root to this row, root first.
+      std::vector<int64_t> path;
+      for (int64_t node = r - first; node >= 0; node = batch.tree_parents[first + node]) path.push_back(first + node);
+      for (auto it = path.rbegin(); it != path.rend(); ++it) {
+        keys.push_back(key(batch.slot_mapping[*it]));
+        values.push_back(value(batch.slot_mapping[*it]));
+      }
+    } else {
+      keys.push_back(key(slot_of(batch.positions[r])));
+      values.push_back(value(slot_of(batch.positions[r])));
+    }
+    out.push_back(attention(q + r * n_heads * head_dim, n_heads, n_kv_heads, head_dim, keys, values, scale));
+  }
+  return out;
+}
+
 std::vector<double> rms_norm(const float* x, const float* weight, int64_t n, double eps) {
   double ss = 0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];

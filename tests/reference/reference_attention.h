@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <functional>
+
 #include "backend/ops.h"
+#include "model/forward_batch.h"
 
 namespace vesper::reference {
 
@@ -16,6 +19,18 @@ namespace vesper::reference {
 std::vector<double> attention(const float* q, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
                               const std::vector<const float*>& keys,
                               const std::vector<const float*>& values, double scale);
+
+// Attention of every row of a ForwardBatch over K/V kept per cache slot (`key(slot)`,
+// `value(slot)`: n_kv_heads x head_dim floats each), as the batch describes it: a row attends to
+// its sequence's positions 0..its own (through the block table), or, for a sequence with a tree
+// description, to the positions before the sequence's first row and to the rows on its path from
+// the root (through their own slots). q holds each row's n_heads x head_dim values. Returns one
+// n_heads x head_dim vector per row.
+std::vector<std::vector<double>> batch_attention(const model::ForwardBatch& batch, int64_t block_size,
+                                                 const std::function<const float*(int64_t)>& key,
+                                                 const std::function<const float*(int64_t)>& value,
+                                                 const float* q, int64_t n_heads, int64_t n_kv_heads,
+                                                 int64_t head_dim, double scale);
 
 // y = x / sqrt(mean(x^2) + eps) * weight, one row of n.
 std::vector<double> rms_norm(const float* x, const float* weight, int64_t n, double eps);

@@ -87,7 +87,8 @@ TEST(JsonFields, WrongTypesAndNullsNameTheFieldByItsPath) {
   EXPECT_FALSE(f.object("absent", obj));
   EXPECT_EQ(obj, nullptr);
   // A non-object has no fields.
-  const JsonFields none(json(5));
+  const json five = 5;
+  const JsonFields none(five);
   EXPECT_FALSE(none.has("x"));
   EXPECT_TRUE(none.require_string("x", s));
 }

@@ -1,0 +1,144 @@
+// The step plan travels: every plan a scheduler makes is serialized to bytes, and a second
+// ModelRunner (its own backend, model and KV storage, and no scheduler: it sees nothing but the
+// bytes) runs each step from the deserialized copy. Its logits must equal, bit for bit, those of
+// the runner that got the plan itself, through prefill chunks, decodes, forks (copy-on-write),
+// preemption by swap (swap-outs and swap-ins) and prefix-cache hits. Corrupt bytes are errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/cpu_backend.h"
+#include "engine/engine_test_util.h"
+#include "engine/model_runner.h"
+#include "sample/sampler.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace vesper::engine {
+namespace {
+
+struct Side {
+  std::unique_ptr<backend::CpuBackend> backend;
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+Side make_side(int64_t blocks, int64_t swap_blocks, int64_t block_size) {
+  Side s;
+  s.backend = std::make_unique<backend::CpuBackend>(2);
+  auto m = model::Model::load(testing_util::kStoriesLong, *s.backend);
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  s.model = std::move(*m);
+  s.runner = std::make_unique<ModelRunner>(*s.model, blocks, swap_blocks, block_size);
+  return s;
+}
+
+TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
+  constexpr int64_t kBlockSize = 8, kBlocks = 24, kSwapBlocks = 64;  // 192 tokens: preempts often
+  Side local = make_side(kBlocks, kSwapBlocks, kBlockSize);
+  Side remote = make_side(kBlocks, kSwapBlocks, kBlockSize);
+  auto tok = tokenizer::Tokenizer::from_gguf(local.model->file());
+  ASSERT_TRUE(tok.ok());
+
+  kv::KvCacheManager kv(kBlocks, kSwapBlocks, kBlockSize, /*enable_prefix_caching=*/true);
+  sched::SchedulerConfig cfg;
+  cfg.max_num_batched_tokens = 40;
+  cfg.max_num_seqs = 6;
+  cfg.max_model_len = 128;
+  cfg.preemption_mode = sched::PreemptionMode::kSwap;
+  sched::Scheduler sched(cfg, kv);
+
+  const auto prompts = testing_util::varied_prompts(10);
+  sched::SeqId next_id = 1;
+  std::map<sched::SeqId, int64_t> budget;  // tokens each sequence still generates
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    sched::Sequence seq;
+    seq.id = next_id++;
+    // Every other prompt twice, so that prefix-cache hits happen.
+    seq.tokens = tok->encode(prompts[i / 2 * 2], true, false);
+    seq.num_prompt_tokens = seq.num_tokens();
+    seq.max_total_tokens = seq.num_tokens() + 20;
+    seq.arrival = static_cast<int64_t>(i);
+    ASSERT_TRUE(sched.add(seq).ok());
+    budget[seq.id] = 20;
+  }
+
+  int64_t steps = 0, forks = 0, swaps = 0, copies = 0, compared_rows = 0;
+  while (sched.has_unfinished()) {
+    ASSERT_LT(++steps, 2000);
+    const sched::SchedulerOutput plan = sched.schedule();
+    if (plan.empty()) continue;
+    const std::vector<uint8_t> bytes = plan.serialize();
+    ASSERT_TRUE(local.runner->execute(plan).ok());
+    // The other side knows nothing but the bytes.
+    auto copy = sched::SchedulerOutput::deserialize(bytes);
+    ASSERT_TRUE(copy.ok()) << copy.error().message;
+    const Status ran = remote.runner->execute(*copy);
+    ASSERT_TRUE(ran.ok()) << ran.error().message;
+    swaps += static_cast<int64_t>(plan.swap_out.size() + plan.swap_in.size());
+    copies += static_cast<int64_t>(plan.block_copies.size());
+
+    for (size_t i = 0; i < plan.scheduled.size(); ++i) {
+      const sched::ScheduledSequence& s = plan.scheduled[i];
+      if (!s.samples()) continue;
+      const int32_t row = local.runner->first_logits_row()[i];
+      ASSERT_EQ(remote.runner->first_logits_row()[i], row);
+      const auto a = local.runner->logits_row(row), b = remote.runner->logits_row(row);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "step " << steps << " seq " << s.id;
+      ++compared_rows;
+      const int32_t token = sample::argmax(a);
+      // The first sample of every third sequence forks a sibling (n = 2): copy-on-write later.
+      const sched::Sequence* seq = sched.find(s.id);
+      if (seq->num_tokens() == seq->num_prompt_tokens && s.id % 3 == 0 && s.id < 100) {
+        const sched::SeqId child = 100 + s.id;
+        sched.fork(s.id, child);
+        budget[child] = budget[s.id];
+        sched.append_token(child, token);
+        if (--budget[child] == 0) sched.remove(child);
+        ++forks;
+      }
+      sched.append_token(s.id, token);
+      if (--budget[s.id] == 0) sched.remove(s.id);
+    }
+    sched.check_invariants();
+  }
+  EXPECT_GT(compared_rows, 200);
+  EXPECT_GT(forks, 0);
+  EXPECT_GT(swaps, 0) << "the workload was meant to preempt by swap";
+  EXPECT_GT(copies, 0) << "the workload was meant to copy on write";
+  EXPECT_GT(sched.stats().prefix_cache_hits, 0);
+  EXPECT_EQ(kv.device_pool().num_used(), 0);
+}
+
+TEST(StepPlan, CorruptOrTruncatedBytesAreErrorsNotCrashes) {
+  sched::SchedulerOutput plan;
+  plan.new_sequences.push_back({7, {1, 2, 3, 4, 5}, {3, 9}});
+  plan.cached_sequences.push_back({8, {42}, 3, {{1, 11}}, {12}});
+  plan.swap_out.push_back({4, 5});
+  plan.block_copies.push_back({1, 2});
+  plan.scheduled.push_back({7, 0, 5, 0, 1, {}});
+  plan.scheduled.push_back({8, 9, 3, 2, 3, {100, 101}});
+  plan.dropped = {3};
+  plan.preempted = {3};
+  plan.num_batched_tokens = 8;
+  const std::vector<uint8_t> bytes = plan.serialize();
+  auto same = sched::SchedulerOutput::deserialize(bytes);
+  ASSERT_TRUE(same.ok()) << same.error().message;
+  EXPECT_TRUE(*same == plan);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto cut = sched::SchedulerOutput::deserialize(std::span<const uint8_t>(bytes.data(), n));
+    EXPECT_FALSE(cut.ok()) << "a plan cut at byte " << n << " was accepted";
+  }
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<uint8_t> bad = bytes;
+    bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    (void)sched::SchedulerOutput::deserialize(bad);  // an error or another valid plan, never a crash
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  EXPECT_FALSE(sched::SchedulerOutput::deserialize(longer).ok());
+}
+
+}  // namespace
+}  // namespace vesper::engine
