@@ -6,6 +6,15 @@ namespace vesper::server {
 
 using nlohmann::json;
 
+namespace {
+// vLLM's stop_reason: the stop string or stop token id that ended the choice, else null.
+void set_stop_reason(json& choice, const engine::CompletionOutput& c) {
+  if (c.stop_string) choice["stop_reason"] = *c.stop_string;
+  else if (c.stop_token) choice["stop_reason"] = *c.stop_token;
+  else choice["stop_reason"] = nullptr;
+}
+}  // namespace
+
 GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64_t created,
                              bool stream, bool include_usage, bool echo,
                              const sample::SamplingParams& params, std::vector<JobPrompt> prompts,
@@ -119,12 +128,7 @@ void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& 
       if (c.finished()) {
         finish_sent_[index] = true;
         choice["finish_reason"] = *c.finish_reason;
-        if (c.stop_string)
-          choice["stop_reason"] = *c.stop_string;
-        else if (c.stop_token)
-          choice["stop_reason"] = *c.stop_token;
-        else
-          choice["stop_reason"] = nullptr;
+        set_stop_reason(choice, c);
       }
       choices.push_back(std::move(choice));
     }
@@ -157,12 +161,7 @@ void GenerationJob::finish() {
       json choice = {{"index", index},
                      {"finish_reason", c.finish_reason.value_or("stop")},
                      {"logprobs", nullptr}};
-      if (c.stop_string)
-        choice["stop_reason"] = *c.stop_string;
-      else if (c.stop_token)
-        choice["stop_reason"] = *c.stop_token;
-      else
-        choice["stop_reason"] = nullptr;
+      set_stop_reason(choice, c);
       if (kind_ == Kind::kChat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
         if (params_.logprobs >= 0)

@@ -19,13 +19,7 @@ namespace {
 using testing_util::make_engine;
 using testing_util::stories_config;
 
-sample::SamplingParams greedy(int64_t max_tokens) {
-  sample::SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using testing_util::greedy;
 
 // Collects one request's outputs; wait() blocks until its last output or its error.
 struct Collector {

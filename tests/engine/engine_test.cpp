@@ -18,13 +18,7 @@ using testing_util::stories_config;
 
 std::vector<int32_t> encode(Engine& e, const std::string& text) { return e.tokenizer().encode(text, true, false); }
 
-sample::SamplingParams greedy(int64_t max_tokens) {
-  sample::SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using testing_util::greedy;
 
 TEST(Engine, ParallelSamplesShareThePromptBlocks) {
   auto e = make_engine(stories_config());

@@ -76,12 +76,18 @@ struct RunResult {
   engine::EngineStats stats;
 };
 
-// Greedy, EOS ignored, with logprobs so that comparing them compares logits bit for bit.
-inline sample::SamplingParams greedy_params(int64_t max_tokens = 48) {
+// Greedy with EOS ignored, so that a request generates exactly max_tokens.
+inline sample::SamplingParams greedy(int64_t max_tokens) {
   sample::SamplingParams p;
   p.temperature = 0;
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
+  return p;
+}
+
+// The same with logprobs, so that comparing them compares logits bit for bit.
+inline sample::SamplingParams greedy_params(int64_t max_tokens = 48) {
+  sample::SamplingParams p = greedy(max_tokens);
   p.logprobs = 2;
   return p;
 }

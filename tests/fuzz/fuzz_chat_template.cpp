@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat_template/test_helpers.h"
 #include "core/check.h"
 #include "fuzz_util.h"
 #include "tokenizer/chat_template.h"
@@ -288,17 +289,6 @@ bool fill_from_json(const std::string& text, ChatTemplateInputs& in) {
   return true;
 }
 
-std::tm fixed_now() {
-  std::tm t{};
-  t.tm_year = 2024 - 1900;
-  t.tm_mon = 6;
-  t.tm_mday = 26;
-  t.tm_hour = 12;
-  t.tm_min = 30;
-  t.tm_wday = 5;
-  t.tm_yday = 207;
-  return t;
-}
 
 }  // namespace
 }  // namespace vesper::tokenizer
@@ -318,7 +308,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.flatten_content_parts = (flags & 8) == 0;
   in.bos_token = "<s>";
   in.eos_token = "</s>";
-  in.now = fixed_now();
+  in.now = test::fixed_now();  // the chat template tests' date: renders are reproducible
   // Smaller than the defaults so that one input stays fast; the limits are still exercised.
   in.limits.max_output_bytes = size_t{1} << 20;
   in.limits.max_collection_items = size_t{1} << 16;
