@@ -104,9 +104,14 @@ std::string_view isa_name(Isa isa) {
 namespace {
 
 // F16C from CPUID leaf 1 directly: clang before 16 rejects "f16c" in __builtin_cpu_supports.
+// Read once: CPUID is serializing, and in a virtual machine each one traps to the hypervisor
+// (microseconds), while kernels ask isa_available on every call.
 bool cpu_has_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
+  return has;
 }
 
 }  // namespace
