@@ -49,9 +49,13 @@ struct Tensor {
 
   int64_t numel() const { return rows * cols; }
   // Rows [first, first + count) of this view.
-  Tensor rows_view(int64_t first, int64_t count) const { return {buffer, dtype, offset + first * cols, count, cols}; }
+  Tensor rows_view(int64_t first, int64_t count) const {
+    return {buffer, dtype, offset + first * cols, count, cols};
+  }
   // The same elements seen as rows of `new_cols` (numel must divide).
-  Tensor reshaped(int64_t new_cols) const { return {buffer, dtype, offset, numel() / new_cols, new_cols}; }
+  Tensor reshaped(int64_t new_cols) const {
+    return {buffer, dtype, offset, numel() / new_cols, new_cols};
+  }
 };
 
 // A weight matrix (n_out rows of n_in) as the backend keeps it.
@@ -157,7 +161,8 @@ class Backend {
   // y = rmsnorm(x) * weight, row by row (x and y may be the same view).
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) = 0;
   // Per-head RMSNorm in place: each head_dim run of x's rows, scaled by weight [head_dim].
-  virtual void rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim, float eps) = 0;
+  virtual void rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim,
+                              float eps) = 0;
   // x[r] += bias for each row.
   virtual void add_bias(const Tensor& x, const Tensor& bias) = 0;
   // y += x elementwise.
@@ -169,10 +174,12 @@ class Backend {
   virtual void rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim, const Tensor& positions,
                        const RopeConfig& rope) = 0;
   // Stores each token's k and v rows into its slot of layer `layer`.
-  virtual void write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k, const Tensor& v) = 0;
+  virtual void write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k,
+                        const Tensor& v) = 0;
   // out = softmax(scale * q K^T) V over each token's context (causal, paged).
-  virtual void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q,
-                               int64_t n_heads, float scale, const Tensor& out) = 0;
+  virtual void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in,
+                               const Tensor& q, int64_t n_heads, float scale,
+                               const Tensor& out) = 0;
   // dst[i] = src[rows[i]] (rows: int32).
   virtual void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) = 0;
 

@@ -12,8 +12,10 @@ namespace vesper::backend {
 int64_t dtype_bytes(DType dtype) {
   switch (dtype) {
     case DType::kF32:
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
   }
   return 0;
 }
@@ -24,23 +26,26 @@ CpuBackend::CpuBackend(int threads)
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::describe() const {
-  return "cpu (" + std::string(cpu::isa_name(cpu::selected_isa())) + ", " + std::to_string(pool_->num_threads()) +
-         " threads)";
+  return "cpu (" + std::string(cpu::isa_name(cpu::selected_isa())) + ", " +
+         std::to_string(pool_->num_threads()) + " threads)";
 }
 
 template <class T>
 T* CpuBackend::ptr(const Tensor& t) const {
-  VESPER_CHECK(t.buffer.valid() && t.buffer.id <= buffers_.size(), "tensor of an unknown buffer %u", t.buffer.id);
+  VESPER_CHECK(t.buffer.valid() && t.buffer.id <= buffers_.size(), "tensor of an unknown buffer %u",
+               t.buffer.id);
   const Allocation& a = buffers_[t.buffer.id - 1];
   VESPER_CHECK(a.data != nullptr, "tensor of a released buffer %u", t.buffer.id);
   const int64_t end = (t.offset + t.numel()) * dtype_bytes(t.dtype);
-  VESPER_CHECK(t.offset >= 0 && end <= a.bytes, "tensor [%lld, %lld) bytes outside buffer %u of %lld bytes",
-               static_cast<long long>(t.offset * dtype_bytes(t.dtype)), static_cast<long long>(end), t.buffer.id,
-               static_cast<long long>(a.bytes));
+  VESPER_CHECK(t.offset >= 0 && end <= a.bytes,
+               "tensor [%lld, %lld) bytes outside buffer %u of %lld bytes",
+               static_cast<long long>(t.offset * dtype_bytes(t.dtype)), static_cast<long long>(end),
+               t.buffer.id, static_cast<long long>(a.bytes));
   return reinterpret_cast<T*>(const_cast<std::byte*>(a.data) + t.offset * dtype_bytes(t.dtype));
 }
 
-Tensor CpuBackend::allocate(DType dtype, int64_t rows, int64_t cols, MemoryKind /*kind: all host memory*/) {
+Tensor CpuBackend::allocate(DType dtype, int64_t rows, int64_t cols,
+                            MemoryKind /*kind: all host memory*/) {
   const int64_t bytes = std::max<int64_t>(rows * cols * dtype_bytes(dtype), 1);
   Allocation a;
   a.owned = allocate_large_buffer(static_cast<size_t>(bytes));
@@ -57,14 +62,20 @@ void CpuBackend::release(Buffer buffer) {
 }
 
 void CpuBackend::copy_to_device(const Tensor& dst, const void* src) {
-  if (dst.numel() > 0) std::memcpy(ptr<std::byte>(dst), src, static_cast<size_t>(dst.numel() * dtype_bytes(dst.dtype)));
+  if (dst.numel() > 0)
+    std::memcpy(ptr<std::byte>(dst), src,
+                static_cast<size_t>(dst.numel() * dtype_bytes(dst.dtype)));
 }
 
 void CpuBackend::copy_to_host(void* dst, const Tensor& src) {
-  if (src.numel() > 0) std::memcpy(dst, ptr<std::byte>(src), static_cast<size_t>(src.numel() * dtype_bytes(src.dtype)));
+  if (src.numel() > 0)
+    std::memcpy(dst, ptr<std::byte>(src),
+                static_cast<size_t>(src.numel() * dtype_bytes(src.dtype)));
 }
 
-const void* CpuBackend::host_view(const Tensor& t) const { return ptr<std::byte>(t); }
+const void* CpuBackend::host_view(const Tensor& t) const {
+  return ptr<std::byte>(t);
+}
 
 Tensor CpuBackend::constant(const float* data, int64_t n) {
   Allocation a;
@@ -76,8 +87,8 @@ Tensor CpuBackend::constant(const float* data, int64_t n) {
 
 Result<LoadedWeight> CpuBackend::load_weight(const WeightSource& source) {
   if (source.matmul ? !matmul_supported(source.type) : !tensor::traits(source.type).supported)
-    return make_error("tensor type " + std::string(tensor::type_name(source.type)) + " is not supported by the CPU " +
-                      (source.matmul ? "matmul" : "row reader"));
+    return make_error("tensor type " + std::string(tensor::type_name(source.type)) +
+                      " is not supported by the CPU " + (source.matmul ? "matmul" : "row reader"));
   CpuWeight w;
   w.type = source.type;
   w.data = source.data;
@@ -108,17 +119,23 @@ void CpuBackend::release_kv(KvHandle kv) {
 }
 
 KvCache& CpuBackend::cache(KvHandle kv) const {
-  VESPER_CHECK(kv.valid() && kv.id <= caches_.size() && caches_[kv.id - 1] != nullptr, "unknown KV storage %u", kv.id);
+  VESPER_CHECK(kv.valid() && kv.id <= caches_.size() && caches_[kv.id - 1] != nullptr,
+               "unknown KV storage %u", kv.id);
   return *caches_[kv.id - 1];
 }
 
-KvCache& CpuBackend::kv_cache(KvHandle kv) { return cache(kv); }
+KvCache& CpuBackend::kv_cache(KvHandle kv) {
+  return cache(kv);
+}
 
-int64_t CpuBackend::kv_bytes(KvHandle kv) const { return cache(kv).bytes(); }
+int64_t CpuBackend::kv_bytes(KvHandle kv) const {
+  return cache(kv).bytes();
+}
 
 void CpuBackend::copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src,
                                 std::span<const int32_t> dst) {
-  VESPER_CHECK(src.size() == dst.size(), "%zu sources for %zu destinations", src.size(), dst.size());
+  VESPER_CHECK(src.size() == dst.size(), "%zu sources for %zu destinations", src.size(),
+               dst.size());
   KvCache& t = cache(to);
   const KvCache& f = cache(from);
   for (size_t i = 0; i < src.size(); ++i) t.copy_block_from(f, src[i], dst[i]);
@@ -132,7 +149,8 @@ void CpuBackend::get_rows(WeightHandle table, const Tensor& ids, const Tensor& o
 
 void CpuBackend::matmul(WeightHandle handle, const Tensor& x, const Tensor& y) {
   const CpuWeight& w = weight(handle);
-  VESPER_CHECK(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows, "matmul: shapes do not match");
+  VESPER_CHECK(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows,
+               "matmul: shapes do not match");
   if (!w.packed.empty()) {
     backend::matmul(w.packed, ptr(x), x.rows, ptr(y), *pool_);
   } else {
@@ -141,24 +159,29 @@ void CpuBackend::matmul(WeightHandle handle, const Tensor& x, const Tensor& y) {
 }
 
 void CpuBackend::matmul_group(std::span<const MatmulGroupTarget> targets, const Tensor& x) {
-  VESPER_CHECK(!targets.empty() && targets.size() <= kMaxMatmulGroup, "matmul_group of %zu targets", targets.size());
+  VESPER_CHECK(!targets.empty() && targets.size() <= kMaxMatmulGroup, "matmul_group of %zu targets",
+               targets.size());
   MatmulTarget t[kMaxMatmulGroup];
   for (size_t i = 0; i < targets.size(); ++i) {
     const CpuWeight& w = weight(targets[i].weight);
     VESPER_CHECK(w.n_in == x.cols && targets[i].y.cols == w.n_out && targets[i].y.rows == x.rows,
                  "matmul_group: shapes do not match");
-    t[i] = MatmulTarget{w.packed.empty() ? nullptr : &w.packed, w.type, w.data, w.n_out, ptr(targets[i].y)};
+    t[i] = MatmulTarget{w.packed.empty() ? nullptr : &w.packed, w.type, w.data, w.n_out,
+                        ptr(targets[i].y)};
   }
   backend::matmul_group(t, static_cast<int>(targets.size()), x.cols, ptr(x), x.rows, *pool_);
 }
 
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) {
-  VESPER_CHECK(weight.numel() == x.cols && y.cols == x.cols && y.rows == x.rows, "rms_norm: shapes do not match");
+  VESPER_CHECK(weight.numel() == x.cols && y.cols == x.cols && y.rows == x.rows,
+               "rms_norm: shapes do not match");
   backend::rms_norm(ptr(x), ptr(weight), x.cols, x.rows, eps, ptr(y));
 }
 
-void CpuBackend::rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim, float eps) {
-  VESPER_CHECK(weight.numel() == head_dim && x.cols % head_dim == 0, "rms_norm_heads: shapes do not match");
+void CpuBackend::rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim,
+                                float eps) {
+  VESPER_CHECK(weight.numel() == head_dim && x.cols % head_dim == 0,
+               "rms_norm_heads: shapes do not match");
   backend::rms_norm_heads(ptr(x), ptr(weight), head_dim, x.rows, x.cols / head_dim, eps);
 }
 
@@ -177,8 +200,8 @@ void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
   backend::silu_mul(ptr(gate), ptr(up), gate.numel());
 }
 
-void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim, const Tensor& positions,
-                         const RopeConfig& rope) {
+void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim,
+                         const Tensor& positions, const RopeConfig& rope) {
   VESPER_CHECK(q.rows == k.rows && positions.numel() >= q.rows, "rope_qk: shapes do not match");
   RopeParams p;
   p.style = rope.style;
@@ -186,7 +209,8 @@ void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim, con
   p.freq_base = rope.freq_base;
   p.freq_scale = rope.freq_scale;
   p.freq_factors = rope.freq_factors.buffer.valid() ? ptr(rope.freq_factors) : nullptr;
-  backend::rope_qk(ptr(q), q.cols / head_dim, ptr(k), k.cols / head_dim, q.rows, head_dim, ptr<int32_t>(positions), p);
+  backend::rope_qk(ptr(q), q.cols / head_dim, ptr(k), k.cols / head_dim, q.rows, head_dim,
+                   ptr<int32_t>(positions), p);
 }
 
 AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
@@ -200,13 +224,15 @@ AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
   return b;
 }
 
-void CpuBackend::write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k, const Tensor& v) {
+void CpuBackend::write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k,
+                          const Tensor& v) {
   backend::write_kv(cache(kv), layer, attention_batch(in), ptr(k), ptr(v));
 }
 
-void CpuBackend::paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q,
-                                 int64_t n_heads, float scale, const Tensor& out) {
-  backend::paged_attention(cache(kv), layer, attention_batch(in), ptr(q), n_heads, scale, ptr(out), *pool_);
+void CpuBackend::paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in,
+                                 const Tensor& q, int64_t n_heads, float scale, const Tensor& out) {
+  backend::paged_attention(cache(kv), layer, attention_batch(in), ptr(q), n_heads, scale, ptr(out),
+                           *pool_);
 }
 
 void CpuBackend::gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) {

@@ -42,7 +42,8 @@ class CpuBackend final : public Backend {
   KvHandle create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind kind) override;
   void release_kv(KvHandle kv) override;
   int64_t kv_bytes(KvHandle kv) const override;
-  void copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src, std::span<const int32_t> dst) override;
+  void copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src,
+                      std::span<const int32_t> dst) override;
 
   void get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) override;
   void matmul(WeightHandle w, const Tensor& x, const Tensor& y) override;
@@ -54,9 +55,10 @@ class CpuBackend final : public Backend {
   void silu_mul(const Tensor& gate, const Tensor& up) override;
   void rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim, const Tensor& positions,
                const RopeConfig& rope) override;
-  void write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k, const Tensor& v) override;
-  void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q, int64_t n_heads,
-                       float scale, const Tensor& out) override;
+  void write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k,
+                const Tensor& v) override;
+  void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q,
+                       int64_t n_heads, float scale, const Tensor& out) override;
   void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
   void synchronize() override {}
 
@@ -68,7 +70,8 @@ class CpuBackend final : public Backend {
   };
   struct CpuWeight {
     tensor::GgmlType type = tensor::GgmlType::kF32;
-    const void* data = nullptr;  // the source, in place (get_rows reads it; matmul too unless packed)
+    const void* data =
+        nullptr;  // the source, in place (get_rows reads it; matmul too unless packed)
     int64_t n_in = 0;
     int64_t n_out = 0;
     PackedWeights packed;  // empty: matmul reads `data`
@@ -81,9 +84,9 @@ class CpuBackend final : public Backend {
   AttentionBatch attention_batch(const AttentionInputs& in) const;
 
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<Allocation> buffers_;                // index id - 1; released entries are empty
-  std::vector<CpuWeight> weights_;                 // index id - 1
-  std::vector<std::unique_ptr<KvCache>> caches_;   // index id - 1
+  std::vector<Allocation> buffers_;               // index id - 1; released entries are empty
+  std::vector<CpuWeight> weights_;                // index id - 1
+  std::vector<std::unique_ptr<KvCache>> caches_;  // index id - 1
 };
 
 }  // namespace vesper::backend

@@ -29,7 +29,9 @@ struct KvCacheSpec {
   // Elements of one token's keys (or values) in one layer.
   int64_t token_elements() const { return n_kv_heads * head_dim; }
   // Bytes of one block's keys (or values) in one layer, metadata included.
-  int64_t block_bytes_per_layer() const { return block_size * token_elements() * element_bytes() + block_metadata_bytes(); }
+  int64_t block_bytes_per_layer() const {
+    return block_size * token_elements() * element_bytes() + block_metadata_bytes();
+  }
   // Bytes of one block, K and V, every layer.
   int64_t bytes_per_block() const { return 2 * n_layers * block_bytes_per_layer(); }
   // Bytes per token of capacity: a block's bytes over its tokens (rounded up).

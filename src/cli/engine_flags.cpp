@@ -1,5 +1,8 @@
 #include "cli/engine_flags.h"
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "engine/memory_plan.h"
 
 namespace vesper::cli {
@@ -32,7 +35,110 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
                 "Reuse the KV of prompt prefixes already computed (system prompts, chat history); cached "
                 "blocks stay in the KV budget until evicted, least recently used first (default: on)");
+  cmd->add_option("--speculative-model", f.speculative_model,
+                  "Speculative decoding: \"[ngram]\" proposes the tokens that followed the latest earlier "
+                  "occurrence of the sequence's last n tokens in its prompt and output (prompt lookup); the "
+                  "target model verifies them in one pass, so the output is exactly what it alone would give");
+  cmd->add_option("--num-speculative-tokens", f.num_speculative_tokens,
+                  "Speculative tokens proposed per sequence and step (required with --speculative-model)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ngram-prompt-lookup-max", f.ngram_prompt_lookup_max,
+                  "Longest n-gram matched by [ngram] (default 4)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ngram-prompt-lookup-min", f.ngram_prompt_lookup_min,
+                  "Shortest n-gram matched by [ngram] (default 1)")->check(CLI::PositiveNumber);
+  cmd->add_option("--speculative-disable-by-batch-size", f.speculative_disable_by_batch_size,
+                  "Propose nothing while more than this many requests are running or waiting: at large "
+                  "batches a step is compute-bound and verifying proposals costs more than it saves "
+                  "(default: never)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--speculative-config", f.speculative_config,
+                  "The speculative flags as vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
+                  "\"prompt_lookup_max\": N, \"prompt_lookup_min\": N, \"disable_by_batch_size\": N}");
+  cmd->add_option("--spec-decoding-acceptance-method", f.spec_decoding_acceptance_method,
+                  "rejection_sampler: exact (the output distribution is the target's); "
+                  "typical_acceptance_sampler: Medusa's typical acceptance, faster, approximately the target's "
+                  "(greedy requests are exact either way)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"rejection_sampler", "typical_acceptance_sampler"}));
+  cmd->add_option("--typical-acceptance-sampler-posterior-threshold", f.typical_acceptance_posterior_threshold,
+                  "Typical acceptance: a proposal is kept when its probability exceeds min(this, alpha * "
+                  "exp(-entropy))")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--typical-acceptance-sampler-posterior-alpha", f.typical_acceptance_posterior_alpha,
+                  "Typical acceptance: the alpha above")->capture_default_str()->check(CLI::Range(0.0, 1.0));
 }
+
+namespace {
+
+// --speculative-model / --speculative-config into the engine's SpeculativeConfig.
+Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec) {
+  std::string method = f.speculative_model == "[ngram]" ? "ngram" : "";
+  int64_t k = f.num_speculative_tokens, max_n = f.ngram_prompt_lookup_max, min_n = f.ngram_prompt_lookup_min;
+  int64_t disable = f.speculative_disable_by_batch_size;
+  if (!f.speculative_model.empty() && method.empty())
+    return make_error("--speculative-model " + f.speculative_model +
+                      ": only \"[ngram]\" (prompt lookup) is supported; draft models and Medusa heads are not yet");
+  if (!f.speculative_config.empty()) {
+    const auto j = nlohmann::json::parse(f.speculative_config, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return make_error("--speculative-config must be a JSON object");
+    for (const auto& [key, value] : j.items()) {
+      auto integer = [&](int64_t& out) -> Status {
+        if (!value.is_number_integer() || value.get<int64_t>() < 1)
+          return make_error("--speculative-config: \"" + key + "\" must be a positive integer");
+        out = value.get<int64_t>();
+        return {};
+      };
+      if (key == "method") {
+        if (!value.is_string()) return make_error("--speculative-config: \"method\" must be a string");
+        method = value.get<std::string>();
+        if (method != "ngram")
+          return make_error("--speculative-config: method \"" + method +
+                            "\" is not supported (only \"ngram\" is, so far)");
+      } else if (key == "model") {
+        if (!value.is_string() || value.get<std::string>() != "[ngram]")
+          return make_error("--speculative-config: \"model\" other than \"[ngram]\" is not supported yet");
+        method = "ngram";
+      } else if (key == "num_speculative_tokens") {
+        VESPER_TRY(integer(k));
+      } else if (key == "prompt_lookup_max") {
+        VESPER_TRY(integer(max_n));
+      } else if (key == "prompt_lookup_min") {
+        VESPER_TRY(integer(min_n));
+      } else if (key == "disable_by_batch_size") {
+        VESPER_TRY(integer(disable));
+      } else {
+        return make_error("--speculative-config: unknown key \"" + key + "\"");
+      }
+    }
+  }
+  if (method.empty()) {
+    if (k > 0 || max_n > 0 || min_n > 0 || disable > 0)
+      return make_error(std::string(k > 0 ? "--num-speculative-tokens" : max_n > 0 ? "--ngram-prompt-lookup-max"
+                                                                  : min_n > 0 ? "--ngram-prompt-lookup-min"
+                                                                              : "--speculative-disable-by-batch-size") +
+                        " needs --speculative-model (or --speculative-config)");
+    return {};
+  }
+  if (k <= 0) return make_error("--num-speculative-tokens is required with speculative decoding");
+  if (max_n == 0) max_n = std::max<int64_t>(4, min_n);
+  if (min_n == 0) min_n = 1;
+  if (min_n > max_n)
+    return make_error("--ngram-prompt-lookup-min " + std::to_string(min_n) + " exceeds --ngram-prompt-lookup-max " +
+                      std::to_string(max_n));
+  spec.method = engine::SpeculativeConfig::Method::kNgram;
+  spec.num_speculative_tokens = k;
+  spec.ngram.min_n = static_cast<int32_t>(min_n);
+  spec.ngram.max_n = static_cast<int32_t>(max_n);
+  spec.disable_by_batch_size = disable;
+  auto acceptance = sample::parse_acceptance_method(f.spec_decoding_acceptance_method);
+  if (!acceptance) return make_error("--spec-decoding-acceptance-method: " + acceptance.error().message);
+  spec.acceptance.method = *acceptance;
+  spec.acceptance.posterior_threshold = static_cast<float>(f.typical_acceptance_posterior_threshold);
+  spec.acceptance.posterior_alpha = static_cast<float>(f.typical_acceptance_posterior_alpha);
+  return {};
+}
+
+}  // namespace
 
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   engine::EngineConfig c;
@@ -54,6 +160,7 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.scheduler.enable_chunked_prefill = f.enable_chunked_prefill;
   c.scheduler.preemption_mode =
       f.preemption_mode == "swap" ? sched::PreemptionMode::kSwap : sched::PreemptionMode::kRecompute;
+  VESPER_TRY(speculative_config(f, c.speculative));
   return c;
 }
 

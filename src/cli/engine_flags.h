@@ -1,7 +1,9 @@
 // The engine flags shared by `generate`, `bench` and `serve`, with vLLM's names:
 // --max-model-len, --max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-memory,
 // --num-gpu-blocks-override, --swap-space, --preemption-mode, --(no-)enable-chunked-prefill,
-// -t/--threads.
+// -t/--threads, and speculative decoding: --speculative-model, --num-speculative-tokens,
+// --ngram-prompt-lookup-min/-max, --speculative-disable-by-batch-size, --speculative-config,
+// --spec-decoding-acceptance-method, --typical-acceptance-sampler-posterior-threshold/-alpha.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,6 +27,16 @@ struct EngineFlags {
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
+  // Speculative decoding.
+  std::string speculative_model;           // "[ngram]"
+  int64_t num_speculative_tokens = 0;      // 0: not given
+  int64_t ngram_prompt_lookup_max = 0;     // 0: not given
+  int64_t ngram_prompt_lookup_min = 0;     // 0: not given
+  int64_t speculative_disable_by_batch_size = 0;
+  std::string speculative_config;          // vLLM's JSON form of the above
+  std::string spec_decoding_acceptance_method = "rejection_sampler";
+  double typical_acceptance_posterior_threshold = 0.09;
+  double typical_acceptance_posterior_alpha = 0.3;
 };
 
 // Adds the model positional argument and the engine flags to `cmd`.

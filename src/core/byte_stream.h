@@ -62,8 +62,8 @@ class ByteReader {
     auto n = u64();
     if (!n) return n.error();
     if (*n > bytes_.size() - at_)
-      return make_error("a count of " + std::to_string(*n) + " at byte " + std::to_string(at_) + " exceeds the " +
-                        std::to_string(bytes_.size() - at_) + " bytes left");
+      return make_error("a count of " + std::to_string(*n) + " at byte " + std::to_string(at_) +
+                        " exceeds the " + std::to_string(bytes_.size() - at_) + " bytes left");
     return static_cast<size_t>(*n);
   }
   template <class Int>
@@ -75,7 +75,8 @@ class ByteReader {
       auto x = i64();
       if (!x) return x.error();
       v = static_cast<Int>(*x);
-      if (static_cast<int64_t>(v) != *x) return make_error("a value out of range at byte " + std::to_string(at_));
+      if (static_cast<int64_t>(v) != *x)
+        return make_error("a value out of range at byte " + std::to_string(at_));
     }
     return {};
   }

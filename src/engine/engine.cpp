@@ -36,10 +36,22 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   // The largest step the scheduler can plan: its token budget, a logits row for each sequence
   // it can seat (and for each token, with speculative rows), every seated sequence's whole table.
   const int64_t blocks_per_seq = (sc.max_model_len + config.cache.block_size - 1) / config.cache.block_size;
+  const SpeculativeConfig& spec = e->config_.speculative;
+  if (spec.enabled()) {
+    if (spec.num_speculative_tokens < 1)
+      return make_error("--num-speculative-tokens must be at least 1 with speculative decoding, got " +
+                        std::to_string(spec.num_speculative_tokens));
+    if (spec.ngram.min_n < 1 || spec.ngram.max_n < spec.ngram.min_n)
+      return make_error("--ngram-prompt-lookup-min " + std::to_string(spec.ngram.min_n) +
+                        " and --ngram-prompt-lookup-max " + std::to_string(spec.ngram.max_n) +
+                        ": need 1 <= min <= max");
+  }
   model::StepCapacity capacity;
   capacity.tokens = sc.max_num_batched_tokens;
   capacity.seqs = std::min(sc.max_num_seqs, sc.max_num_batched_tokens);
-  capacity.logits_rows = std::min(sc.max_num_batched_tokens, capacity.seqs * (1 + sc.num_lookahead_slots));
+  // A logits row per seated sequence, and one more per speculative token it verifies.
+  const int64_t rows_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
+  capacity.logits_rows = std::min(sc.max_num_batched_tokens, capacity.seqs * rows_per_seq);
   capacity.table_entries = capacity.seqs * (blocks_per_seq + 1);
   VESPER_ASSIGN_OR_RETURN(e->plan_, plan_memory(e->model_->kv_spec(config.cache.block_size), weight_bytes,
                                                 model::Model::activation_bytes(mc, capacity), config.cache,
@@ -52,6 +64,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                              e->plan_.block_size);
   e->outputs_ = std::make_unique<OutputProcessor>(*e->tokenizer_, sc.max_model_len);
   e->sampler_ = std::make_unique<sample::BatchSampler>(static_cast<int32_t>(mc.n_vocab));
+  if (spec.enabled()) {
+    e->verifier_ = std::make_unique<sample::SpeculativeVerifier>(static_cast<int32_t>(mc.n_vocab));
+    e->totals_.spec_accepted_per_pos.assign(static_cast<size_t>(spec.num_speculative_tokens), 0);
+  }
   e->row_.resize(mc.n_vocab);
   log_info("model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, context %lld",
            config.model_path.c_str(), mc.arch.name.c_str(), static_cast<long long>(mc.n_layer),
@@ -65,6 +81,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
            static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
            sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
            config.cache.enable_prefix_caching ? "on" : "off", e->backend_->describe().c_str());
+  if (spec.enabled())
+    log_info("speculative decoding: n-gram prompt lookup (n %d..%d), %lld tokens per step, %s%s",
+             spec.ngram.min_n, spec.ngram.max_n, static_cast<long long>(spec.num_speculative_tokens),
+             std::string(sample::acceptance_method_name(spec.acceptance.method)).c_str(),
+             spec.disable_by_batch_size > 0
+                 ? (", off above " + std::to_string(spec.disable_by_batch_size) + " requests").c_str()
+                 : "");
   return e;
 }
 
@@ -126,6 +149,56 @@ void Engine::sample_one(OutputProcessor::RequestState& request, int32_t index, s
   if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now)) scheduler_->remove(s.seq_id);
 }
 
+void Engine::propose() {
+  const SpeculativeConfig& spec = config_.speculative;
+  if (!spec.enabled()) return;
+  if (spec.disable_by_batch_size > 0) {
+    const sched::SchedulerStats st = scheduler_->stats();
+    if (st.num_running + st.num_waiting > spec.disable_by_batch_size) return;
+  }
+  // Sequences whose next step computes the token they just sampled: proposals follow it.
+  scheduler_->for_each_running([&](const sched::Sequence& seq) {
+    if (seq.num_uncomputed() != 1 || seq.in_prefill()) return;
+    spec::propose_ngram(seq.tokens, spec.ngram, spec.num_speculative_tokens, proposal_);
+    if (!proposal_.empty()) scheduler_->set_spec_tokens(seq.id, proposal_);
+  });
+}
+
+void Engine::verify(OutputProcessor::RequestState& request, int32_t index, const sched::ScheduledSequence& s,
+                    int32_t first_row, double now) {
+  OutputProcessor::SampleState& smp = request.samples[index];
+  const sample::SamplingParams& p = request.request.params;
+  const sched::Sequence* seq = scheduler_->find(s.id);
+  verify_rows_.clear();
+  for (int64_t j = 0; j < s.num_logits_rows; ++j) verify_rows_.push_back(runner_->logits_row(first_row + j));
+  const sample::TokenHistory history{
+      std::span<const int32_t>(seq->tokens.data(), seq->num_prompt_tokens),
+      std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens, seq->num_output_tokens())};
+  const sample::Verification v =
+      verifier_->verify(p, config_.speculative.acceptance, smp.rng, history, verify_rows_, s.spec_token_ids, {},
+                        tokenizer_->eog_ids());
+  ++totals_.spec_num_drafts;
+  totals_.spec_num_draft_tokens += s.num_spec_tokens;
+  totals_.spec_num_accepted_tokens += v.num_accepted;
+  for (int64_t j = 0; j < v.num_accepted; ++j) ++totals_.spec_accepted_per_pos[j];
+  // The kept proposals, then the target's next token, one at a time as plain sampling would give
+  // them: the first that ends the sequence (a stop, EOS, max_tokens) ends it there.
+  const int64_t base = seq->num_tokens();
+  for (int64_t j = 0; j <= v.num_accepted; ++j) {
+    const int32_t token = j < v.num_accepted ? s.spec_token_ids[j] : v.next_token;
+    std::optional<LogprobEntry> lp;
+    if (p.logprobs >= 0) lp = sample::compute_logprobs(verify_rows_[j], token, p.logprobs, logprob_scratch_);
+    ++totals_.generation_tokens;
+    const bool at_limit = base + j + 1 >= scheduler_->config().max_model_len;
+    if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now)) {
+      scheduler_->remove(s.id);
+      return;
+    }
+  }
+  scheduler_->accept_spec_tokens(s.id, v.num_accepted);
+  scheduler_->append_token(s.id, v.next_token);
+}
+
 void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
   const auto& first_row = runner_->first_logits_row();
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {
@@ -134,6 +207,10 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
     int32_t index = 0;
     OutputProcessor::RequestState* request = outputs_->owner(s.id, &index);
     VESPER_CHECK(request != nullptr, "scheduled sequence %lld has no request", static_cast<long long>(s.id));
+    if (s.num_spec_tokens > 0) {
+      verify(*request, index, s, first_row[i], now);
+      continue;
+    }
     // Without speculative tokens the entry's one logits row predicts the next token.
     const std::span<const float> logits = runner_->logits_row(first_row[i] + s.num_logits_rows - 1);
     // n > 1: the first sample of sequence 0 forks the other samples, which share the prompt's
@@ -156,6 +233,7 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
 }
 
 std::vector<RequestOutput> Engine::step() {
+  propose();
   sched::SchedulerOutput plan = scheduler_->schedule();
   const double now = now_seconds();
   if (plan.empty()) return outputs_->take_outputs(now);

@@ -28,6 +28,7 @@
 #include "model/model.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
+#include "sample/speculative_acceptance.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,6 +58,13 @@ struct EngineStats {
   int64_t kv_blocks_cached = 0;
   int64_t kv_blocks_evictable = 0;
   int64_t prefix_cache_evictions = 0;
+  // Speculative decoding (vLLM V1's spec_decode_* counters): verifications run (one sequence's
+  // proposals checked in a step), tokens proposed and verified, tokens accepted, and accepted by
+  // position among the proposals.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
 
   double kv_usage() const {
     return kv_blocks_total ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0;
@@ -102,6 +110,11 @@ class Engine {
 
  private:
   Engine() = default;
+  // Speculative decoding: proposals for the sequences about to compute one token (set on the
+  // scheduler before it plans), and the verification of a scheduled entry's proposals.
+  void propose();
+  void verify(OutputProcessor::RequestState& request, int32_t index, const sched::ScheduledSequence& s,
+              int32_t first_row, double now);
   // Samples the scheduled entries of the step just run, reports their tokens.
   void sample_step(const sched::SchedulerOutput& plan, double now);
   // Draws sample `index`'s token from `logits` (copied: processors work on the copy) and reports it.
@@ -117,6 +130,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<OutputProcessor> outputs_;
   std::unique_ptr<sample::BatchSampler> sampler_;
+  std::unique_ptr<sample::SpeculativeVerifier> verifier_;  // with speculative decoding
 
   sched::SeqId next_seq_id_ = 1;
   int64_t next_arrival_ = 0;
@@ -125,6 +139,8 @@ class Engine {
   std::vector<float> row_;
   sample::LogprobScratch logprob_scratch_;
   std::vector<kv::SeqId> child_ids_;
+  std::vector<int32_t> proposal_;
+  std::vector<std::span<const float>> verify_rows_;
 };
 
 }  // namespace vesper::engine

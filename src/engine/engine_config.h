@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "sample/speculative_acceptance.h"
 #include "sched/scheduler.h"
+#include "spec/ngram_proposer.h"
 
 namespace vesper::engine {
 
@@ -21,11 +23,26 @@ struct CacheConfig {
   bool enable_prefix_caching = true;
 };
 
+// Speculative decoding (vLLM's flags; --speculative-config takes the same as JSON).
+struct SpeculativeConfig {
+  enum class Method { kNone, kNgram };
+  Method method = Method::kNone;         // --speculative-model "[ngram]"
+  int64_t num_speculative_tokens = 0;    // --num-speculative-tokens K: proposals per step
+  spec::NgramConfig ngram;               // --ngram-prompt-lookup-min / -max
+  // --speculative-disable-by-batch-size N: no proposals while more than N requests are running
+  // or waiting (0: never disabled).
+  int64_t disable_by_batch_size = 0;
+  sample::AcceptanceConfig acceptance;   // --spec-decoding-acceptance-method and its parameters
+
+  bool enabled() const { return method != Method::kNone; }
+};
+
 struct EngineConfig {
   std::string model_path;
   int threads = 0;  // 0 = all cores
   CacheConfig cache;
   sched::SchedulerConfig scheduler;  // scheduler.max_model_len 0 = the model's context length
+  SpeculativeConfig speculative;
 };
 
 }  // namespace vesper::engine

@@ -2,13 +2,16 @@
 
 namespace vesper::engine {
 
-ModelRunner::ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size)
+ModelRunner::ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks,
+                         int64_t block_size)
     : model_(model),
       backend_(model.backend()),
       block_size_(block_size),
       n_vocab_(model.config().n_vocab),
-      device_(backend_.create_kv(model.kv_spec(block_size), num_blocks, backend::MemoryKind::kDevice)),
-      host_(backend_.create_kv(model.kv_spec(block_size), num_swap_blocks, backend::MemoryKind::kHostVisible)) {}
+      device_(
+          backend_.create_kv(model.kv_spec(block_size), num_blocks, backend::MemoryKind::kDevice)),
+      host_(backend_.create_kv(model.kv_spec(block_size), num_swap_blocks,
+                               backend::MemoryKind::kHostVisible)) {}
 
 ModelRunner::~ModelRunner() {
   backend_.release_kv(device_);
@@ -18,7 +21,8 @@ ModelRunner::~ModelRunner() {
 Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
   VESPER_TRY(mirror_.apply(plan));
 
-  auto copy_blocks = [&](backend::KvHandle to, backend::KvHandle from, auto&& pairs, auto src_of, auto dst_of) {
+  auto copy_blocks = [&](backend::KvHandle to, backend::KvHandle from, auto&& pairs, auto src_of,
+                         auto dst_of) {
     if (pairs.empty()) return;
     copy_src_.clear();
     copy_dst_.clear();
@@ -29,12 +33,15 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
     backend_.copy_kv_blocks(to, from, copy_src_, copy_dst_);
   };
   // Order matters: swap-outs read blocks that this step may hand to others, so they go first.
-  copy_blocks(host_, device_, plan.swap_out, [](const kv::SwapMapping& m) { return m.device; },
-              [](const kv::SwapMapping& m) { return m.host; });
-  copy_blocks(device_, host_, plan.swap_in, [](const kv::SwapMapping& m) { return m.host; },
-              [](const kv::SwapMapping& m) { return m.device; });
-  copy_blocks(device_, device_, plan.block_copies, [](const kv::BlockCopy& c) { return c.src; },
-              [](const kv::BlockCopy& c) { return c.dst; });
+  copy_blocks(
+      host_, device_, plan.swap_out, [](const kv::SwapMapping& m) { return m.device; },
+      [](const kv::SwapMapping& m) { return m.host; });
+  copy_blocks(
+      device_, host_, plan.swap_in, [](const kv::SwapMapping& m) { return m.host; },
+      [](const kv::SwapMapping& m) { return m.device; });
+  copy_blocks(
+      device_, device_, plan.block_copies, [](const kv::BlockCopy& c) { return c.src; },
+      [](const kv::BlockCopy& c) { return c.dst; });
 
   batch_.clear();
   first_logits_row_.clear();
@@ -44,7 +51,8 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
     const int64_t committed = s.num_new_tokens - s.num_spec_tokens;
     tokens_.assign(e.tokens.begin() + s.start, e.tokens.begin() + s.start + committed);
     tokens_.insert(tokens_.end(), s.spec_token_ids.begin(), s.spec_token_ids.end());
-    batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, block_size_, s.num_logits_rows);
+    batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, block_size_,
+                        s.num_logits_rows);
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }

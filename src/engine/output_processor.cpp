@@ -13,7 +13,8 @@ OutputProcessor::SampleState OutputProcessor::new_sample(const RequestState& req
                                                          kv::SeqId seq_id) const {
   sample::SamplingParams params = request.request.params;
   // Each parallel sample draws from its own stream, derived from the request's seed.
-  if (params.seed) params.seed = *params.seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  if (params.seed)
+    params.seed = *params.seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
   SampleState s;
   s.seq_id = seq_id;
   s.index = index;
@@ -22,7 +23,8 @@ OutputProcessor::SampleState OutputProcessor::new_sample(const RequestState& req
   return s;
 }
 
-OutputProcessor::RequestState& OutputProcessor::add(EngineRequest request, kv::SeqId seq_id, double now) {
+OutputProcessor::RequestState& OutputProcessor::add(EngineRequest request, kv::SeqId seq_id,
+                                                    double now) {
   auto state = std::make_unique<RequestState>();
   state->request = std::move(request);
   state->metrics.arrival_time = now;
@@ -69,8 +71,8 @@ void OutputProcessor::fork(RequestState& request, const std::vector<kv::SeqId>& 
   }
 }
 
-bool OutputProcessor::add_token(RequestState& request, int32_t index, int32_t token, const LogprobEntry* logprob,
-                                bool at_length_limit, double now) {
+bool OutputProcessor::add_token(RequestState& request, int32_t index, int32_t token,
+                                const LogprobEntry* logprob, bool at_length_limit, double now) {
   SampleState& s = request.samples[index];
   s.output->add_token(token, logprob, at_length_limit);
   if (request.metrics.first_token_time == 0) request.metrics.first_token_time = now;
@@ -84,7 +86,8 @@ bool OutputProcessor::add_token(RequestState& request, int32_t index, int32_t to
   return true;
 }
 
-void OutputProcessor::on_first_scheduled(RequestState& request, int64_t num_cached_tokens, double now) {
+void OutputProcessor::on_first_scheduled(RequestState& request, int64_t num_cached_tokens,
+                                         double now) {
   if (request.metrics.first_scheduled_time != 0) return;
   request.metrics.first_scheduled_time = now;
   request.num_cached_tokens = num_cached_tokens;
@@ -123,7 +126,8 @@ std::vector<RequestOutput> OutputProcessor::take_outputs(double now) {
 }
 
 std::optional<std::vector<kv::SeqId>> OutputProcessor::abort(const std::string& request_id,
-                                                             RequestOutput* final_output, double now) {
+                                                             RequestOutput* final_output,
+                                                             double now) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return std::nullopt;
   RequestState& request = *it->second;

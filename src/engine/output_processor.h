@@ -56,8 +56,8 @@ class OutputProcessor {
   // Adds the other n - 1 samples of a request, forked from sample 0: sequences child_ids[k - 1].
   void fork(RequestState& request, const std::vector<kv::SeqId>& child_ids);
   // A sample gained a token (with its logprobs when asked); true when it is now finished.
-  bool add_token(RequestState& request, int32_t index, int32_t token, const LogprobEntry* logprob, bool at_length_limit,
-                 double now);
+  bool add_token(RequestState& request, int32_t index, int32_t token, const LogprobEntry* logprob,
+                 bool at_length_limit, double now);
   // Records where a request's first step starts (its prefix-cache hit) and when.
   void on_first_scheduled(RequestState& request, int64_t num_cached_tokens, double now);
 
@@ -68,7 +68,8 @@ class OutputProcessor {
   // Forgets a request; with `final_output`, reports what it had: every unfinished sample ends
   // with finish_reason "abort". Returns the sequences it held (to remove from the scheduler), or
   // nothing for an unknown id.
-  std::optional<std::vector<kv::SeqId>> abort(const std::string& request_id, RequestOutput* final_output, double now);
+  std::optional<std::vector<kv::SeqId>> abort(const std::string& request_id,
+                                              RequestOutput* final_output, double now);
 
  private:
   RequestOutput make_output(RequestState& request, double now);
@@ -77,8 +78,9 @@ class OutputProcessor {
   const tokenizer::Tokenizer& tokenizer_;
   int64_t max_model_len_;
   std::map<std::string, std::unique_ptr<RequestState>> requests_;
-  std::map<kv::SeqId, std::pair<RequestState*, int32_t>> seq_owner_;  // sequence -> (request, sample)
-  std::vector<RequestState*> touched_;                                 // in the order they changed
+  std::map<kv::SeqId, std::pair<RequestState*, int32_t>>
+      seq_owner_;                       // sequence -> (request, sample)
+  std::vector<RequestState*> touched_;  // in the order they changed
   std::vector<RequestOutput> finished_early_;
 };
 

@@ -202,7 +202,6 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   VESPER_CHECK(!batch.has_trees(), "tree attention is not supported by this backend's kernels yet");
   reserve(StepCapacity{n, m, batch.num_seqs(), static_cast<int64_t>(batch.block_tables.size())});
   backend::Backend& b = backend_;
-  const int64_t d = c.n_embd;
 
   // The batch's inputs go to the device once; every layer reads them there.
   const backend::Tensor ids = token_ids_.rows_view(0, n);

@@ -31,11 +31,15 @@ std::mt19937_64 make_rng(const SamplingParams& params) {
   return std::mt19937_64(params.seed.has_value() ? *params.seed : std::random_device{}());
 }
 
-int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::mt19937_64& rng,
-                   SamplingScratch& scratch) {
-  if (params.greedy()) return argmax(logits);
-
+size_t kept_distribution(const SamplingParams& params, std::span<const float> logits, SamplingScratch& scratch) {
   const int32_t n_vocab = static_cast<int32_t>(logits.size());
+  if (params.greedy()) {
+    scratch.candidates.resize(1);
+    scratch.probs.resize(1);
+    scratch.candidates[0] = argmax(logits);
+    scratch.probs[0] = 1.0f;
+    return 1;
+  }
   scratch.candidates.resize(n_vocab);
   std::iota(scratch.candidates.begin(), scratch.candidates.end(), 0);
   // Sort candidates by logit, descending; ties by id, so the order is deterministic.
@@ -45,8 +49,8 @@ int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::m
   size_t keep = scratch.candidates.size();
   if (params.top_k > 0 && static_cast<size_t>(params.top_k) < keep) {
     keep = static_cast<size_t>(params.top_k);
-    std::partial_sort(scratch.candidates.begin(), scratch.candidates.begin() + keep,
-                      scratch.candidates.end(), by_logit);
+    std::partial_sort(scratch.candidates.begin(), scratch.candidates.begin() + keep, scratch.candidates.end(),
+                      by_logit);
   } else {
     std::sort(scratch.candidates.begin(), scratch.candidates.end(), by_logit);
   }
@@ -81,6 +85,13 @@ int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::m
     while (cut < keep && scratch.probs[cut] >= threshold) ++cut;
     keep = cut;
   }
+  return keep;
+}
+
+int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::mt19937_64& rng,
+                   SamplingScratch& scratch) {
+  if (params.greedy()) return argmax(logits);
+  const size_t keep = kept_distribution(params, logits, scratch);
   double kept_total = 0.0;
   for (size_t i = 0; i < keep; ++i) kept_total += scratch.probs[i];
   std::uniform_real_distribution<double> uniform(0.0, kept_total);

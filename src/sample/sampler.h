@@ -25,8 +25,14 @@ int32_t argmax(std::span<const float> logits);
 // A sequence's random state: seeded from SamplingParams::seed (random when unset).
 std::mt19937_64 make_rng(const SamplingParams& params);
 
-// Temperature, top-k, top-p, min-p and the draw, on a row the processors have already seen
-// (scaled in place); greedy is argmax and draws nothing.
+// The distribution sampling draws from, for a row the processors have already seen: the kept
+// candidates in scratch.candidates[0, n) (descending by logit, ties by id) and their unnormalised
+// weights in scratch.probs[0, n), after temperature, top-k, top-p and min-p. Greedy: the argmax
+// alone, weight 1. Returns n.
+size_t kept_distribution(const SamplingParams& params, std::span<const float> logits, SamplingScratch& scratch);
+
+// Temperature, top-k, top-p, min-p and the draw, on a row the processors have already seen;
+// greedy is argmax and draws nothing.
 int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::mt19937_64& rng,
                    SamplingScratch& scratch);
 

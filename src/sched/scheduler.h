@@ -107,6 +107,12 @@ class Scheduler {
   void remove(SeqId id);
 
   const Sequence* find(SeqId id) const;
+  // Calls fn(const Sequence&) for every running sequence, in id order.
+  template <class Fn>
+  void for_each_running(Fn&& fn) const {
+    for (const auto& [id, seq] : sequences_)
+      if (seq.status == SeqStatus::kRunning) fn(seq);
+  }
   bool has_unfinished() const { return !sequences_.empty(); }
   SchedulerStats stats() const;
   const kv::KvCacheManager& kv() const { return kv_; }

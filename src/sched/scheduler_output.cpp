@@ -7,8 +7,8 @@ namespace {
 
 constexpr uint64_t kMagic = 0x56535031;  // "VSP1": the format's version
 
-#define VESPER_READ(var, expr)             \
-  auto var##_result = (expr);              \
+#define VESPER_READ(var, expr)                    \
+  auto var##_result = (expr);                     \
   if (!var##_result) return var##_result.error(); \
   const auto var = *var##_result
 
@@ -102,7 +102,8 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     std::vector<int32_t> replaced;
     VESPER_TRY(r.ints(replaced));
     if (replaced.size() % 2 != 0) return make_error("an odd number of replaced block ids");
-    for (size_t i = 0; i < replaced.size(); i += 2) c.replaced_blocks.push_back({replaced[i], replaced[i + 1]});
+    for (size_t i = 0; i < replaced.size(); i += 2)
+      c.replaced_blocks.push_back({replaced[i], replaced[i + 1]});
     VESPER_TRY(r.ints(c.new_block_ids));
     if (c.num_blocks < static_cast<int64_t>(c.new_block_ids.size()))
       return make_error("a table of " + std::to_string(c.num_blocks) + " blocks with " +
@@ -113,7 +114,8 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
   std::vector<int32_t> copies;
   VESPER_TRY(r.ints(copies));
   if (copies.size() % 2 != 0) return make_error("an odd number of block copy ids");
-  for (size_t i = 0; i < copies.size(); i += 2) out.block_copies.push_back({copies[i], copies[i + 1]});
+  for (size_t i = 0; i < copies.size(); i += 2)
+    out.block_copies.push_back({copies[i], copies[i + 1]});
   VESPER_READ(num_scheduled, r.count());
   out.scheduled.resize(num_scheduled);
   for (auto& s : out.scheduled) {
@@ -129,20 +131,24 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     s.num_logits_rows = num_logits;
     VESPER_TRY(r.ints(s.spec_token_ids));
     if (start < 0 || num_new_tokens < 0 || num_spec < 0 || num_spec > num_new_tokens ||
-        static_cast<int64_t>(s.spec_token_ids.size()) != num_spec || num_logits < 0 || num_logits > num_new_tokens)
+        static_cast<int64_t>(s.spec_token_ids.size()) != num_spec || num_logits < 0 ||
+        num_logits > num_new_tokens)
       return make_error("inconsistent scheduled entry for sequence " + std::to_string(id));
   }
   VESPER_TRY(r.ints(out.preempted));
   VESPER_READ(batched, r.i64());
   out.num_batched_tokens = batched;
-  if (!r.done()) return make_error(std::to_string(bytes.size() - r.offset()) + " bytes left after the plan");
+  if (!r.done())
+    return make_error(std::to_string(bytes.size() - r.offset()) + " bytes left after the plan");
   return out;
 }
 
 bool operator==(const NewSequenceData& a, const NewSequenceData& b) {
   return a.id == b.id && a.token_ids == b.token_ids && a.block_table == b.block_table;
 }
-bool operator==(const BlockTableEntry& a, const BlockTableEntry& b) { return a.index == b.index && a.block == b.block; }
+bool operator==(const BlockTableEntry& a, const BlockTableEntry& b) {
+  return a.index == b.index && a.block == b.block;
+}
 bool operator==(const CachedSequenceData& a, const CachedSequenceData& b) {
   return a.id == b.id && a.new_token_ids == b.new_token_ids && a.num_blocks == b.num_blocks &&
          a.replaced_blocks == b.replaced_blocks && a.new_block_ids == b.new_block_ids;
@@ -152,7 +158,8 @@ bool operator==(const ScheduledSequence& a, const ScheduledSequence& b) {
          a.num_spec_tokens == b.num_spec_tokens && a.num_logits_rows == b.num_logits_rows &&
          a.spec_token_ids == b.spec_token_ids;
 }
-static bool same_mappings(const std::vector<kv::SwapMapping>& a, const std::vector<kv::SwapMapping>& b) {
+static bool same_mappings(const std::vector<kv::SwapMapping>& a,
+                          const std::vector<kv::SwapMapping>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].device != b[i].device || a[i].host != b[i].host) return false;
@@ -161,9 +168,12 @@ static bool same_mappings(const std::vector<kv::SwapMapping>& a, const std::vect
 bool operator==(const SchedulerOutput& a, const SchedulerOutput& b) {
   if (a.block_copies.size() != b.block_copies.size()) return false;
   for (size_t i = 0; i < a.block_copies.size(); ++i)
-    if (a.block_copies[i].src != b.block_copies[i].src || a.block_copies[i].dst != b.block_copies[i].dst) return false;
-  return a.dropped == b.dropped && a.new_sequences == b.new_sequences && a.cached_sequences == b.cached_sequences &&
-         same_mappings(a.swap_out, b.swap_out) && same_mappings(a.swap_in, b.swap_in) && a.scheduled == b.scheduled &&
+    if (a.block_copies[i].src != b.block_copies[i].src ||
+        a.block_copies[i].dst != b.block_copies[i].dst)
+      return false;
+  return a.dropped == b.dropped && a.new_sequences == b.new_sequences &&
+         a.cached_sequences == b.cached_sequences && same_mappings(a.swap_out, b.swap_out) &&
+         same_mappings(a.swap_in, b.swap_in) && a.scheduled == b.scheduled &&
          a.preempted == b.preempted && a.num_batched_tokens == b.num_batched_tokens;
 }
 

@@ -29,7 +29,7 @@ using kv::SeqId;
 // A sequence the runner does not hold.
 struct NewSequenceData {
   SeqId id = 0;
-  std::vector<int32_t> token_ids;          // every committed token: the prompt, then outputs so far
+  std::vector<int32_t> token_ids;  // every committed token: the prompt, then outputs so far
   std::vector<kv::BlockId> block_table;
 };
 
@@ -71,11 +71,11 @@ struct SchedulerOutput {
   std::vector<SeqId> dropped;
   std::vector<NewSequenceData> new_sequences;
   std::vector<CachedSequenceData> cached_sequences;
-  std::vector<kv::SwapMapping> swap_out;     // device -> host, before anything else
-  std::vector<kv::SwapMapping> swap_in;      // host -> device, after swap-out
-  std::vector<kv::BlockCopy> block_copies;   // copy-on-write, after swaps
+  std::vector<kv::SwapMapping> swap_out;    // device -> host, before anything else
+  std::vector<kv::SwapMapping> swap_in;     // host -> device, after swap-out
+  std::vector<kv::BlockCopy> block_copies;  // copy-on-write, after swaps
   std::vector<ScheduledSequence> scheduled;
-  std::vector<SeqId> preempted;              // preempted this step (either mode), for statistics
+  std::vector<SeqId> preempted;  // preempted this step (either mode), for statistics
   int64_t num_batched_tokens = 0;
 
   bool empty() const { return scheduled.empty(); }

@@ -117,6 +117,17 @@ std::string Metrics::render() const {
   counter("vesper:prefill_tokens_computed_total", "Tokens computed in prefill, recomputation included.",
           static_cast<double>(s.prefill_tokens_computed));
   counter("vesper:generation_tokens_total", "Generated tokens.", static_cast<double>(s.generation_tokens));
+  counter("vesper:spec_decode_num_drafts_total", "Speculative verifications: one sequence's proposals checked in a step.",
+          static_cast<double>(s.spec_num_drafts));
+  counter("vesper:spec_decode_num_draft_tokens_total", "Speculative tokens proposed and verified.",
+          static_cast<double>(s.spec_num_draft_tokens));
+  counter("vesper:spec_decode_num_accepted_tokens_total", "Speculative tokens accepted.",
+          static_cast<double>(s.spec_num_accepted_tokens));
+  header(out, "vesper:spec_decode_num_accepted_tokens_per_pos", "counter",
+         "Speculative tokens accepted, by their position among a sequence's proposals.");
+  for (size_t i = 0; i < s.spec_accepted_per_pos.size(); ++i)
+    line(out, "vesper:spec_decode_num_accepted_tokens_per_pos", labels_ + ",position=\"" + std::to_string(i) + "\"",
+         static_cast<double>(s.spec_accepted_per_pos[i]));
   header(out, "vesper:request_success_total", "counter", "Finished sequences by finish reason.");
   for (const auto& [reason, n] : finished_by_reason_)
     line(out, "vesper:request_success_total", labels_ + ",finished_reason=\"" + reason + "\"", static_cast<double>(n));

@@ -84,7 +84,8 @@ TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
       const int32_t row = local.runner->first_logits_row()[i];
       ASSERT_EQ(remote.runner->first_logits_row()[i], row);
       const auto a = local.runner->logits_row(row), b = remote.runner->logits_row(row);
-      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "step " << steps << " seq " << s.id;
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+          << "step " << steps << " seq " << s.id;
       ++compared_rows;
       const int32_t token = sample::argmax(a);
       // The first sample of every third sequence forks a sibling (n = 2): copy-on-write later.
@@ -133,7 +134,8 @@ TEST(StepPlan, CorruptOrTruncatedBytesAreErrorsNotCrashes) {
   for (int trial = 0; trial < 2000; ++trial) {
     std::vector<uint8_t> bad = bytes;
     bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
-    (void)sched::SchedulerOutput::deserialize(bad);  // an error or another valid plan, never a crash
+    (void)sched::SchedulerOutput::deserialize(
+        bad);  // an error or another valid plan, never a crash
   }
   std::vector<uint8_t> longer = bytes;
   longer.push_back(0);

@@ -18,16 +18,19 @@ namespace {
 struct Live {
   SeqId id;
   std::vector<int32_t> committed;  // tokens whose K/V are computed and kept
-  int64_t target;                   // length it grows to
+  int64_t target;                  // length it grows to
 };
 
 TEST(KvRollback, RandomSpeculationLeaksNoBlockAndCachesNoUncommittedToken) {
-  const uint64_t seed = std::getenv("VESPER_KV_SEED") ? std::strtoull(std::getenv("VESPER_KV_SEED"), nullptr, 10)
-                                                     : std::random_device{}();
+  const uint64_t seed = std::getenv("VESPER_KV_SEED")
+                            ? std::strtoull(std::getenv("VESPER_KV_SEED"), nullptr, 10)
+                            : std::random_device{}();
   std::printf("KvRollback: VESPER_KV_SEED=%" PRIu64 "\n", seed);
   SCOPED_TRACE("VESPER_KV_SEED=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
 
   for (const int64_t block_size : {1, 4, 16}) {
     KvCacheManager kv(512 / block_size + 8, 0, block_size, /*enable_prefix_caching=*/true);
@@ -45,7 +48,8 @@ TEST(KvRollback, RandomSpeculationLeaksNoBlockAndCachesNoUncommittedToken) {
         prompt.resize(static_cast<size_t>(uniform(1, 40)));
         const SeqId id = next++;
         const PrefixMatch m = kv.match_prefix(prompt, root);
-        if (kv.allocate_slots(id, m.num_tokens, static_cast<int64_t>(prompt.size()) - m.num_tokens, 0, &m)) {
+        if (kv.allocate_slots(id, m.num_tokens, static_cast<int64_t>(prompt.size()) - m.num_tokens,
+                              0, &m)) {
           matched += m.num_tokens;
           kv.cache_full_blocks(id, prompt, static_cast<int64_t>(prompt.size()), root);
           live.push_back({id, prompt, static_cast<int64_t>(prompt.size()) + uniform(1, 40)});
@@ -65,14 +69,17 @@ TEST(KvRollback, RandomSpeculationLeaksNoBlockAndCachesNoUncommittedToken) {
         // One step: the next token plus k speculative ones, and lookahead slots past them.
         const int64_t k = uniform(0, 5), lookahead = uniform(0, 3);
         if (kv.allocate_slots(l.id, n, 1 + k, lookahead)) {
-          EXPECT_GE(static_cast<int64_t>(kv.block_table(l.id).size()), kv.blocks_for(n + 1 + k + lookahead));
+          EXPECT_GE(static_cast<int64_t>(kv.block_table(l.id).size()),
+                    kv.blocks_for(n + 1 + k + lookahead));
           // Verification keeps the next token and a random number of the speculative ones.
           const int64_t accepted = uniform(0, k);
-          for (int64_t t = 0; t < 1 + accepted; ++t) l.committed.push_back(static_cast<int32_t>(uniform(0, 5)));
+          for (int64_t t = 0; t < 1 + accepted; ++t)
+            l.committed.push_back(static_cast<int32_t>(uniform(0, 5)));
           speculated += k;
           rolled_back += k - accepted;
           kv.truncate(l.id, static_cast<int64_t>(l.committed.size()));
-          EXPECT_EQ(static_cast<int64_t>(kv.block_table(l.id).size()), kv.blocks_for(static_cast<int64_t>(l.committed.size())));
+          EXPECT_EQ(static_cast<int64_t>(kv.block_table(l.id).size()),
+                    kv.blocks_for(static_cast<int64_t>(l.committed.size())));
           kv.cache_full_blocks(l.id, l.committed, static_cast<int64_t>(l.committed.size()), root);
         }
         kv.check_invariants();

@@ -37,7 +37,9 @@ TEST(TreeAttention, EachNodeSeesTheContextAndItsPathOnly) {
   std::mt19937 rng(7);
   // Blocks 5, 2, 7 hold positions 0-3, 4-7, 8-11.
   const std::vector<int32_t> table = {5, 2, 7};
-  auto slot_of = [&](int64_t pos) { return int64_t{table[pos / kBlockSize]} * kBlockSize + pos % kBlockSize; };
+  auto slot_of = [&](int64_t pos) {
+    return int64_t{table[pos / kBlockSize]} * kBlockSize + pos % kBlockSize;
+  };
   // Node 0 is the root; 1 and 2 are its children; 3 is 1's child, 4 is 2's.
   const std::vector<int32_t> parents = {-1, 0, 0, 1, 2};
   const std::vector<int32_t> tokens = {11, 12, 13, 14, 15};
@@ -45,7 +47,8 @@ TEST(TreeAttention, EachNodeSeesTheContextAndItsPathOnly) {
   batch.add_sequence(tokens, kContext, table, kBlockSize, 5, -1, parents);
   ASSERT_TRUE(batch.has_trees());
   EXPECT_EQ(batch.positions, (std::vector<int32_t>{6, 7, 7, 8, 8}));  // start + depth
-  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(batch.slot_mapping[i], slot_of(kContext + i)) << i;  // slot by offset
+  for (int64_t i = 0; i < 5; ++i)
+    EXPECT_EQ(batch.slot_mapping[i], slot_of(kContext + i)) << i;  // slot by offset
   EXPECT_EQ(batch.logits_rows, (std::vector<int32_t>{0, 1, 2, 3, 4}));
 
   KvStore store;
@@ -62,8 +65,8 @@ TEST(TreeAttention, EachNodeSeesTheContextAndItsPathOnly) {
   }
   const std::vector<float> q = random_row(rng, 5 * kHeads * kHeadDim);
   const double scale = 0.35;
-  const auto tree = reference::batch_attention(batch, kBlockSize, store.key(), store.value(), q.data(), kHeads,
-                                               kKvHeads, kHeadDim, scale);
+  const auto tree = reference::batch_attention(batch, kBlockSize, store.key(), store.value(),
+                                               q.data(), kHeads, kKvHeads, kHeadDim, scale);
   ASSERT_EQ(tree.size(), 5u);
 
   // Node i against its path laid out as a causal chain after the same context.
@@ -87,8 +90,9 @@ TEST(TreeAttention, EachNodeSeesTheContextAndItsPathOnly) {
     ForwardBatch chain;
     chain.add_sequence(chain_tokens, kContext, table, kBlockSize, 1);
     ASSERT_FALSE(chain.has_trees());
-    const auto causal = reference::batch_attention(chain, kBlockSize, chain_store.key(), chain_store.value(),
-                                                   chain_q.data(), kHeads, kKvHeads, kHeadDim, scale);
+    const auto causal =
+        reference::batch_attention(chain, kBlockSize, chain_store.key(), chain_store.value(),
+                                   chain_q.data(), kHeads, kKvHeads, kHeadDim, scale);
     EXPECT_EQ(tree[i], causal.back()) << "node " << i;
   }
 
@@ -102,8 +106,8 @@ TEST(TreeAttention, EachNodeSeesTheContextAndItsPathOnly) {
     keys.push_back(node_k[n].data());
     values.push_back(node_v[n].data());
   }
-  const auto with_sibling =
-      reference::attention(q.data() + 3 * kHeads * kHeadDim, kHeads, kKvHeads, kHeadDim, keys, values, scale);
+  const auto with_sibling = reference::attention(q.data() + 3 * kHeads * kHeadDim, kHeads, kKvHeads,
+                                                 kHeadDim, keys, values, scale);
   EXPECT_NE(tree[3], with_sibling);
 }
 
@@ -111,9 +115,11 @@ TEST(TreeAttention, SequencesWithoutATreeStayCausalInAMixedBatch) {
   const std::vector<int32_t> table = {0, 1};
   ForwardBatch batch;
   batch.add_sequence(std::vector<int32_t>{1, 2, 3}, 0, table, kBlockSize, 1);
-  batch.add_sequence(std::vector<int32_t>{4, 5, 6}, 2, table, kBlockSize, 3, -1, std::vector<int32_t>{-1, 0, 0});
+  batch.add_sequence(std::vector<int32_t>{4, 5, 6}, 2, table, kBlockSize, 3, -1,
+                     std::vector<int32_t>{-1, 0, 0});
   batch.add_sequence(std::vector<int32_t>{7}, 5, table, kBlockSize, 1, 3);
-  EXPECT_EQ(batch.tree_parents, (std::vector<int32_t>{kNoTree, kNoTree, kNoTree, -1, 0, 0, kNoTree}));
+  EXPECT_EQ(batch.tree_parents,
+            (std::vector<int32_t>{kNoTree, kNoTree, kNoTree, -1, 0, 0, kNoTree}));
   EXPECT_EQ(batch.positions, (std::vector<int32_t>{0, 1, 2, 2, 3, 3, 5}));
   EXPECT_EQ(batch.seq_adapter, (std::vector<int32_t>{-1, -1, 3}));
   EXPECT_EQ(batch.logits_rows, (std::vector<int32_t>{2, 3, 4, 5, 6}));

@@ -1,0 +1,127 @@
+// Speculative decoding through the engine on stories260K. With n-gram prompt lookup on, greedy
+// output is token for token (and logprob for logprob: the same logits) what the target alone
+// gives, however requests are batched, chunked, preempted (recompute and swap), served from the
+// prefix cache or sampled n > 1 at a time; max_tokens, stop tokens and stop strings end the output
+// exactly where they would without speculation. Each run asserts that speculation actually ran
+// and that proposals were both accepted and rejected.
+#include <gtest/gtest.h>
+
+#include "engine_test_util.h"
+
+namespace vesper::engine {
+namespace {
+
+using testing_util::expect_same;
+using testing_util::RunResult;
+
+EngineConfig with_ngram(EngineConfig c, int64_t k = 4) {
+  c.speculative.method = SpeculativeConfig::Method::kNgram;
+  c.speculative.num_speculative_tokens = k;
+  c.speculative.ngram = spec::NgramConfig{1, 3};
+  return c;
+}
+
+// Stories repeat themselves (names, phrases), so prompt lookup finds proposals all the time.
+std::vector<std::string> prompts() {
+  auto p = testing_util::varied_prompts(24);
+  p.push_back("Lily had a red ball. Lily had a red ball. Lily had a");
+  p.push_back("Tom and Sue went to the park. Tom and Sue went to the");
+  return p;
+}
+
+void expect_speculated(const RunResult& r, const std::string& what) {
+  EXPECT_GT(r.stats.spec_num_drafts, 0) << what << ": nothing was proposed";
+  EXPECT_GT(r.stats.spec_num_accepted_tokens, 0) << what << ": nothing was accepted";
+  EXPECT_LT(r.stats.spec_num_accepted_tokens, r.stats.spec_num_draft_tokens)
+      << what << ": nothing was rejected";
+  int64_t by_position = 0;
+  for (int64_t n : r.stats.spec_accepted_per_pos) by_position += n;
+  EXPECT_EQ(by_position, r.stats.spec_num_accepted_tokens) << what;
+}
+
+TEST(Speculative, NgramGreedyOutputIsTheTargetsInEveryMode) {
+  const auto texts = prompts();
+  EngineConfig one = testing_util::stories_config();
+  one.scheduler.max_num_seqs = 1;
+  one.cache.enable_prefix_caching = false;
+  const RunResult reference = testing_util::run_texts(one, texts);
+  EXPECT_EQ(reference.stats.spec_num_drafts, 0);
+
+  const RunResult alone = testing_util::run_texts(with_ngram(one), texts);
+  expect_speculated(alone, "one at a time");
+  expect_same(reference, alone, "one at a time");
+  EXPECT_LT(alone.stats.num_steps, reference.stats.num_steps) << "speculation saved no step";
+
+  const RunResult together =
+      testing_util::run_texts(with_ngram(testing_util::stories_config()), texts);
+  expect_speculated(together, "all at once");
+  expect_same(reference, together, "all at once");
+
+  EngineConfig chunked = with_ngram(testing_util::stories_config(), 6);
+  chunked.scheduler.max_num_batched_tokens =
+      16;  // proposals compete with prompt chunks for the budget
+  const RunResult small_budget = testing_util::run_texts(chunked, texts);
+  expect_speculated(small_budget, "max-num-batched-tokens 16");
+  EXPECT_LE(small_budget.stats.max_batched_tokens_seen, 16);
+  expect_same(reference, small_budget, "max-num-batched-tokens 16");
+
+  EngineConfig recompute = with_ngram(testing_util::stories_config());
+  recompute.cache.num_gpu_blocks_override = 24;
+  recompute.scheduler.preemption_mode = sched::PreemptionMode::kRecompute;
+  const RunResult preempted = testing_util::run_texts(recompute, texts);
+  EXPECT_GT(preempted.stats.num_recomputes, 0) << "nothing was preempted";
+  expect_speculated(preempted, "preemption by recompute");
+  expect_same(reference, preempted, "preemption by recompute");
+
+  EngineConfig swap = recompute;
+  swap.scheduler.preemption_mode = sched::PreemptionMode::kSwap;
+  const RunResult swapped = testing_util::run_texts(swap, texts);
+  EXPECT_GT(swapped.stats.num_swap_outs, 0) << "nothing was swapped";
+  expect_speculated(swapped, "preemption by swap");
+  expect_same(reference, swapped, "preemption by swap");
+
+  // The same prompts twice: the second round is served from the prefix cache.
+  auto twice = texts;
+  twice.insert(twice.end(), texts.begin(), texts.end());
+  auto reference_twice = testing_util::run_texts(one, twice);
+  const RunResult cached =
+      testing_util::run_texts(with_ngram(testing_util::stories_config()), twice);
+  EXPECT_GT(cached.stats.prefix_cache_hits, 0);
+  expect_same(reference_twice, cached, "prefix cache");
+}
+
+TEST(Speculative, StopsAndLimitsEndTheOutputWhereTheTargetAloneWould) {
+  const auto texts = prompts();
+  auto params = testing_util::greedy_params(40);
+  params.ignore_eos = false;
+  params.stop = {" park", "ball."};
+  params.stop_token_ids = {395};
+  params.n = 2;  // forked samples speculate too
+  EngineConfig one = testing_util::stories_config();
+  one.scheduler.max_num_seqs = 2;
+  const RunResult reference = testing_util::run_texts(one, texts, params);
+  const RunResult speculated =
+      testing_util::run_texts(with_ngram(testing_util::stories_config(), 5), texts, params);
+  expect_speculated(speculated, "stops");
+  expect_same(reference, speculated, "stop strings, stop tokens, EOS and n = 2");
+  for (const auto& [id, out] : reference.outputs)
+    for (size_t s = 0; s < out.outputs.size(); ++s) {
+      EXPECT_EQ(out.outputs[s].text, speculated.outputs.at(id).outputs[s].text) << id;
+      EXPECT_EQ(out.outputs[s].finish_reason, speculated.outputs.at(id).outputs[s].finish_reason)
+          << id;
+      EXPECT_LE(speculated.outputs.at(id).outputs[s].token_ids.size(), 40u);
+    }
+}
+
+TEST(Speculative, DisabledAboveTheBatchSize) {
+  EngineConfig c = with_ngram(testing_util::stories_config());
+  c.speculative.disable_by_batch_size = 4;
+  const RunResult many = testing_util::run_texts(c, prompts());  // 26 requests at once
+  const RunResult few = testing_util::run_texts(c, {prompts().back()});
+  EXPECT_GT(few.stats.spec_num_drafts, 0);
+  // Proposals only once the batch has shrunk to the last few requests.
+  EXPECT_LT(many.stats.spec_num_drafts, many.stats.generation_tokens / 4);
+}
+
+}  // namespace
+}  // namespace vesper::engine
