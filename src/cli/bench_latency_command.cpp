@@ -28,6 +28,7 @@ struct LatencyOptions {
   std::vector<int64_t> decode_seqs;
   int64_t repetitions = 5;
   uint64_t seed = 0;
+  std::string prompt;  // --prompt: the tg tests start from this text instead of one random token
   bool json = false;
   bool budget_set = false;  // --max-num-batched-tokens given on the command line
   bool seqs_set = false;    // --max-num-seqs given on the command line
@@ -87,15 +88,17 @@ Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_pro
   return static_cast<double>(n_prompt) / secs;
 }
 
-// Starts n_seqs one-token sequences (prefilled together in an untimed first step), then times the
-// n_gen decode steps that follow, each advancing every sequence by one token. Returns generated
-// tokens/s over all sequences.
-Result<double> run_decode(engine::Engine& e, TokenSource& tokens, int64_t n_seqs, int64_t n_gen,
-                          int64_t run) {
+// Starts n_seqs sequences from `prompt` (or a random token; prefilled together in an untimed first
+// step), then times the decode steps that generate n_gen more tokens each: n_gen steps, or fewer
+// with speculative decoding. Returns generated tokens/s over all sequences; counts the steps.
+Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
+                          const std::vector<int32_t>& prompt, int64_t n_seqs, int64_t n_gen,
+                          int64_t run, int64_t& timed_steps) {
   const std::string prefix = "tg" + std::to_string(run) + "-";
   for (int64_t s = 0; s < n_seqs; ++s)
     if (auto st =
-            e.add_request({prefix + std::to_string(s), tokens.prompt(1), greedy_params(n_gen + 1)});
+            e.add_request({prefix + std::to_string(s), prompt.empty() ? tokens.prompt(1) : prompt,
+                           greedy_params(n_gen + 1)});
         !st)
       return make_error("--n-gen " + std::to_string(n_gen) + ": " + st.error().message);
   const int64_t preemptions = e.stats().num_preemptions;
@@ -116,10 +119,13 @@ Result<double> run_decode(engine::Engine& e, TokenSource& tokens, int64_t n_seqs
     ++steps;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  if (e.stats().num_preemptions != preemptions || steps != n_gen || generated != n_seqs * n_gen)
+  const bool speculative = e.stats().spec_num_drafts > 0;
+  if (e.stats().num_preemptions != preemptions || (!speculative && steps != n_gen) ||
+      generated != n_seqs * n_gen)
     return make_error("decoding " + std::to_string(n_seqs) + " sequences took " +
                       std::to_string(steps) + " steps instead of " + std::to_string(n_gen) +
                       " (preempted: KV cache too small); raise --kv-cache-memory");
+  timed_steps += steps;
   return static_cast<double>(generated) / secs;
 }
 
@@ -134,6 +140,17 @@ struct Test {
   int64_t n_prompt = 0;
   int64_t n_seqs = 0;  // decode tests
   std::vector<double> samples;
+  // Speculative decoding over the timed runs: proposals verified and accepted, and target
+  // passes (steps) against tokens generated per sequence.
+  int64_t draft_tokens = 0, accepted_tokens = 0, steps = 0, generated_per_seq = 0;
+
+  double acceptance_rate() const {
+    return draft_tokens ? static_cast<double>(accepted_tokens) / draft_tokens : 0;
+  }
+  // Tokens each sequence gained per pass of the target model (1 without speculation).
+  double tokens_per_pass() const {
+    return steps ? static_cast<double>(generated_per_seq) / steps : 0;
+  }
 };
 
 int run_latency(LatencyOptions& o) {
@@ -161,6 +178,8 @@ int run_latency(LatencyOptions& o) {
   if (!created) return fail(created.error().message);
   engine::Engine& e = **created;
   TokenSource tokens(e.tokenizer(), o.seed);
+  const std::vector<int32_t> prompt =
+      o.prompt.empty() ? std::vector<int32_t>{} : e.tokenizer().encode(o.prompt, true, false);
 
   std::vector<Test> tests;
   if (o.n_prompt > 0) tests.push_back({"pp" + std::to_string(o.n_prompt), o.n_prompt, 0, {}});
@@ -175,11 +194,20 @@ int run_latency(LatencyOptions& o) {
     // touch every weight as N steps would, at a fraction of the time.
     for (int64_t r = 0; r <= o.repetitions; ++r) {
       const int64_t n_gen = r == 0 ? std::min<int64_t>(o.n_gen, 8) : o.n_gen;
+      const engine::EngineStats before = e.stats();
+      int64_t steps = 0;
       auto rate = t.n_prompt > 0 ? run_prefill(e, tokens, t.n_prompt, run++)
-                                 : run_decode(e, tokens, t.n_seqs, n_gen, run++);
+                                 : run_decode(e, tokens, prompt, t.n_seqs, n_gen, run++, steps);
       if (!rate) return fail(t.name + ": " + rate.error().message);
       if (!std::isfinite(*rate) || *rate <= 0) return fail(t.name + ": the timer measured no time");
-      if (r > 0) t.samples.push_back(*rate);
+      if (r > 0) {
+        t.samples.push_back(*rate);
+        const engine::EngineStats after = e.stats();
+        t.draft_tokens += after.spec_num_draft_tokens - before.spec_num_draft_tokens;
+        t.accepted_tokens += after.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
+        t.steps += steps;
+        t.generated_per_seq += n_gen;
+      }
     }
     if (!o.json) std::fprintf(stderr, "bench latency: %s done\n", t.name.c_str());
   }
@@ -191,6 +219,11 @@ int run_latency(LatencyOptions& o) {
     for (const Test& t : tests) {
       j[t.name + "_tokens_per_s"] = median(t.samples);
       j["samples"][t.name] = t.samples;
+      if (t.draft_tokens > 0)
+        j["speculative"][t.name] = {{"acceptance_rate", t.acceptance_rate()},
+                                    {"tokens_per_target_pass", t.tokens_per_pass()},
+                                    {"draft_tokens", t.draft_tokens},
+                                    {"accepted_tokens", t.accepted_tokens}};
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -205,6 +238,13 @@ int run_latency(LatencyOptions& o) {
                 static_cast<long long>(std::max<int64_t>(t.n_seqs, 1)), median(t.samples), *lo,
                 *hi);
   }
+  for (const Test& t : tests)
+    if (t.draft_tokens > 0)
+      std::printf(
+          "%s speculative: acceptance rate %.3f (%lld of %lld proposals), %.2f tokens per target "
+          "pass\n",
+          t.name.c_str(), t.acceptance_rate(), static_cast<long long>(t.accepted_tokens),
+          static_cast<long long>(t.draft_tokens), t.tokens_per_pass());
   return 0;
 }
 
@@ -225,6 +265,9 @@ CommandRunner add_bench_latency_command(CLI::App& bench) {
       "                 generated tokens/s over the decode steps only\n"
       "  tgN_seqsS      S sequences (--decode-seqs) decoding together, one token each per step:\n"
       "                 total generated tokens/s\n"
+      "With speculative decoding (--speculative-model) each tg test also reports its acceptance "
+      "rate and the\n"
+      "tokens each sequence gains per target pass.\n"
       "--json prints {\"pp512_tokens_per_s\": ..., \"tg128_tokens_per_s\": ..., "
       "\"tg128_seqs8_tokens_per_s\": ...,\n"
       "\"samples\": {test: [tokens/s per repetition]}, ...}. --n-prompt 0 or --n-gen 0 skips those "
@@ -246,6 +289,10 @@ CommandRunner add_bench_latency_command(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed for the random prompt tokens")->capture_default_str();
+  cmd->add_option(
+      "--prompt", o->prompt,
+      "Start the tg tests from this text instead of one random token (speculative decoding "
+      "needs real text to propose from)");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
   CLI::Option* budget = cmd->get_option("--max-num-batched-tokens");
   CLI::Option* seqs = cmd->get_option("--max-num-seqs");

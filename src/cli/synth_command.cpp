@@ -2,6 +2,7 @@
 // real tokenizer copied from a donor GGUF: benchmark inputs at realistic sizes (never committed).
 #include "cli/commands.h"
 #include "model/synth.h"
+#include "model/widen.h"
 
 namespace vesper::cli {
 namespace {
@@ -11,6 +12,7 @@ struct SynthOptions {
   std::string type = "f32";
   std::string out;
   int threads = 0;
+  std::string widen_from;  // --widen-from: widen this trained model instead of writing random weights
 };
 
 int run_synth(SynthOptions& o) {
@@ -20,6 +22,12 @@ int run_synth(SynthOptions& o) {
                 "q2_k, q3_k, q4_k, q5_k, q6_k");
   o.spec.type = *type;
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+  if (!o.widen_from.empty()) {
+    const model::WidenSpec w{o.spec.n_embd, o.spec.n_head, o.spec.n_head_kv, o.spec.n_ff, *type};
+    if (auto st = model::widen_model(o.widen_from, w, o.out, pool); !st) return fail(st.error().message);
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+    return 0;
+  }
   if (auto st = model::write_synthetic_model(o.spec, o.out, pool); !st) return fail(st.error().message);
   std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   return 0;
@@ -44,6 +52,11 @@ CommandRunner add_synth_command(CLI::App& app) {
   cmd->add_option("--type", o->type, "Weight type (q4_0, q8_0, q4_k, f16, ...)")->capture_default_str();
   cmd->add_option("--seed", s.seed, "Random seed")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::PositiveNumber);
+  cmd->add_option("--widen-from", o->widen_from,
+                  "Widen this trained llama GGUF to --n-embd / --n-head / --n-head-kv / --n-ff instead of writing "
+                  "random weights: the original weights in each matrix's top-left corner, zeros elsewhere, norms "
+                  "rescaled, so the larger model computes the same function (a memory-bound benchmark input with "
+                  "real outputs)");
   cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
   return [o] { return run_synth(*o); };
 }

@@ -1,0 +1,147 @@
+// Speculative decoding and model widening through the `vesper` command line: n-gram speculation
+// leaves greedy output unchanged (generate, bench latency) and is reported; its flags' errors
+// name the flag; a widened stories260K computes what stories260K computes.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+
+namespace vesper {
+namespace {
+
+using testing_util::run_vesper;
+const std::string kStories = "../shared/models/stories260K-f32.gguf";
+const std::vector<std::string> kNgram = {"--speculative-model", "[ngram]",
+                                         "--num-speculative-tokens", "4"};
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(CliSpeculative, NgramGreedyOutputEqualsPlainDecoding) {
+  const std::vector<std::string> base = {"generate",
+                                         kStories,
+                                         "--max-tokens",
+                                         "64",
+                                         "--temperature",
+                                         "0",
+                                         "--json",
+                                         "--prompt",
+                                         "Once upon a time",
+                                         "--prompt",
+                                         "Lily had a red ball. Lily had a red ball. Lily had a",
+                                         "-t",
+                                         "2"};
+  auto plain = run_vesper(base, "plain");
+  auto speculative = run_vesper(with(base, kNgram), "spec");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(speculative.exit_code, 0) << speculative.err;
+  const auto a = json_lines(plain.out), b = json_lines(speculative.out);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["token_ids"], b[i]["token_ids"]) << i;
+    EXPECT_EQ(a[i]["text"], b[i]["text"]) << i;
+  }
+  EXPECT_NE(speculative.err.find(
+                "speculative decoding: n-gram prompt lookup (n 1..4), 4 tokens per step"),
+            std::string::npos)
+      << speculative.err;
+}
+
+TEST(CliSpeculative, BenchLatencyReportsAcceptance) {
+  auto r = run_vesper(with(
+      {"bench", "latency", kStories, "-p", "0", "-n", "32", "-r", "1", "--json", "-t", "2",
+       "--prompt", "Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had a"},
+      kNgram));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("speculative")) << r.out;
+  const auto& s = j["speculative"]["tg32"];
+  EXPECT_GT(s["draft_tokens"].get<int64_t>(), 0);
+  EXPECT_GE(s["acceptance_rate"].get<double>(), 0.0);
+  EXPECT_LE(s["acceptance_rate"].get<double>(), 1.0);
+  EXPECT_GE(s["tokens_per_target_pass"].get<double>(), 1.0);
+}
+
+TEST(CliSpeculative, BadFlagsNameTheFlag) {
+  const std::vector<std::string> gen = {"generate", kStories,       "--prompt",
+                                        "Hi",       "--max-tokens", "4"};
+  struct Case {
+    std::vector<std::string> extra;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--speculative-model", "[ngram]"}, 1, "--num-speculative-tokens is required"},
+      {{"--speculative-model", "[ngram]", "--num-speculative-tokens", "0"},
+       2,
+       "--num-speculative-tokens"},
+      {{"--speculative-model", "[ngram]", "--num-speculative-tokens", "3",
+        "--ngram-prompt-lookup-min", "5", "--ngram-prompt-lookup-max", "2"},
+       1,
+       "--ngram-prompt-lookup-min 5 exceeds --ngram-prompt-lookup-max 2"},
+      {{"--num-speculative-tokens", "3"}, 1, "--num-speculative-tokens needs --speculative-model"},
+      {{"--speculative-model", "../shared/models/stories-draft.gguf", "--num-speculative-tokens",
+        "3"},
+       1,
+       "--speculative-model ../shared/models/stories-draft.gguf"},
+      {{"--speculative-config", "{\"method\": \"ngram\", \"num_speculative_tokens\": -1}"},
+       1,
+       "\"num_speculative_tokens\" must be a positive integer"},
+      {{"--speculative-config", "{\"method\": \"ngram\", \"k\": 2}"}, 1, "unknown key \"k\""},
+      {{"--speculative-config", "[1]"}, 1, "--speculative-config must be a JSON object"},
+      {{"--speculative-model", "[ngram]", "--num-speculative-tokens", "2",
+        "--spec-decoding-acceptance-method", "best"},
+       2,
+       "--spec-decoding-acceptance-method"},
+  };
+  for (const Case& c : cases) {
+    auto r = run_vesper(with(gen, c.extra));
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.message << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  }
+  // The JSON form works as the flags do.
+  auto ok = run_vesper(with(
+      gen, {"--speculative-config",
+            "{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": 2}"}));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("n-gram prompt lookup (n 1..2), 3 tokens per step"), std::string::npos)
+      << ok.err;
+}
+
+TEST(CliSynth, AWidenedModelComputesWhatTheOriginalDoes) {
+  const std::string widened = ::testing::TempDir() + "vesper_widened.gguf";
+  for (const std::string type : {"f32", "q8_0"}) {
+    auto w = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "256", "--n-head", "32",
+                         "--n-head-kv", "16", "--n-ff", "512", "--type", type, "-o", widened});
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    const std::vector<std::string> gen = {
+        "--prompt", "Once upon a time", "--max-tokens", "48", "--temperature", "0", "--json"};
+    auto original = run_vesper(with({"generate", kStories}, gen), "orig");
+    auto wide = run_vesper(with({"generate", widened}, gen), "wide");
+    ASSERT_EQ(wide.exit_code, 0) << wide.err;
+    EXPECT_EQ(json_lines(original.out)[0]["token_ids"], json_lines(wide.out)[0]["token_ids"])
+        << type;
+  }
+  auto bad = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "256", "--n-head", "32",
+                         "--n-head-kv", "8", "--n-ff", "512", "-o", widened});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("query heads per KV head"), std::string::npos) << bad.err;
+  auto small = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "32", "--n-head", "8",
+                           "--n-head-kv", "4", "--n-ff", "512", "-o", widened});
+  EXPECT_NE(small.err.find("--n-embd 32 is smaller than"), std::string::npos) << small.err;
+}
+
+}  // namespace
+}  // namespace vesper
