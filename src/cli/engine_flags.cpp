@@ -1,6 +1,7 @@
 #include "cli/engine_flags.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "engine/memory_plan.h"
@@ -9,78 +10,120 @@ namespace vesper::cli {
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("model", f.model_path, "GGUF model file")->required();
-  cmd->add_option("-t,--threads", f.threads, "Compute threads (default: all cores)")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-model-len", f.max_model_len,
-                  "Most tokens (prompt + output) a sequence may hold (default: the model's context length)")
+  cmd->add_option("-t,--threads", f.threads, "Compute threads (default: all cores)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens, "Token budget of one engine step")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option(
+         "--max-model-len", f.max_model_len,
+         "Most tokens (prompt + output) a sequence may hold (default: the model's context length)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
+                  "Token budget of one engine step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-num-seqs", f.max_num_seqs, "Most sequences in one engine step")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--block-size", f.block_size, "Tokens per KV cache block")
-      ->capture_default_str()->check(CLI::IsMember({8, 16, 32, 64, 128}));
-  cmd->add_option("--kv-cache-memory", f.kv_cache_memory,
-                  "KV cache size, e.g. 512M or 2G (default: a quarter of available memory, at most 4G, "
-                  "no more than --max-num-seqs full-length sequences need)");
+      ->capture_default_str()
+      ->check(CLI::IsMember({8, 16, 32, 64, 128}));
+  cmd->add_option(
+      "--kv-cache-memory", f.kv_cache_memory,
+      "KV cache size, e.g. 512M or 2G (default: a quarter of available memory, at most 4G, "
+      "no more than --max-num-seqs full-length sequences need)");
   cmd->add_option("--num-gpu-blocks-override", f.num_gpu_blocks_override,
-                  "Use exactly this many KV blocks (overrides --kv-cache-memory)")->check(CLI::PositiveNumber);
-  cmd->add_option("--swap-space", f.swap_space, "Host memory (GiB) for sequences preempted by swapping")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--preemption-mode", f.preemption_mode,
-                  "How to preempt when KV blocks run out: recompute (free, prefill again later) or swap "
-                  "(copy to the swap space; recompute when it is full)")
-      ->capture_default_str()->check(CLI::IsMember({"recompute", "swap"}));
+                  "Use exactly this many KV blocks (overrides --kv-cache-memory)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--swap-space", f.swap_space,
+                  "Host memory (GiB) for sequences preempted by swapping")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option(
+         "--preemption-mode", f.preemption_mode,
+         "How to preempt when KV blocks run out: recompute (free, prefill again later) or swap "
+         "(copy to the swap space; recompute when it is full)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"recompute", "swap"}));
   cmd->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f.enable_chunked_prefill,
                 "Split long prompts into chunks that share steps with decodes (default: on)");
-  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
-                "Reuse the KV of prompt prefixes already computed (system prompts, chat history); cached "
-                "blocks stay in the KV budget until evicted, least recently used first (default: on)");
-  cmd->add_option("--speculative-model", f.speculative_model,
-                  "Speculative decoding: \"[ngram]\" proposes the tokens that followed the latest earlier "
-                  "occurrence of the sequence's last n tokens in its prompt and output (prompt lookup); the "
-                  "target model verifies them in one pass, so the output is exactly what it alone would give");
-  cmd->add_option("--num-speculative-tokens", f.num_speculative_tokens,
-                  "Speculative tokens proposed per sequence and step (required with --speculative-model)")
+  cmd->add_flag(
+      "--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
+      "Reuse the KV of prompt prefixes already computed (system prompts, chat history); cached "
+      "blocks stay in the KV budget until evicted, least recently used first (default: on)");
+  cmd->add_option(
+      "--speculative-model", f.speculative_model,
+      "Speculative decoding: \"[ngram]\" proposes the tokens that followed the latest earlier "
+      "occurrence of the sequence's last n tokens in its prompt and output (prompt lookup); a GGUF "
+      "file is a draft model (same vocabulary, smaller) that proposes by decoding ahead. The "
+      "target "
+      "verifies the proposals in one pass, so the output is exactly what it alone would give");
+  cmd->add_option(
+         "--num-speculative-tokens", f.num_speculative_tokens,
+         "Speculative tokens proposed per sequence and step (required with --speculative-model)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ngram-prompt-lookup-max", f.ngram_prompt_lookup_max,
-                  "Longest n-gram matched by [ngram] (default 4)")->check(CLI::PositiveNumber);
-  cmd->add_option("--ngram-prompt-lookup-min", f.ngram_prompt_lookup_min,
-                  "Shortest n-gram matched by [ngram] (default 1)")->check(CLI::PositiveNumber);
-  cmd->add_option("--speculative-disable-by-batch-size", f.speculative_disable_by_batch_size,
-                  "Propose nothing while more than this many requests are running or waiting: at large "
-                  "batches a step is compute-bound and verifying proposals costs more than it saves "
-                  "(default: never)")
+                  "Longest n-gram matched by [ngram] (default 4)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--speculative-config", f.speculative_config,
-                  "The speculative flags as vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": K, "
-                  "\"prompt_lookup_max\": N, \"prompt_lookup_min\": N, \"disable_by_batch_size\": N}");
+  cmd->add_option("--ngram-prompt-lookup-min", f.ngram_prompt_lookup_min,
+                  "Shortest n-gram matched by [ngram] (default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option(
+         "--speculative-disable-by-batch-size", f.speculative_disable_by_batch_size,
+         "Propose nothing while more than this many requests are running or waiting: at large "
+         "batches a step is compute-bound and verifying proposals costs more than it saves "
+         "(default: never)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option(
+      "--speculative-config", f.speculative_config,
+      "The speculative flags as vLLM's JSON: {\"method\": \"ngram\" or \"draft_model\", \"model\": "
+      "GGUF, "
+      "\"num_speculative_tokens\": K, "
+      "\"prompt_lookup_max\": N, \"prompt_lookup_min\": N, \"disable_by_batch_size\": N}");
   cmd->add_option("--spec-decoding-acceptance-method", f.spec_decoding_acceptance_method,
                   "rejection_sampler: exact (the output distribution is the target's); "
-                  "typical_acceptance_sampler: Medusa's typical acceptance, faster, approximately the target's "
+                  "typical_acceptance_sampler: Medusa's typical acceptance, faster, approximately "
+                  "the target's "
                   "(greedy requests are exact either way)")
       ->capture_default_str()
       ->check(CLI::IsMember({"rejection_sampler", "typical_acceptance_sampler"}));
-  cmd->add_option("--typical-acceptance-sampler-posterior-threshold", f.typical_acceptance_posterior_threshold,
-                  "Typical acceptance: a proposal is kept when its probability exceeds min(this, alpha * "
-                  "exp(-entropy))")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--typical-acceptance-sampler-posterior-alpha", f.typical_acceptance_posterior_alpha,
-                  "Typical acceptance: the alpha above")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option(
+         "--typical-acceptance-sampler-posterior-threshold",
+         f.typical_acceptance_posterior_threshold,
+         "Typical acceptance: a proposal is kept when its probability exceeds min(this, alpha * "
+         "exp(-entropy))")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--typical-acceptance-sampler-posterior-alpha",
+                  f.typical_acceptance_posterior_alpha, "Typical acceptance: the alpha above")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
 }
 
 namespace {
 
 // --speculative-model / --speculative-config into the engine's SpeculativeConfig.
 Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec) {
-  std::string method = f.speculative_model == "[ngram]" ? "ngram" : "";
-  int64_t k = f.num_speculative_tokens, max_n = f.ngram_prompt_lookup_max, min_n = f.ngram_prompt_lookup_min;
+  std::string method, model = f.speculative_model;
+  int64_t k = f.num_speculative_tokens, max_n = f.ngram_prompt_lookup_max,
+          min_n = f.ngram_prompt_lookup_min;
   int64_t disable = f.speculative_disable_by_batch_size;
-  if (!f.speculative_model.empty() && method.empty())
-    return make_error("--speculative-model " + f.speculative_model +
-                      ": only \"[ngram]\" (prompt lookup) is supported; draft models and Medusa heads are not yet");
+  // "[ngram]", a draft model's GGUF file, or (not yet) a Medusa heads directory.
+  auto method_of = [](const std::string& m, const char* flag) -> Result<std::string> {
+    if (m == "[ngram]") return std::string("ngram");
+    std::error_code ec;
+    if (std::filesystem::is_directory(m, ec))
+      return make_error(std::string(flag) + " " + m + ": Medusa heads are not supported yet");
+    if (!std::filesystem::is_regular_file(m, ec))
+      return make_error(std::string(flag) + " " + m +
+                        ": no such file (a draft model's GGUF, or \"[ngram]\")");
+    return std::string("draft_model");
+  };
+  if (!model.empty()) {
+    VESPER_ASSIGN_OR_RETURN(method, method_of(model, "--speculative-model"));
+  }
   if (!f.speculative_config.empty()) {
     const auto j = nlohmann::json::parse(f.speculative_config, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return make_error("--speculative-config must be a JSON object");
+    if (j.is_discarded() || !j.is_object())
+      return make_error("--speculative-config must be a JSON object");
     for (const auto& [key, value] : j.items()) {
       auto integer = [&](int64_t& out) -> Status {
         if (!value.is_number_integer() || value.get<int64_t>() < 1)
@@ -89,15 +132,19 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
         return {};
       };
       if (key == "method") {
-        if (!value.is_string()) return make_error("--speculative-config: \"method\" must be a string");
+        if (!value.is_string())
+          return make_error("--speculative-config: \"method\" must be a string");
         method = value.get<std::string>();
-        if (method != "ngram")
+        if (method != "ngram" && method != "draft_model")
           return make_error("--speculative-config: method \"" + method +
-                            "\" is not supported (only \"ngram\" is, so far)");
+                            "\" is not supported (ngram or draft_model)");
       } else if (key == "model") {
-        if (!value.is_string() || value.get<std::string>() != "[ngram]")
-          return make_error("--speculative-config: \"model\" other than \"[ngram]\" is not supported yet");
-        method = "ngram";
+        if (!value.is_string())
+          return make_error("--speculative-config: \"model\" must be a string");
+        model = value.get<std::string>();
+        std::string from_model;
+        VESPER_ASSIGN_OR_RETURN(from_model, method_of(model, "--speculative-config \"model\""));
+        if (method.empty() || method == "ngram") method = from_model;
       } else if (key == "num_speculative_tokens") {
         VESPER_TRY(integer(k));
       } else if (key == "prompt_lookup_max") {
@@ -113,28 +160,42 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
   }
   if (method.empty()) {
     if (k > 0 || max_n > 0 || min_n > 0 || disable > 0)
-      return make_error(std::string(k > 0 ? "--num-speculative-tokens" : max_n > 0 ? "--ngram-prompt-lookup-max"
-                                                                  : min_n > 0 ? "--ngram-prompt-lookup-min"
-                                                                              : "--speculative-disable-by-batch-size") +
+      return make_error(std::string(k > 0       ? "--num-speculative-tokens"
+                                    : max_n > 0 ? "--ngram-prompt-lookup-max"
+                                    : min_n > 0 ? "--ngram-prompt-lookup-min"
+                                                : "--speculative-disable-by-batch-size") +
                         " needs --speculative-model (or --speculative-config)");
     return {};
   }
   if (k <= 0) return make_error("--num-speculative-tokens is required with speculative decoding");
+  spec.num_speculative_tokens = k;
+  spec.disable_by_batch_size = disable;
+  auto acceptance = sample::parse_acceptance_method(f.spec_decoding_acceptance_method);
+  if (!acceptance)
+    return make_error("--spec-decoding-acceptance-method: " + acceptance.error().message);
+  spec.acceptance.method = *acceptance;
+  spec.acceptance.posterior_threshold =
+      static_cast<float>(f.typical_acceptance_posterior_threshold);
+  spec.acceptance.posterior_alpha = static_cast<float>(f.typical_acceptance_posterior_alpha);
+  if (method == "draft_model") {
+    if (model.empty())
+      return make_error("--speculative-config: method draft_model needs \"model\" (a GGUF file)");
+    if (max_n > 0 || min_n > 0)
+      return make_error(
+          std::string(max_n > 0 ? "--ngram-prompt-lookup-max" : "--ngram-prompt-lookup-min") +
+          " applies to \"[ngram]\", not to a draft model");
+    spec.method = engine::SpeculativeConfig::Method::kDraftModel;
+    spec.model = model;
+    return {};
+  }
   if (max_n == 0) max_n = std::max<int64_t>(4, min_n);
   if (min_n == 0) min_n = 1;
   if (min_n > max_n)
-    return make_error("--ngram-prompt-lookup-min " + std::to_string(min_n) + " exceeds --ngram-prompt-lookup-max " +
-                      std::to_string(max_n));
+    return make_error("--ngram-prompt-lookup-min " + std::to_string(min_n) +
+                      " exceeds --ngram-prompt-lookup-max " + std::to_string(max_n));
   spec.method = engine::SpeculativeConfig::Method::kNgram;
-  spec.num_speculative_tokens = k;
   spec.ngram.min_n = static_cast<int32_t>(min_n);
   spec.ngram.max_n = static_cast<int32_t>(max_n);
-  spec.disable_by_batch_size = disable;
-  auto acceptance = sample::parse_acceptance_method(f.spec_decoding_acceptance_method);
-  if (!acceptance) return make_error("--spec-decoding-acceptance-method: " + acceptance.error().message);
-  spec.acceptance.method = *acceptance;
-  spec.acceptance.posterior_threshold = static_cast<float>(f.typical_acceptance_posterior_threshold);
-  spec.acceptance.posterior_alpha = static_cast<float>(f.typical_acceptance_posterior_alpha);
   return {};
 }
 
@@ -158,8 +219,8 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   c.scheduler.max_num_seqs = f.max_num_seqs;
   c.scheduler.enable_chunked_prefill = f.enable_chunked_prefill;
-  c.scheduler.preemption_mode =
-      f.preemption_mode == "swap" ? sched::PreemptionMode::kSwap : sched::PreemptionMode::kRecompute;
+  c.scheduler.preemption_mode = f.preemption_mode == "swap" ? sched::PreemptionMode::kSwap
+                                                            : sched::PreemptionMode::kRecompute;
   VESPER_TRY(speculative_config(f, c.speculative));
   return c;
 }

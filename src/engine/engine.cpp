@@ -21,26 +21,42 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e->config_ = config;
   e->backend_ = std::make_unique<backend::CpuBackend>(config.threads);
   VESPER_ASSIGN_OR_RETURN(e->model_, model::Model::load(config.model_path, *e->backend_));
-  VESPER_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_gguf(e->model_->file()));
+  VESPER_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok,
+                          tokenizer::Tokenizer::from_gguf(e->model_->file()));
   e->tokenizer_.emplace(std::move(tok));
   const model::ModelConfig& mc = e->model_->config();
   sched::SchedulerConfig& sc = e->config_.scheduler;
   if (sc.max_model_len <= 0) sc.max_model_len = mc.context_length;
   if (sc.max_model_len > mc.context_length)
-    return make_error("--max-model-len " + std::to_string(sc.max_model_len) + " exceeds the model's context length " +
-                      std::to_string(mc.context_length) + " (" + config.model_path + ")");
-  if (sc.max_num_batched_tokens <= 0) return make_error("--max-num-batched-tokens must be positive");
+    return make_error("--max-model-len " + std::to_string(sc.max_model_len) +
+                      " exceeds the model's context length " + std::to_string(mc.context_length) +
+                      " (" + config.model_path + ")");
+  if (sc.max_num_batched_tokens <= 0)
+    return make_error("--max-num-batched-tokens must be positive");
   if (sc.max_num_seqs <= 0) return make_error("--max-num-seqs must be positive");
   int64_t weight_bytes = 0;
-  for (const auto& t : e->model_->file().tensors()) weight_bytes += static_cast<int64_t>(t.size_bytes);
+  for (const auto& t : e->model_->file().tensors())
+    weight_bytes += static_cast<int64_t>(t.size_bytes);
+  const SpeculativeConfig& spec_config = e->config_.speculative;
+  if (spec_config.method == SpeculativeConfig::Method::kDraftModel) {
+    VESPER_ASSIGN_OR_RETURN(
+        e->draft_, spec::DraftModelProposer::load(spec_config.model, *e->backend_, *e->tokenizer_));
+    for (const auto& t : e->draft_->model().file().tensors())
+      weight_bytes += static_cast<int64_t>(t.size_bytes);
+    // The tables cover the positions the draft writes its proposals at, past what the target
+    // computes.
+    sc.num_lookahead_slots = spec_config.num_speculative_tokens;
+  }
   // The largest step the scheduler can plan: its token budget, a logits row for each sequence
   // it can seat (and for each token, with speculative rows), every seated sequence's whole table.
-  const int64_t blocks_per_seq = (sc.max_model_len + config.cache.block_size - 1) / config.cache.block_size;
+  const int64_t blocks_per_seq =
+      (sc.max_model_len + config.cache.block_size - 1) / config.cache.block_size;
   const SpeculativeConfig& spec = e->config_.speculative;
   if (spec.enabled()) {
     if (spec.num_speculative_tokens < 1)
-      return make_error("--num-speculative-tokens must be at least 1 with speculative decoding, got " +
-                        std::to_string(spec.num_speculative_tokens));
+      return make_error(
+          "--num-speculative-tokens must be at least 1 with speculative decoding, got " +
+          std::to_string(spec.num_speculative_tokens));
     if (spec.ngram.min_n < 1 || spec.ngram.max_n < spec.ngram.min_n)
       return make_error("--ngram-prompt-lookup-min " + std::to_string(spec.ngram.min_n) +
                         " and --ngram-prompt-lookup-max " + std::to_string(spec.ngram.max_n) +
@@ -53,15 +69,26 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const int64_t rows_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
   capacity.logits_rows = std::min(sc.max_num_batched_tokens, capacity.seqs * rows_per_seq);
   capacity.table_entries = capacity.seqs * (blocks_per_seq + 1);
-  VESPER_ASSIGN_OR_RETURN(e->plan_, plan_memory(e->model_->kv_spec(config.cache.block_size), weight_bytes,
-                                                model::Model::activation_bytes(mc, capacity), config.cache,
-                                                sc.max_model_len, sc.max_num_seqs));
+  std::vector<backend::KvCacheSpec> kv_specs = {e->model_->kv_spec(config.cache.block_size)};
+  int64_t activation_bytes = model::Model::activation_bytes(mc, capacity);
+  if (e->draft_) {
+    kv_specs.push_back(e->draft_->kv_spec(config.cache.block_size));
+    activation_bytes += model::Model::activation_bytes(e->draft_->model().config(), capacity);
+  }
+  VESPER_ASSIGN_OR_RETURN(e->plan_, plan_memory(kv_specs, weight_bytes, activation_bytes,
+                                                config.cache, sc.max_model_len, sc.max_num_seqs));
   e->model_->reserve(capacity);
-  e->kv_ = std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.block_size,
-                                                config.cache.enable_prefix_caching);
+  e->kv_ =
+      std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks,
+                                           e->plan_.block_size, config.cache.enable_prefix_caching);
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
-  e->runner_ = std::make_unique<ModelRunner>(*e->model_, e->plan_.num_blocks, e->plan_.num_swap_blocks,
-                                             e->plan_.block_size);
+  e->runner_ = std::make_unique<ModelRunner>(*e->model_, e->plan_.num_blocks,
+                                             e->plan_.num_swap_blocks, e->plan_.block_size);
+  if (e->draft_) {
+    e->draft_->allocate(e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.block_size,
+                        capacity.tokens, capacity.seqs, capacity.table_entries);
+    e->runner_->add_companion_storage(e->draft_->device_kv(), e->draft_->host_kv());
+  }
   e->outputs_ = std::make_unique<OutputProcessor>(*e->tokenizer_, sc.max_model_len);
   e->sampler_ = std::make_unique<sample::BatchSampler>(static_cast<int32_t>(mc.n_vocab));
   if (spec.enabled()) {
@@ -69,25 +96,39 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     e->totals_.spec_accepted_per_pos.assign(static_cast<size_t>(spec.num_speculative_tokens), 0);
   }
   e->row_.resize(mc.n_vocab);
-  log_info("model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, context %lld",
-           config.model_path.c_str(), mc.arch.name.c_str(), static_cast<long long>(mc.n_layer),
-           static_cast<long long>(mc.n_embd), static_cast<long long>(mc.n_head), static_cast<long long>(mc.n_head_kv),
-           static_cast<long long>(mc.head_dim), static_cast<long long>(mc.n_vocab),
-           static_cast<long long>(mc.context_length));
+  log_info(
+      "model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, "
+      "context %lld",
+      config.model_path.c_str(), mc.arch.name.c_str(), static_cast<long long>(mc.n_layer),
+      static_cast<long long>(mc.n_embd), static_cast<long long>(mc.n_head),
+      static_cast<long long>(mc.n_head_kv), static_cast<long long>(mc.head_dim),
+      static_cast<long long>(mc.n_vocab), static_cast<long long>(mc.context_length));
   log_info("%s", e->plan_.describe().c_str());
-  log_info("scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked prefill %s, "
-           "preemption mode %s, prefix caching %s; backend %s",
-           static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
-           static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
-           sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
-           config.cache.enable_prefix_caching ? "on" : "off", e->backend_->describe().c_str());
-  if (spec.enabled())
-    log_info("speculative decoding: n-gram prompt lookup (n %d..%d), %lld tokens per step, %s%s",
-             spec.ngram.min_n, spec.ngram.max_n, static_cast<long long>(spec.num_speculative_tokens),
+  log_info(
+      "scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked "
+      "prefill %s, "
+      "preemption mode %s, prefix caching %s; backend %s",
+      static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
+      static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
+      sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
+      config.cache.enable_prefix_caching ? "on" : "off", e->backend_->describe().c_str());
+  if (spec.enabled()) {
+    const std::string proposer =
+        spec.method == SpeculativeConfig::Method::kNgram
+            ? "n-gram prompt lookup (n " + std::to_string(spec.ngram.min_n) + ".." +
+                  std::to_string(spec.ngram.max_n) + ")"
+            : "draft model " + spec.model + " (" +
+                  std::to_string(e->draft_->model().config().n_layer) + " layers, n_embd " +
+                  std::to_string(e->draft_->model().config().n_embd) + ")";
+    const std::string off =
+        spec.disable_by_batch_size > 0
+            ? ", off above " + std::to_string(spec.disable_by_batch_size) + " requests"
+            : "";
+    log_info("speculative decoding: %s, %lld tokens per step, %s%s", proposer.c_str(),
+             static_cast<long long>(spec.num_speculative_tokens),
              std::string(sample::acceptance_method_name(spec.acceptance.method)).c_str(),
-             spec.disable_by_batch_size > 0
-                 ? (", off above " + std::to_string(spec.disable_by_batch_size) + " requests").c_str()
-                 : "");
+             off.c_str());
+  }
   return e;
 }
 
@@ -106,7 +147,8 @@ Status Engine::add_request(EngineRequest request) {
   if (params.max_tokens == 0) {
     // Nothing to generate (e.g. echo-only completions): finished at once, never scheduled.
     if (prompt_len > scheduler_->config().max_model_len)
-      return make_error("the prompt has " + std::to_string(prompt_len) + " tokens, more than --max-model-len " +
+      return make_error("the prompt has " + std::to_string(prompt_len) +
+                        " tokens, more than --max-model-len " +
                         std::to_string(scheduler_->config().max_model_len));
     outputs_->add_finished(request, now);
     totals_.prompt_tokens += prompt_len;
@@ -128,8 +170,8 @@ Status Engine::add_request(EngineRequest request) {
   return {};
 }
 
-void Engine::sample_one(OutputProcessor::RequestState& request, int32_t index, std::span<const float> logits,
-                        double now) {
+void Engine::sample_one(OutputProcessor::RequestState& request, int32_t index,
+                        std::span<const float> logits, double now) {
   OutputProcessor::SampleState& s = request.samples[index];
   const sample::SamplingParams& p = request.request.params;
   const sched::Sequence* seq = scheduler_->find(s.seq_id);
@@ -138,7 +180,8 @@ void Engine::sample_one(OutputProcessor::RequestState& request, int32_t index, s
   row.params = &p;
   row.rng = &s.rng;
   row.history.prompt = std::span<const int32_t>(seq->tokens.data(), seq->num_prompt_tokens);
-  row.history.output = std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens, seq->num_output_tokens());
+  row.history.output = std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens,
+                                                seq->num_output_tokens());
   row.logits = row_;
   const int32_t token = sampler_->sample_one(row, tokenizer_->eog_ids());
   std::optional<LogprobEntry> lp;
@@ -146,7 +189,8 @@ void Engine::sample_one(OutputProcessor::RequestState& request, int32_t index, s
   scheduler_->append_token(s.seq_id, token);
   ++totals_.generation_tokens;
   const bool at_limit = seq->num_tokens() >= scheduler_->config().max_model_len;
-  if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now)) scheduler_->remove(s.seq_id);
+  if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now))
+    remove_sequence(s.seq_id);
 }
 
 void Engine::propose() {
@@ -156,6 +200,7 @@ void Engine::propose() {
     const sched::SchedulerStats st = scheduler_->stats();
     if (st.num_running + st.num_waiting > spec.disable_by_batch_size) return;
   }
+  if (draft_) return propose_with_draft();
   // Sequences whose next step computes the token they just sampled: proposals follow it.
   scheduler_->for_each_running([&](const sched::Sequence& seq) {
     if (seq.num_uncomputed() != 1 || seq.in_prefill()) return;
@@ -164,19 +209,53 @@ void Engine::propose() {
   });
 }
 
-void Engine::verify(OutputProcessor::RequestState& request, int32_t index, const sched::ScheduledSequence& s,
-                    int32_t first_row, double now) {
+void Engine::propose_with_draft() {
+  const int64_t k_max = config_.speculative.num_speculative_tokens;
+  const int64_t bs = plan_.block_size;
+  const kv::KvCacheManager& kv = scheduler_->kv();
+  draft_requests_.clear();
+  scheduler_->for_each_running([&](const sched::Sequence& seq) {
+    if (seq.num_uncomputed() != 1 || seq.in_prefill()) return;
+    const int64_t length = seq.num_tokens();
+    const int64_t k = std::min(k_max, seq.max_total_tokens - length);
+    if (k <= 0) return;
+    const std::vector<kv::BlockId>& table = kv.block_table(seq.id);
+    // The draft writes positions length - 1 .. length + k - 2: they must be in the table, and in
+    // blocks of this sequence's own (a block still shared after a fork holds a sibling's K/V
+    // there).
+    if (static_cast<int64_t>(table.size()) * bs < length + k - 1) return;
+    for (int64_t b = (length - 1) / bs; b <= (length + k - 2) / bs; ++b)
+      if (kv.device_pool().ref_count(table[b]) != 1) return;
+    draft_requests_.push_back({seq.id, seq.tokens, table, k});
+  });
+  if (draft_requests_.empty()) return;
+  draft_->propose(draft_requests_, draft_proposals_);
+  for (size_t i = 0; i < draft_requests_.size(); ++i)
+    if (!draft_proposals_[i].empty())
+      scheduler_->set_spec_tokens(draft_requests_[i].id, draft_proposals_[i]);
+}
+
+void Engine::remove_sequence(sched::SeqId id) {
+  scheduler_->remove(id);
+  if (draft_) draft_->forget(id);
+}
+
+void Engine::verify(OutputProcessor::RequestState& request, int32_t index,
+                    const sched::ScheduledSequence& s, int32_t first_row, double now) {
   OutputProcessor::SampleState& smp = request.samples[index];
   const sample::SamplingParams& p = request.request.params;
   const sched::Sequence* seq = scheduler_->find(s.id);
   verify_rows_.clear();
-  for (int64_t j = 0; j < s.num_logits_rows; ++j) verify_rows_.push_back(runner_->logits_row(first_row + j));
+  for (int64_t j = 0; j < s.num_logits_rows; ++j)
+    verify_rows_.push_back(runner_->logits_row(first_row + j));
   const sample::TokenHistory history{
       std::span<const int32_t>(seq->tokens.data(), seq->num_prompt_tokens),
-      std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens, seq->num_output_tokens())};
+      std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens,
+                               seq->num_output_tokens())};
   const sample::Verification v =
-      verifier_->verify(p, config_.speculative.acceptance, smp.rng, history, verify_rows_, s.spec_token_ids, {},
-                        tokenizer_->eog_ids());
+      verifier_->verify(p, config_.speculative.acceptance, smp.rng, history, verify_rows_,
+                        s.spec_token_ids, {}, tokenizer_->eog_ids());
+  if (draft_) draft_->on_verified(s.id, v.num_accepted);
   ++totals_.spec_num_drafts;
   totals_.spec_num_draft_tokens += s.num_spec_tokens;
   totals_.spec_num_accepted_tokens += v.num_accepted;
@@ -187,11 +266,12 @@ void Engine::verify(OutputProcessor::RequestState& request, int32_t index, const
   for (int64_t j = 0; j <= v.num_accepted; ++j) {
     const int32_t token = j < v.num_accepted ? s.spec_token_ids[j] : v.next_token;
     std::optional<LogprobEntry> lp;
-    if (p.logprobs >= 0) lp = sample::compute_logprobs(verify_rows_[j], token, p.logprobs, logprob_scratch_);
+    if (p.logprobs >= 0)
+      lp = sample::compute_logprobs(verify_rows_[j], token, p.logprobs, logprob_scratch_);
     ++totals_.generation_tokens;
     const bool at_limit = base + j + 1 >= scheduler_->config().max_model_len;
     if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now)) {
-      scheduler_->remove(s.id);
+      remove_sequence(s.id);
       return;
     }
   }
@@ -206,7 +286,8 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
     if (!s.samples()) continue;
     int32_t index = 0;
     OutputProcessor::RequestState* request = outputs_->owner(s.id, &index);
-    VESPER_CHECK(request != nullptr, "scheduled sequence %lld has no request", static_cast<long long>(s.id));
+    VESPER_CHECK(request != nullptr, "scheduled sequence %lld has no request",
+                 static_cast<long long>(s.id));
     if (s.num_spec_tokens > 0) {
       verify(*request, index, s, first_row[i], now);
       continue;
@@ -238,7 +319,8 @@ std::vector<RequestOutput> Engine::step() {
   const double now = now_seconds();
   if (plan.empty()) return outputs_->take_outputs(now);
   ++totals_.num_steps;
-  totals_.max_batched_tokens_seen = std::max(totals_.max_batched_tokens_seen, plan.num_batched_tokens);
+  totals_.max_batched_tokens_seen =
+      std::max(totals_.max_batched_tokens_seen, plan.num_batched_tokens);
   bool partial_prefill = false;
   for (const auto& s : plan.scheduled) {
     const sched::Sequence* seq = scheduler_->find(s.id);
@@ -250,11 +332,17 @@ std::vector<RequestOutput> Engine::step() {
       outputs_->on_first_scheduled(*request, s.start, now);
   }
   if (partial_prefill) ++totals_.num_chunked_prefill_steps;
-  for (sched::SeqId id : plan.preempted)
-    if (OutputProcessor::RequestState* request = outputs_->owner(id, nullptr)) ++request->metrics.num_preemptions;
+  for (sched::SeqId id : plan.preempted) {
+    if (OutputProcessor::RequestState* request = outputs_->owner(id, nullptr))
+      ++request->metrics.num_preemptions;
+    // Preempted by recompute: its blocks are gone, the draft's K/V with them.
+    const sched::Sequence* seq = scheduler_->find(id);
+    if (draft_ && seq != nullptr && seq->status == sched::SeqStatus::kWaiting) draft_->reset(id);
+  }
 
   const Status ran = runner_->execute(plan);
-  VESPER_CHECK(ran.ok(), "the runner refused its scheduler's plan: %s", ran.error().message.c_str());
+  VESPER_CHECK(ran.ok(), "the runner refused its scheduler's plan: %s",
+               ran.error().message.c_str());
   sample_step(plan, now_seconds());
   return outputs_->take_outputs(now_seconds());
 }
@@ -262,7 +350,7 @@ std::vector<RequestOutput> Engine::step() {
 bool Engine::abort(const std::string& request_id, RequestOutput* final_output) {
   auto seqs = outputs_->abort(request_id, final_output, now_seconds());
   if (!seqs) return false;
-  for (sched::SeqId id : *seqs) scheduler_->remove(id);
+  for (sched::SeqId id : *seqs) remove_sequence(id);
   return true;
 }
 
@@ -292,10 +380,14 @@ Engine::Phase Engine::phase(const std::string& request_id) const {
   const sched::Sequence* seq = first == 0 ? nullptr : scheduler_->find(first);
   if (seq == nullptr) return Phase::kUnknown;
   switch (seq->status) {
-    case sched::SeqStatus::kWaiting: return Phase::kWaiting;
-    case sched::SeqStatus::kSwapped: return Phase::kSwapped;
-    case sched::SeqStatus::kRunning: return seq->in_prefill() ? Phase::kPrefilling : Phase::kDecoding;
-    default: return Phase::kUnknown;
+    case sched::SeqStatus::kWaiting:
+      return Phase::kWaiting;
+    case sched::SeqStatus::kSwapped:
+      return Phase::kSwapped;
+    case sched::SeqStatus::kRunning:
+      return seq->in_prefill() ? Phase::kPrefilling : Phase::kDecoding;
+    default:
+      return Phase::kUnknown;
   }
 }
 

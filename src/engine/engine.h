@@ -30,6 +30,7 @@
 #include "sample/sampler.h"
 #include "sample/speculative_acceptance.h"
 #include "sched/scheduler.h"
+#include "spec/draft_model_proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vesper::engine {
@@ -113,6 +114,9 @@ class Engine {
   // Speculative decoding: proposals for the sequences about to compute one token (set on the
   // scheduler before it plans), and the verification of a scheduled entry's proposals.
   void propose();
+  void propose_with_draft();
+  // Removes a finished sequence from the scheduler (and the draft's bookkeeping).
+  void remove_sequence(sched::SeqId id);
   void verify(OutputProcessor::RequestState& request, int32_t index, const sched::ScheduledSequence& s,
               int32_t first_row, double now);
   // Samples the scheduled entries of the step just run, reports their tokens.
@@ -131,6 +135,7 @@ class Engine {
   std::unique_ptr<OutputProcessor> outputs_;
   std::unique_ptr<sample::BatchSampler> sampler_;
   std::unique_ptr<sample::SpeculativeVerifier> verifier_;  // with speculative decoding
+  std::unique_ptr<spec::DraftModelProposer> draft_;         // with a draft model
 
   sched::SeqId next_seq_id_ = 1;
   int64_t next_arrival_ = 0;
@@ -140,6 +145,8 @@ class Engine {
   sample::LogprobScratch logprob_scratch_;
   std::vector<kv::SeqId> child_ids_;
   std::vector<int32_t> proposal_;
+  std::vector<spec::DraftModelProposer::Request> draft_requests_;
+  std::vector<std::vector<int32_t>> draft_proposals_;
   std::vector<std::span<const float>> verify_rows_;
 };
 

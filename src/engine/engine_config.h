@@ -25,8 +25,9 @@ struct CacheConfig {
 
 // Speculative decoding (vLLM's flags; --speculative-config takes the same as JSON).
 struct SpeculativeConfig {
-  enum class Method { kNone, kNgram };
-  Method method = Method::kNone;         // --speculative-model "[ngram]"
+  enum class Method { kNone, kNgram, kDraftModel };
+  Method method = Method::kNone;         // --speculative-model "[ngram]" or a draft GGUF
+  std::string model;                     // the draft model's GGUF
   int64_t num_speculative_tokens = 0;    // --num-speculative-tokens K: proposals per step
   spec::NgramConfig ngram;               // --ngram-prompt-lookup-min / -max
   // --speculative-disable-by-batch-size N: no proposals while more than N requests are running

@@ -24,18 +24,19 @@ std::string gib(double bytes) {
 
 std::string MemoryPlan::describe() const {
   char buf[768];
-  std::snprintf(buf, sizeof(buf),
-                "memory plan: weights %s; activations %s; KV cache (%s) %lld bytes/token, block %lld "
-                "tokens = %s, %lld blocks = %s (%lld tokens, %.2f sequences of max-model-len %lld at "
-                "once); swap space %lld blocks = %s",
-                gib(static_cast<double>(weight_bytes)).c_str(),
-                gib(static_cast<double>(activation_bytes)).c_str(), kv_dtype.c_str(),
-                static_cast<long long>(bytes_per_token), static_cast<long long>(block_size),
-                gib(static_cast<double>(bytes_per_block)).c_str(), static_cast<long long>(num_blocks),
-                gib(static_cast<double>(num_blocks * bytes_per_block)).c_str(),
-                static_cast<long long>(token_capacity()), max_concurrency(),
-                static_cast<long long>(max_model_len), static_cast<long long>(num_swap_blocks),
-                gib(static_cast<double>(num_swap_blocks * bytes_per_block)).c_str());
+  std::snprintf(
+      buf, sizeof(buf),
+      "memory plan: weights %s; activations %s; KV cache (%s) %lld bytes/token, block %lld "
+      "tokens = %s, %lld blocks = %s (%lld tokens, %.2f sequences of max-model-len %lld at "
+      "once); swap space %lld blocks = %s",
+      gib(static_cast<double>(weight_bytes)).c_str(),
+      gib(static_cast<double>(activation_bytes)).c_str(), kv_dtype.c_str(),
+      static_cast<long long>(bytes_per_token), static_cast<long long>(block_size),
+      gib(static_cast<double>(bytes_per_block)).c_str(), static_cast<long long>(num_blocks),
+      gib(static_cast<double>(num_blocks * bytes_per_block)).c_str(),
+      static_cast<long long>(token_capacity()), max_concurrency(),
+      static_cast<long long>(max_model_len), static_cast<long long>(num_swap_blocks),
+      gib(static_cast<double>(num_swap_blocks * bytes_per_block)).c_str());
   return buf;
 }
 
@@ -49,7 +50,7 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-Result<MemoryPlan> plan_memory(const backend::KvCacheSpec& kv, int64_t weight_bytes,
+Result<MemoryPlan> plan_memory(std::span<const backend::KvCacheSpec> kv, int64_t weight_bytes,
                                int64_t activation_bytes, const CacheConfig& cache,
                                int64_t max_model_len, int64_t max_num_seqs) {
   MemoryPlan p;
@@ -57,15 +58,20 @@ Result<MemoryPlan> plan_memory(const backend::KvCacheSpec& kv, int64_t weight_by
       cache.block_size != 64 && cache.block_size != 128)
     return make_error("--block-size must be one of 8, 16, 32, 64, 128, got " +
                       std::to_string(cache.block_size));
-  VESPER_CHECK(kv.block_size == cache.block_size, "KV spec of block size %lld for --block-size %lld",
-               static_cast<long long>(kv.block_size), static_cast<long long>(cache.block_size));
+  VESPER_CHECK(!kv.empty(), "no KV storage to plan");
   p.weight_bytes = weight_bytes;
   p.activation_bytes = activation_bytes;
-  p.kv_dtype = std::string(backend::kv_dtype_name(kv.dtype));
+  p.kv_dtype = std::string(backend::kv_dtype_name(kv[0].dtype));
+  if (kv.size() > 1) p.kv_dtype += ", target + draft";
   p.block_size = cache.block_size;
   p.max_model_len = max_model_len;
-  p.bytes_per_token = kv.bytes_per_token();
-  p.bytes_per_block = kv.bytes_per_block();
+  for (const backend::KvCacheSpec& spec : kv) {
+    VESPER_CHECK(spec.block_size == cache.block_size,
+                 "KV spec of block size %lld for --block-size %lld",
+                 static_cast<long long>(spec.block_size), static_cast<long long>(cache.block_size));
+    p.bytes_per_token += spec.bytes_per_token();
+    p.bytes_per_block += spec.bytes_per_block();
+  }
   if (cache.num_gpu_blocks_override > 0) {
     p.num_blocks = cache.num_gpu_blocks_override;
     p.capacity_source = "--num-gpu-blocks-override";

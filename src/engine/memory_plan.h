@@ -6,11 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
+#include "backend/kv_cache_spec.h"
 #include "core/result.h"
 #include "engine/engine_config.h"
-#include "backend/kv_cache_spec.h"
 
 namespace vesper::engine {
 
@@ -39,9 +40,10 @@ struct MemoryPlan {
 int64_t available_memory_bytes();
 
 // Errors name the flag at fault (a budget too small for one block, a block size not allowed...).
-// `kv` is the model's KV storage spec at cache.block_size; `activation_bytes` what the model's
-// buffers take for the largest step.
-Result<MemoryPlan> plan_memory(const backend::KvCacheSpec& kv, int64_t weight_bytes,
+// `kv` holds the KV storage specs at cache.block_size of every model that keeps KV per block:
+// the target's first, then a draft model's (whose storage uses the same blocks); a block costs
+// their sum. `activation_bytes` is what the models' buffers take for the largest step.
+Result<MemoryPlan> plan_memory(std::span<const backend::KvCacheSpec> kv, int64_t weight_bytes,
                                int64_t activation_bytes, const CacheConfig& cache,
                                int64_t max_model_len, int64_t max_num_seqs);
 

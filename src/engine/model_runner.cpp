@@ -13,6 +13,10 @@ ModelRunner::ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_sw
       host_(backend_.create_kv(model.kv_spec(block_size), num_swap_blocks,
                                backend::MemoryKind::kHostVisible)) {}
 
+void ModelRunner::add_companion_storage(backend::KvHandle device, backend::KvHandle host) {
+  companions_.emplace_back(device, host);
+}
+
 ModelRunner::~ModelRunner() {
   backend_.release_kv(device_);
   backend_.release_kv(host_);

@@ -40,6 +40,10 @@ class ModelRunner {
     return logits_.subspan(static_cast<size_t>(row * n_vocab_), static_cast<size_t>(n_vocab_));
   }
 
+  // KV storage of another model indexed by the same block tables (a draft model's): every plan's
+  // swaps and copies are applied to it too.
+  void add_companion_storage(backend::KvHandle device, backend::KvHandle host);
+
   const sched::SequenceMirror& mirror() const { return mirror_; }
   backend::KvHandle device_kv() const { return device_; }
 
@@ -50,6 +54,7 @@ class ModelRunner {
   int64_t n_vocab_;
   backend::KvHandle device_;
   backend::KvHandle host_;
+  std::vector<std::pair<backend::KvHandle, backend::KvHandle>> companions_;  // (device, host)
   sched::SequenceMirror mirror_;
   // Reused every step.
   model::ForwardBatch batch_;

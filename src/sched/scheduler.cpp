@@ -19,7 +19,8 @@ Status Scheduler::add(Sequence seq) {
     return make_error("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                       std::to_string(seq.max_total_tokens - n) + ") is " + std::to_string(seq.max_total_tokens) +
                       " tokens, more than --max-model-len " + std::to_string(config_.max_model_len));
-  const int64_t blocks = kv_.blocks_for(seq.max_total_tokens);
+  // Lookahead slots (a draft model's proposals) come on top of the sequence's own tokens.
+  const int64_t blocks = kv_.blocks_for(seq.max_total_tokens + config_.num_lookahead_slots);
   if (blocks > kv_.num_device_blocks())
     return make_error("the request needs up to " + std::to_string(seq.max_total_tokens) + " tokens (" +
                       std::to_string(blocks) + " KV blocks) but the whole KV cache holds " +
@@ -278,8 +279,9 @@ void Scheduler::accept_spec_tokens(SeqId id, int64_t num_accepted) {
   seq.num_computed_tokens += num_accepted;
   seq.spec_in_flight.clear();
   seq.spec_token_ids.clear();
-  // The rejected ones' slots go back; what was accepted may fill blocks for the prefix cache.
-  kv_.truncate(id, seq.num_computed_tokens);
+  // The rejected ones' slots go back (the lookahead slots stay: a draft model writes its next
+  // proposals there); what was accepted may fill blocks for the prefix cache.
+  kv_.truncate(id, seq.num_computed_tokens + config_.num_lookahead_slots);
   kv_.cache_full_blocks(id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
 }
 

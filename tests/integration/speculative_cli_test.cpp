@@ -59,6 +59,29 @@ TEST(CliSpeculative, NgramGreedyOutputEqualsPlainDecoding) {
       << speculative.err;
 }
 
+TEST(CliSpeculative, DraftModelGreedyOutputEqualsPlainDecoding) {
+  const std::vector<std::string> base = {
+      "generate", kStories,   "--max-tokens",     "64",       "--temperature",  "0",
+      "--json",   "--prompt", "Once upon a time", "--prompt", "The little dog", "-t",
+      "2"};
+  auto plain = run_vesper(base, "plain");
+  auto draft = run_vesper(
+      with(base,
+           {"--speculative-config",
+            "{\"method\": \"draft_model\", \"model\": \"../shared/models/stories-draft.gguf\", "
+            "\"num_speculative_tokens\": 4}"}),
+      "draft");
+  ASSERT_EQ(draft.exit_code, 0) << draft.err;
+  const auto a = json_lines(plain.out), b = json_lines(draft.out);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["token_ids"], b[i]["token_ids"]) << i;
+  EXPECT_NE(draft.err.find("speculative decoding: draft model ../shared/models/stories-draft.gguf "
+                           "(2 layers, n_embd 48)"),
+            std::string::npos)
+      << draft.err;
+  EXPECT_NE(draft.err.find("KV cache (f32, target + draft)"), std::string::npos) << draft.err;
+}
+
 TEST(CliSpeculative, BenchLatencyReportsAcceptance) {
   auto r = run_vesper(with(
       {"bench", "latency", kStories, "-p", "0", "-n", "32", "-r", "1", "--json", "-t", "2",
@@ -92,10 +115,20 @@ TEST(CliSpeculative, BadFlagsNameTheFlag) {
        1,
        "--ngram-prompt-lookup-min 5 exceeds --ngram-prompt-lookup-max 2"},
       {{"--num-speculative-tokens", "3"}, 1, "--num-speculative-tokens needs --speculative-model"},
-      {{"--speculative-model", "../shared/models/stories-draft.gguf", "--num-speculative-tokens",
-        "3"},
+      {{"--speculative-model", "../shared/models/medusa", "--num-speculative-tokens", "3"},
        1,
-       "--speculative-model ../shared/models/stories-draft.gguf"},
+       "--speculative-model ../shared/models/medusa: Medusa heads are not supported yet"},
+      {{"--speculative-model", "no-such-draft.gguf", "--num-speculative-tokens", "3"},
+       1,
+       "--speculative-model no-such-draft.gguf: no such file"},
+      {{"--speculative-model", "../shared/models/stories-draft.gguf", "--num-speculative-tokens",
+        "3", "--ngram-prompt-lookup-max", "3"},
+       1,
+       "--ngram-prompt-lookup-max applies to \"[ngram]\", not to a draft model"},
+      {{"--speculative-model", "../shared/models/llama-2-tiny-random.gguf",
+        "--num-speculative-tokens", "3"},
+       1,
+       "have different vocabularies: token"},
       {{"--speculative-config", "{\"method\": \"ngram\", \"num_speculative_tokens\": -1}"},
        1,
        "\"num_speculative_tokens\" must be a positive integer"},
