@@ -100,6 +100,10 @@ struct AttentionInputs {
   Tensor slot_mapping;
   Tensor block_tables;
   Tensor table_offsets;
+  // Batches with trees only (paged_attention.h): tree_parents [num_tokens], query_start
+  // [num_seqs + 1]; no buffer otherwise.
+  Tensor tree_parents;
+  Tensor query_start;
 };
 
 // Rotary embedding, with llama3's per-pair frequency divisors as an optional device vector.
@@ -150,6 +154,10 @@ class Backend {
   // block dst[i] of `to` (the same storage for copy-on-write, device and host storage for swaps).
   virtual void copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src,
                               std::span<const int32_t> dst) = 0;
+  // Copies single slots (every layer's K and V): slot src[i] into slot dst[i] of the same
+  // storage, in order.
+  virtual void copy_kv_slots(KvHandle kv, std::span<const int64_t> src,
+                             std::span<const int64_t> dst) = 0;
 
   // --- ops (in issue order)
   // out[i] = row ids[i] of the embedding matrix `table` (n_out rows of n_in), dequantized.

@@ -141,6 +141,14 @@ void CpuBackend::copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int3
   for (size_t i = 0; i < src.size(); ++i) t.copy_block_from(f, src[i], dst[i]);
 }
 
+void CpuBackend::copy_kv_slots(KvHandle kv, std::span<const int64_t> src,
+                               std::span<const int64_t> dst) {
+  VESPER_CHECK(src.size() == dst.size(), "%zu sources for %zu destinations", src.size(),
+               dst.size());
+  KvCache& c = cache(kv);
+  for (size_t i = 0; i < src.size(); ++i) c.copy_slot(src[i], dst[i]);
+}
+
 void CpuBackend::get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) {
   const CpuWeight& w = weight(table);
   VESPER_CHECK(out.cols == w.n_in && out.rows == ids.numel(), "get_rows: shapes do not match");
@@ -221,6 +229,10 @@ AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
   b.slot_mapping = ptr<int64_t>(in.slot_mapping);
   b.block_tables = ptr<int32_t>(in.block_tables);
   b.table_offsets = ptr<int32_t>(in.table_offsets);
+  if (in.tree_parents.buffer.valid()) {
+    b.tree_parents = ptr<int32_t>(in.tree_parents);
+    b.query_start = ptr<int32_t>(in.query_start);
+  }
   return b;
 }
 

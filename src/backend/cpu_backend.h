@@ -44,6 +44,8 @@ class CpuBackend final : public Backend {
   int64_t kv_bytes(KvHandle kv) const override;
   void copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src,
                       std::span<const int32_t> dst) override;
+  void copy_kv_slots(KvHandle kv, std::span<const int64_t> src,
+                     std::span<const int64_t> dst) override;
 
   void get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) override;
   void matmul(WeightHandle w, const Tensor& x, const Tensor& y) override;

@@ -33,18 +33,30 @@ class KvCache {
 
   // f32 caches: head `head`'s keys (values) of physical block `block`: block_size rows of
   // head_dim floats, the row of offset o at + o * head_dim.
-  float* key_block(int64_t layer, int64_t block, int64_t head) { return f32(k_, layer) + run(block, head); }
-  float* value_block(int64_t layer, int64_t block, int64_t head) { return f32(v_, layer) + run(block, head); }
-  const float* key_block(int64_t layer, int64_t block, int64_t head) const { return f32(k_, layer) + run(block, head); }
+  float* key_block(int64_t layer, int64_t block, int64_t head) {
+    return f32(k_, layer) + run(block, head);
+  }
+  float* value_block(int64_t layer, int64_t block, int64_t head) {
+    return f32(v_, layer) + run(block, head);
+  }
+  const float* key_block(int64_t layer, int64_t block, int64_t head) const {
+    return f32(k_, layer) + run(block, head);
+  }
   const float* value_block(int64_t layer, int64_t block, int64_t head) const {
     return f32(v_, layer) + run(block, head);
   }
 
   // f32 caches: head `head`'s key (value) in slot `slot`: head_dim floats.
   float* key(int64_t layer, int64_t slot, int64_t head) { return f32(k_, layer) + row(slot, head); }
-  float* value(int64_t layer, int64_t slot, int64_t head) { return f32(v_, layer) + row(slot, head); }
-  const float* key(int64_t layer, int64_t slot, int64_t head) const { return f32(k_, layer) + row(slot, head); }
-  const float* value(int64_t layer, int64_t slot, int64_t head) const { return f32(v_, layer) + row(slot, head); }
+  float* value(int64_t layer, int64_t slot, int64_t head) {
+    return f32(v_, layer) + row(slot, head);
+  }
+  const float* key(int64_t layer, int64_t slot, int64_t head) const {
+    return f32(k_, layer) + row(slot, head);
+  }
+  const float* value(int64_t layer, int64_t slot, int64_t head) const {
+    return f32(v_, layer) + row(slot, head);
+  }
 
   // Copies every layer's K and V of physical block `src` into block `dst` (copy-on-write).
   void copy_block(int64_t src, int64_t dst) { copy_block_from(*this, src, dst); }
@@ -53,13 +65,18 @@ class KvCache {
   // (values and metadata together).
   void copy_block_from(const KvCache& other, int64_t src, int64_t dst);
 
+  // Copies every layer's K and V of slot `src` into slot `dst` (an accepted speculative tree
+  // path moved to its positions). f32 caches.
+  void copy_slot(int64_t src, int64_t dst);
+
   // Bytes of storage (K and V, all layers).
   int64_t bytes() const { return n_blocks_ * spec_.bytes_per_block(); }
 
  private:
   using Storage = std::unique_ptr<std::byte[], LargeBufferFree>;
   float* f32(const std::vector<Storage>& s, int64_t layer) const {
-    VESPER_CHECK(spec_.dtype == KvDtype::kF32, "float access to a %s KV cache", kv_dtype_name(spec_.dtype).data());
+    VESPER_CHECK(spec_.dtype == KvDtype::kF32, "float access to a %s KV cache",
+                 kv_dtype_name(spec_.dtype).data());
     return reinterpret_cast<float*>(s[layer].get());
   }
   // Element offset of (block, head)'s run of block_size rows, and of one slot's row of a head.

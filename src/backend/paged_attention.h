@@ -4,6 +4,14 @@
 // Token t (at position p in sequence s) attends causally to positions 0..p of s. Its K/V must
 // already be in the cache (write_kv first), so tokens of one prefill chunk see one another.
 // The reduction order for a token is fixed (positions ascending), whatever the batch holds.
+//
+// Trees (speculative candidates verified together, as Medusa proposes them): a sequence whose
+// rows carry tree parents has a context of positions 0..c-1 (c: its first row's position) read
+// through its block table, and rows that attend to that context and to their own ancestors only.
+// Row t at depth d (position c + d) sees, for positions c..c+d, the K/V in the slots of its
+// ancestors at those depths (slot_mapping), itself last. The order of the reduction is the same
+// as for a token at that position in a chain, so an accepted path's rows give exactly the bits
+// plain decoding would.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +21,9 @@
 
 namespace vesper::backend {
 
+// tree_parents value of rows that are not in a tree.
+inline constexpr int32_t kNotInTree = -2;
+
 struct AttentionBatch {
   int64_t num_tokens = 0;
   const int32_t* positions = nullptr;      // [num_tokens]
@@ -20,6 +31,11 @@ struct AttentionBatch {
   const int64_t* slot_mapping = nullptr;   // [num_tokens] cache slot the token's K/V go to
   const int32_t* block_tables = nullptr;   // flat; sequence s's table starts at table_offsets[s]
   const int32_t* table_offsets = nullptr;  // [num_seqs + 1]
+  // Only for batches with trees (else null): [num_tokens] each row's parent as an offset among
+  // its sequence's rows (-1: the root, which follows the context; kNotInTree: a row of a sequence
+  // without a tree), and [num_seqs + 1] each sequence's first row.
+  const int32_t* tree_parents = nullptr;
+  const int32_t* query_start = nullptr;
 };
 
 // Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot.

@@ -53,9 +53,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       "--speculative-model", f.speculative_model,
       "Speculative decoding: \"[ngram]\" proposes the tokens that followed the latest earlier "
       "occurrence of the sequence's last n tokens in its prompt and output (prompt lookup); a GGUF "
-      "file is a draft model (same vocabulary, smaller) that proposes by decoding ahead. The "
-      "target "
-      "verifies the proposals in one pass, so the output is exactly what it alone would give");
+      "file is a draft model (same vocabulary, smaller) that proposes by decoding ahead; a "
+      "directory holds Medusa heads (config.json and their .safetensors) that propose a tree of "
+      "candidates from the target's own hidden state. The target verifies the proposals in one "
+      "pass, so the output is exactly what it alone would give");
   cmd->add_option(
          "--num-speculative-tokens", f.num_speculative_tokens,
          "Speculative tokens proposed per sequence and step (required with --speculative-model)")
@@ -74,10 +75,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->check(CLI::PositiveNumber);
   cmd->add_option(
       "--speculative-config", f.speculative_config,
-      "The speculative flags as vLLM's JSON: {\"method\": \"ngram\" or \"draft_model\", \"model\": "
-      "GGUF, "
-      "\"num_speculative_tokens\": K, "
-      "\"prompt_lookup_max\": N, \"prompt_lookup_min\": N, \"disable_by_batch_size\": N}");
+      "The speculative flags as vLLM's JSON: {\"method\": \"ngram\", \"draft_model\" or "
+      "\"medusa\", \"model\": GGUF or heads directory, \"num_speculative_tokens\": K, "
+      "\"prompt_lookup_max\": N, \"prompt_lookup_min\": N, \"disable_by_batch_size\": N}; "
+      "beyond vLLM, \"medusa_tree\": false proposes each head's best token as a chain");
   cmd->add_option("--spec-decoding-acceptance-method", f.spec_decoding_acceptance_method,
                   "rejection_sampler: exact (the output distribution is the target's); "
                   "typical_acceptance_sampler: Medusa's typical acceptance, faster, approximately "
@@ -106,15 +107,18 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
   int64_t k = f.num_speculative_tokens, max_n = f.ngram_prompt_lookup_max,
           min_n = f.ngram_prompt_lookup_min;
   int64_t disable = f.speculative_disable_by_batch_size;
-  // "[ngram]", a draft model's GGUF file, or (not yet) a Medusa heads directory.
+  bool medusa_tree = true;
+  // "[ngram]", a draft model's GGUF file, or Medusa heads (a directory, or their safetensors).
   auto method_of = [](const std::string& m, const char* flag) -> Result<std::string> {
     if (m == "[ngram]") return std::string("ngram");
     std::error_code ec;
-    if (std::filesystem::is_directory(m, ec))
-      return make_error(std::string(flag) + " " + m + ": Medusa heads are not supported yet");
+    if (std::filesystem::is_directory(m, ec) ||
+        (std::filesystem::is_regular_file(m, ec) && m.ends_with(".safetensors")))
+      return std::string("medusa");
     if (!std::filesystem::is_regular_file(m, ec))
       return make_error(std::string(flag) + " " + m +
-                        ": no such file (a draft model's GGUF, or \"[ngram]\")");
+                        ": no such file or directory (a draft model's GGUF, Medusa heads' "
+                        "directory, or \"[ngram]\")");
     return std::string("draft_model");
   };
   if (!model.empty()) {
@@ -135,9 +139,9 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
         if (!value.is_string())
           return make_error("--speculative-config: \"method\" must be a string");
         method = value.get<std::string>();
-        if (method != "ngram" && method != "draft_model")
+        if (method != "ngram" && method != "draft_model" && method != "medusa")
           return make_error("--speculative-config: method \"" + method +
-                            "\" is not supported (ngram or draft_model)");
+                            "\" is not supported (ngram, draft_model or medusa)");
       } else if (key == "model") {
         if (!value.is_string())
           return make_error("--speculative-config: \"model\" must be a string");
@@ -153,6 +157,10 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
         VESPER_TRY(integer(min_n));
       } else if (key == "disable_by_batch_size") {
         VESPER_TRY(integer(disable));
+      } else if (key == "medusa_tree") {
+        if (!value.is_boolean())
+          return make_error("--speculative-config: \"medusa_tree\" must be true or false");
+        medusa_tree = value.get<bool>();
       } else {
         return make_error("--speculative-config: unknown key \"" + key + "\"");
       }
@@ -177,6 +185,19 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
   spec.acceptance.posterior_threshold =
       static_cast<float>(f.typical_acceptance_posterior_threshold);
   spec.acceptance.posterior_alpha = static_cast<float>(f.typical_acceptance_posterior_alpha);
+  if (method == "medusa") {
+    if (model.empty())
+      return make_error(
+          "--speculative-config: method medusa needs \"model\" (the heads' directory)");
+    if (max_n > 0 || min_n > 0)
+      return make_error(
+          std::string(max_n > 0 ? "--ngram-prompt-lookup-max" : "--ngram-prompt-lookup-min") +
+          " applies to \"[ngram]\", not to Medusa heads");
+    spec.method = engine::SpeculativeConfig::Method::kMedusa;
+    spec.model = model;
+    spec.medusa_tree = medusa_tree;
+    return {};
+  }
   if (method == "draft_model") {
     if (model.empty())
       return make_error("--speculative-config: method draft_model needs \"model\" (a GGUF file)");

@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "model/synth.h"
 #include "model/widen.h"
+#include "spec/medusa_widen.h"
 
 namespace vesper::cli {
 namespace {
@@ -12,23 +13,34 @@ struct SynthOptions {
   std::string type = "f32";
   std::string out;
   int threads = 0;
-  std::string widen_from;  // --widen-from: widen this trained model instead of writing random weights
+  std::string
+      widen_from;  // --widen-from: widen this trained model instead of writing random weights
+  std::string widen_medusa;  // --widen-medusa: pad these Medusa heads to --n-embd
 };
 
 int run_synth(SynthOptions& o) {
+  if (!o.widen_medusa.empty()) {
+    if (auto st = spec::widen_medusa(o.widen_medusa, o.spec.n_embd, o.out); !st)
+      return fail(st.error().message);
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+    return 0;
+  }
   auto type = tensor::parse_type_name(o.type);
   if (!type || !tensor::traits(*type).supported)
-    return fail("--type \"" + o.type + "\" is not supported; supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+    return fail("--type \"" + o.type +
+                "\" is not supported; supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
                 "q2_k, q3_k, q4_k, q5_k, q6_k");
   o.spec.type = *type;
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
   if (!o.widen_from.empty()) {
     const model::WidenSpec w{o.spec.n_embd, o.spec.n_head, o.spec.n_head_kv, o.spec.n_ff, *type};
-    if (auto st = model::widen_model(o.widen_from, w, o.out, pool); !st) return fail(st.error().message);
+    if (auto st = model::widen_model(o.widen_from, w, o.out, pool); !st)
+      return fail(st.error().message);
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
     return 0;
   }
-  if (auto st = model::write_synthetic_model(o.spec, o.out, pool); !st) return fail(st.error().message);
+  if (auto st = model::write_synthetic_model(o.spec, o.out, pool); !st)
+    return fail(st.error().message);
   std::fprintf(stderr, "wrote %s\n", o.out.c_str());
   return 0;
 }
@@ -38,26 +50,52 @@ int run_synth(SynthOptions& o) {
 CommandRunner add_synth_command(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   auto& s = o->spec;
-  CLI::App* cmd = app.add_subcommand("synth", "Write a random-weight llama-family model (benchmark input)");
+  CLI::App* cmd =
+      app.add_subcommand("synth", "Write a random-weight llama-family model (benchmark input)");
   cmd->add_option("--arch", s.arch, "llama, qwen2 or qwen3")->capture_default_str();
-  cmd->add_option("--n-layer", s.n_layer, "Layers")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-embd", s.n_embd, "Embedding size")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-head", s.n_head, "Attention heads")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-head-kv", s.n_head_kv, "Key/value heads")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-ff", s.n_ff, "Feed-forward size")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--n-vocab", s.n_vocab, "Vocabulary size without --vocab-from (a byte vocabulary)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--context-length", s.context_length, "Context length")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--n-layer", s.n_layer, "Layers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-embd", s.n_embd, "Embedding size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-head", s.n_head, "Attention heads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-head-kv", s.n_head_kv, "Key/value heads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-ff", s.n_ff, "Feed-forward size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--n-vocab", s.n_vocab,
+                  "Vocabulary size without --vocab-from (a byte vocabulary)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--context-length", s.context_length, "Context length")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--vocab-from", s.vocab_from, "Donor GGUF whose tokenizer is copied");
-  cmd->add_option("--type", o->type, "Weight type (q4_0, q8_0, q4_k, f16, ...)")->capture_default_str();
+  cmd->add_option("--type", o->type, "Weight type (q4_0, q8_0, q4_k, f16, ...)")
+      ->capture_default_str();
   cmd->add_option("--seed", s.seed, "Random seed")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::PositiveNumber);
   cmd->add_option("--widen-from", o->widen_from,
-                  "Widen this trained llama GGUF to --n-embd / --n-head / --n-head-kv / --n-ff instead of writing "
-                  "random weights: the original weights in each matrix's top-left corner, zeros elsewhere, norms "
-                  "rescaled, so the larger model computes the same function (a memory-bound benchmark input with "
+                  "Widen this trained llama GGUF to --n-embd / --n-head / --n-head-kv / --n-ff "
+                  "instead of writing "
+                  "random weights: the original weights in each matrix's top-left corner, zeros "
+                  "elsewhere, norms "
+                  "rescaled, so the larger model computes the same function (a memory-bound "
+                  "benchmark input with "
                   "real outputs)");
-  cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
+  cmd->add_option(
+         "--widen-medusa", o->widen_medusa,
+         "Pad these Medusa heads (a directory: config.json and .safetensors) to --n-embd, as "
+         "--widen-from pads a model, so they propose for the widened model exactly what they "
+         "propose for the original; -o names the output directory")
+      ->excludes("--widen-from");
+  cmd->add_option("-o,--output", o->out, "Output GGUF file (a directory with --widen-medusa)")
+      ->required();
   return [o] { return run_synth(*o); };
 }
 

@@ -47,6 +47,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     // computes.
     sc.num_lookahead_slots = spec_config.num_speculative_tokens;
   }
+  if (spec_config.method == SpeculativeConfig::Method::kMedusa) {
+    VESPER_ASSIGN_OR_RETURN(
+        e->medusa_,
+        spec::MedusaProposer::load(spec_config.model, *e->backend_, mc.n_embd, mc.n_vocab,
+                                   e->model_->weights().output.type, spec_config.medusa_tree));
+    weight_bytes += e->medusa_->heads().weight_bytes();
+  }
   // The largest step the scheduler can plan: its token budget, a logits row for each sequence
   // it can seat (and for each token, with speculative rows), every seated sequence's whole table.
   const int64_t blocks_per_seq =
@@ -113,13 +120,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
       config.cache.enable_prefix_caching ? "on" : "off", e->backend_->describe().c_str());
   if (spec.enabled()) {
-    const std::string proposer =
-        spec.method == SpeculativeConfig::Method::kNgram
-            ? "n-gram prompt lookup (n " + std::to_string(spec.ngram.min_n) + ".." +
-                  std::to_string(spec.ngram.max_n) + ")"
-            : "draft model " + spec.model + " (" +
-                  std::to_string(e->draft_->model().config().n_layer) + " layers, n_embd " +
-                  std::to_string(e->draft_->model().config().n_embd) + ")";
+    std::string proposer;
+    if (spec.method == SpeculativeConfig::Method::kNgram)
+      proposer = "n-gram prompt lookup (n " + std::to_string(spec.ngram.min_n) + ".." +
+                 std::to_string(spec.ngram.max_n) + ")";
+    else if (e->draft_)
+      proposer = "draft model " + spec.model + " (" +
+                 std::to_string(e->draft_->model().config().n_layer) + " layers, n_embd " +
+                 std::to_string(e->draft_->model().config().n_embd) + ")";
+    else
+      proposer = "Medusa heads " + e->medusa_->heads().path() + " (" +
+                 std::to_string(e->medusa_->heads().num_heads()) + " heads in " +
+                 std::string(tensor::type_name(e->medusa_->heads().weight_type())) + ", " +
+                 (e->medusa_->tree() ? "a tree" : "a chain") + " of candidates)";
     const std::string off =
         spec.disable_by_batch_size > 0
             ? ", off above " + std::to_string(spec.disable_by_batch_size) + " requests"
@@ -201,6 +214,7 @@ void Engine::propose() {
     if (st.num_running + st.num_waiting > spec.disable_by_batch_size) return;
   }
   if (draft_) return propose_with_draft();
+  if (medusa_) return propose_with_medusa();
   // Sequences whose next step computes the token they just sampled: proposals follow it.
   scheduler_->for_each_running([&](const sched::Sequence& seq) {
     if (seq.num_uncomputed() != 1 || seq.in_prefill()) return;
@@ -235,9 +249,25 @@ void Engine::propose_with_draft() {
       scheduler_->set_spec_tokens(draft_requests_[i].id, draft_proposals_[i]);
 }
 
+void Engine::propose_with_medusa() {
+  medusa_requests_.clear();
+  scheduler_->for_each_running([&](const sched::Sequence& seq) {
+    if (seq.num_uncomputed() != 1 || seq.in_prefill()) return;
+    medusa_requests_.push_back(
+        {seq.id, seq.num_tokens(), config_.speculative.num_speculative_tokens});
+  });
+  if (medusa_requests_.empty()) return;
+  medusa_->propose(medusa_requests_, draft_proposals_, medusa_parents_);
+  for (size_t i = 0; i < medusa_requests_.size(); ++i)
+    if (!draft_proposals_[i].empty())
+      scheduler_->set_spec_tokens(medusa_requests_[i].id, std::move(draft_proposals_[i]),
+                                  std::move(medusa_parents_[i]));
+}
+
 void Engine::remove_sequence(sched::SeqId id) {
   scheduler_->remove(id);
   if (draft_) draft_->forget(id);
+  if (medusa_) medusa_->forget(id);
 }
 
 void Engine::verify(OutputProcessor::RequestState& request, int32_t index,
@@ -252,22 +282,41 @@ void Engine::verify(OutputProcessor::RequestState& request, int32_t index,
       std::span<const int32_t>(seq->tokens.data(), seq->num_prompt_tokens),
       std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens,
                                seq->num_output_tokens())};
-  const sample::Verification v =
-      verifier_->verify(p, config_.speculative.acceptance, smp.rng, history, verify_rows_,
-                        s.spec_token_ids, {}, tokenizer_->eog_ids());
-  if (draft_) draft_->on_verified(s.id, v.num_accepted);
+  // The kept proposals (as indices into the entry's proposals) and the token after them. Row
+  // 1 + j holds proposal j's logits; row 0 the last committed token's.
+  const bool tree = !s.spec_tree_parents.empty();
+  sample::TreeVerification v;
+  if (tree) {
+    v = verifier_->verify_tree(p, config_.speculative.acceptance, smp.rng, history, verify_rows_,
+                               s.spec_token_ids, s.spec_tree_parents, tokenizer_->eog_ids());
+  } else {
+    const sample::Verification chain =
+        verifier_->verify(p, config_.speculative.acceptance, smp.rng, history, verify_rows_,
+                          s.spec_token_ids, {}, tokenizer_->eog_ids());
+    for (int32_t j = 0; j < chain.num_accepted; ++j) v.path.push_back(j);
+    v.next_token = chain.next_token;
+  }
+  const auto num_accepted = static_cast<int64_t>(v.path.size());
+  if (draft_) draft_->on_verified(s.id, num_accepted);
   ++totals_.spec_num_drafts;
   totals_.spec_num_draft_tokens += s.num_spec_tokens;
-  totals_.spec_num_accepted_tokens += v.num_accepted;
-  for (int64_t j = 0; j < v.num_accepted; ++j) ++totals_.spec_accepted_per_pos[j];
+  totals_.spec_num_accepted_tokens += num_accepted;
+  for (int64_t j = 0; j < num_accepted; ++j) ++totals_.spec_accepted_per_pos[j];
+  verified_tokens_.clear();
+  for (const int32_t node : v.path) verified_tokens_.push_back(s.spec_token_ids[node]);
+  verified_tokens_.push_back(v.next_token);
+  if (medusa_) medusa_->on_verified(s.id, verified_tokens_);
   // The kept proposals, then the target's next token, one at a time as plain sampling would give
-  // them: the first that ends the sequence (a stop, EOS, max_tokens) ends it there.
+  // them: the first that ends the sequence (a stop, EOS, max_tokens) ends it there. Token j was
+  // predicted by the row of its parent: the last committed token's for the first, else the
+  // previous kept proposal's.
   const int64_t base = seq->num_tokens();
-  for (int64_t j = 0; j <= v.num_accepted; ++j) {
-    const int32_t token = j < v.num_accepted ? s.spec_token_ids[j] : v.next_token;
+  for (int64_t j = 0; j <= num_accepted; ++j) {
+    const int32_t token = verified_tokens_[j];
+    const size_t row = j == 0 ? 0 : static_cast<size_t>(1 + v.path[j - 1]);
     std::optional<LogprobEntry> lp;
     if (p.logprobs >= 0)
-      lp = sample::compute_logprobs(verify_rows_[j], token, p.logprobs, logprob_scratch_);
+      lp = sample::compute_logprobs(verify_rows_[row], token, p.logprobs, logprob_scratch_);
     ++totals_.generation_tokens;
     const bool at_limit = base + j + 1 >= scheduler_->config().max_model_len;
     if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now)) {
@@ -275,8 +324,15 @@ void Engine::verify(OutputProcessor::RequestState& request, int32_t index,
       return;
     }
   }
-  scheduler_->accept_spec_tokens(s.id, v.num_accepted);
+  if (tree)
+    scheduler_->accept_spec_path(s.id, v.path);
+  else
+    scheduler_->accept_spec_tokens(s.id, num_accepted);
   scheduler_->append_token(s.id, v.next_token);
+  if (medusa_) {
+    const int64_t row = num_accepted == 0 ? 0 : 1 + v.path.back();
+    medusa_->set_hidden(s.id, seq->num_tokens(), runner_->hidden_row(first_row + row));
+  }
 }
 
 void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
@@ -310,6 +366,18 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
     sample_one(*request, index, logits, now);
     if (fork_now)
       for (int32_t k = 1; k < n; ++k) sample_one(*request, k, logits, now);
+    // Medusa heads read the hidden state behind each sequence's newest token.
+    if (medusa_) {
+      const std::span<const float> hidden =
+          runner_->hidden_row(first_row[i] + s.num_logits_rows - 1);
+      auto record = [&](sched::SeqId id) {
+        if (const sched::Sequence* seq = scheduler_->find(id))
+          medusa_->set_hidden(id, seq->num_tokens(), hidden);
+      };
+      record(s.id);
+      if (fork_now)
+        for (const sched::SeqId child : child_ids_) record(child);
+    }
   }
 }
 

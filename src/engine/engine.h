@@ -31,6 +31,7 @@
 #include "sample/speculative_acceptance.h"
 #include "sched/scheduler.h"
 #include "spec/draft_model_proposer.h"
+#include "spec/medusa_proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vesper::engine {
@@ -115,14 +116,17 @@ class Engine {
   // scheduler before it plans), and the verification of a scheduled entry's proposals.
   void propose();
   void propose_with_draft();
+  void propose_with_medusa();
   // Removes a finished sequence from the scheduler (and the draft's bookkeeping).
   void remove_sequence(sched::SeqId id);
-  void verify(OutputProcessor::RequestState& request, int32_t index, const sched::ScheduledSequence& s,
-              int32_t first_row, double now);
+  void verify(OutputProcessor::RequestState& request, int32_t index,
+              const sched::ScheduledSequence& s, int32_t first_row, double now);
   // Samples the scheduled entries of the step just run, reports their tokens.
   void sample_step(const sched::SchedulerOutput& plan, double now);
-  // Draws sample `index`'s token from `logits` (copied: processors work on the copy) and reports it.
-  void sample_one(OutputProcessor::RequestState& request, int32_t index, std::span<const float> logits, double now);
+  // Draws sample `index`'s token from `logits` (copied: processors work on the copy) and reports
+  // it.
+  void sample_one(OutputProcessor::RequestState& request, int32_t index,
+                  std::span<const float> logits, double now);
 
   EngineConfig config_;
   std::unique_ptr<backend::Backend> backend_;
@@ -135,7 +139,8 @@ class Engine {
   std::unique_ptr<OutputProcessor> outputs_;
   std::unique_ptr<sample::BatchSampler> sampler_;
   std::unique_ptr<sample::SpeculativeVerifier> verifier_;  // with speculative decoding
-  std::unique_ptr<spec::DraftModelProposer> draft_;         // with a draft model
+  std::unique_ptr<spec::DraftModelProposer> draft_;        // with a draft model
+  std::unique_ptr<spec::MedusaProposer> medusa_;           // with Medusa heads
 
   sched::SeqId next_seq_id_ = 1;
   int64_t next_arrival_ = 0;
@@ -147,6 +152,9 @@ class Engine {
   std::vector<int32_t> proposal_;
   std::vector<spec::DraftModelProposer::Request> draft_requests_;
   std::vector<std::vector<int32_t>> draft_proposals_;
+  std::vector<spec::MedusaProposer::Request> medusa_requests_;
+  std::vector<std::vector<int32_t>> medusa_parents_;
+  std::vector<int32_t> verified_tokens_;  // a verification's committed tokens, in order
   std::vector<std::span<const float>> verify_rows_;
 };
 

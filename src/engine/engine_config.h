@@ -11,7 +11,7 @@
 namespace vesper::engine {
 
 struct CacheConfig {
-  int64_t block_size = 16;              // --block-size: tokens per KV block (8, 16, 32, 64, 128)
+  int64_t block_size = 16;  // --block-size: tokens per KV block (8, 16, 32, 64, 128)
   // --kv-cache-memory: bytes of KV storage. 0 = auto: a quarter of the machine's available memory,
   // at most 4 GiB (vLLM's CPU backend default KV space), and never more than
   // max_num_seqs sequences of max_model_len tokens need.
@@ -25,15 +25,19 @@ struct CacheConfig {
 
 // Speculative decoding (vLLM's flags; --speculative-config takes the same as JSON).
 struct SpeculativeConfig {
-  enum class Method { kNone, kNgram, kDraftModel };
-  Method method = Method::kNone;         // --speculative-model "[ngram]" or a draft GGUF
-  std::string model;                     // the draft model's GGUF
-  int64_t num_speculative_tokens = 0;    // --num-speculative-tokens K: proposals per step
-  spec::NgramConfig ngram;               // --ngram-prompt-lookup-min / -max
+  enum class Method { kNone, kNgram, kDraftModel, kMedusa };
+  // --speculative-model "[ngram]", a draft GGUF, or a Medusa heads directory
+  Method method = Method::kNone;
+  std::string model;  // the draft model's GGUF or the Medusa heads' directory
+  // Medusa: candidates as a sparse tree of num_speculative_tokens nodes (spec/medusa_proposer.h),
+  // or false: a chain of each head's best ("medusa_tree" in --speculative-config).
+  bool medusa_tree = true;
+  int64_t num_speculative_tokens = 0;  // --num-speculative-tokens K: proposals per step
+  spec::NgramConfig ngram;             // --ngram-prompt-lookup-min / -max
   // --speculative-disable-by-batch-size N: no proposals while more than N requests are running
   // or waiting (0: never disabled).
   int64_t disable_by_batch_size = 0;
-  sample::AcceptanceConfig acceptance;   // --spec-decoding-acceptance-method and its parameters
+  sample::AcceptanceConfig acceptance;  // --spec-decoding-acceptance-method and its parameters
 
   bool enabled() const { return method != Method::kNone; }
 };

@@ -36,6 +36,18 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
     }
     backend_.copy_kv_blocks(to, from, copy_src_, copy_dst_);
   };
+  // Accepted tree paths' K/V move to their positions before anything reads or copies them.
+  if (!plan.slot_copies.empty()) {
+    slot_src_.clear();
+    slot_dst_.clear();
+    for (const sched::SlotCopy& c : plan.slot_copies) {
+      slot_src_.push_back(c.src);
+      slot_dst_.push_back(c.dst);
+    }
+    backend_.copy_kv_slots(device_, slot_src_, slot_dst_);
+    for (const auto& [device, host] : companions_)
+      backend_.copy_kv_slots(device, slot_src_, slot_dst_);
+  }
   // Order matters: swap-outs read blocks that this step may hand to others, so they go first.
   copy_blocks(
       host_, device_, plan.swap_out, [](const kv::SwapMapping& m) { return m.device; },
@@ -55,8 +67,17 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
     const int64_t committed = s.num_new_tokens - s.num_spec_tokens;
     tokens_.assign(e.tokens.begin() + s.start, e.tokens.begin() + s.start + committed);
     tokens_.insert(tokens_.end(), s.spec_token_ids.begin(), s.spec_token_ids.end());
+    parents_.clear();
+    if (!s.spec_tree_parents.empty()) {
+      // The committed rows are a chain; each proposal hangs off its parent, or off the last
+      // committed row.
+      for (int64_t r = 0; r < committed; ++r) parents_.push_back(static_cast<int32_t>(r) - 1);
+      for (const int32_t p : s.spec_tree_parents)
+        parents_.push_back(p < 0 ? static_cast<int32_t>(committed) - 1
+                                 : static_cast<int32_t>(committed) + p);
+    }
     batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, block_size_,
-                        s.num_logits_rows);
+                        s.num_logits_rows, -1, parents_);
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }

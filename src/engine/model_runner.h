@@ -3,8 +3,8 @@
 // sequences (sched/sequence_mirror.h) built from the plans alone: it never asks the scheduler
 // anything, so the plans it runs may come from a scheduler in another thread or process.
 //
-// execute(plan): applies the plan to the mirror, performs its swap-outs, swap-ins and
-// copy-on-write copies (in that order: swap-outs read blocks the step may hand to others), then
+// execute(plan): applies the plan to the mirror, performs its slot copies, swap-outs, swap-ins
+// and copy-on-write copies (in that order: swap-outs read blocks the step may hand to others), then
 // builds one ForwardBatch with the batch builder (ForwardBatch::add_sequence: prefill chunks,
 // decodes and verifications together, no padding) and runs one forward pass. The K/V contract
 // the scheduler relies on is model/model.h's.
@@ -39,6 +39,11 @@ class ModelRunner {
   std::span<const float> logits_row(int64_t row) const {
     return logits_.subspan(static_cast<size_t>(row * n_vocab_), static_cast<size_t>(n_vocab_));
   }
+  // The final hidden state (after the output norm) of the same rows (Model::hidden_rows).
+  std::span<const float> hidden_row(int64_t row) const {
+    const size_t e = static_cast<size_t>(model_.config().n_embd);
+    return model_.hidden_rows().subspan(static_cast<size_t>(row) * e, e);
+  }
 
   // KV storage of another model indexed by the same block tables (a draft model's): every plan's
   // swaps and copies are applied to it too.
@@ -58,7 +63,8 @@ class ModelRunner {
   sched::SequenceMirror mirror_;
   // Reused every step.
   model::ForwardBatch batch_;
-  std::vector<int32_t> tokens_, copy_src_, copy_dst_, first_logits_row_;
+  std::vector<int32_t> tokens_, parents_, copy_src_, copy_dst_, first_logits_row_;
+  std::vector<int64_t> slot_src_, slot_dst_;
   std::span<const float> logits_;
 };
 

@@ -14,10 +14,12 @@
 #include <span>
 #include <vector>
 
+#include "backend/paged_attention.h"
+
 namespace vesper::model {
 
 // tree_parents value for the rows of sequences without a tree description.
-inline constexpr int32_t kNoTree = -2;
+inline constexpr int32_t kNoTree = backend::kNotInTree;
 
 struct ForwardBatch {
   std::vector<int32_t> token_ids;      // [num_tokens]
@@ -36,7 +38,9 @@ struct ForwardBatch {
   std::vector<int32_t> tree_parents;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
-  int64_t num_seqs() const { return query_start.empty() ? 0 : static_cast<int64_t>(query_start.size()) - 1; }
+  int64_t num_seqs() const {
+    return query_start.empty() ? 0 : static_cast<int64_t>(query_start.size()) - 1;
+  }
   bool has_trees() const { return !tree_parents.empty(); }
 
   void clear() {
@@ -58,9 +62,9 @@ struct ForwardBatch {
   // slot. With `tree_parents` (one per token: the parent's offset among these tokens, -1 for
   // the root, parents before children), the tokens form a tree: a row's position is start_pos
   // plus its depth, and its K/V slot is that of position start_pos + its offset.
-  void add_sequence(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> table,
-                    int64_t block_size, int64_t num_logits_rows, int32_t adapter = -1,
-                    std::span<const int32_t> tree_parents = {});
+  void add_sequence(std::span<const int32_t> tokens, int32_t start_pos,
+                    std::span<const int32_t> table, int64_t block_size, int64_t num_logits_rows,
+                    int32_t adapter = -1, std::span<const int32_t> tree_parents = {});
 };
 
 }  // namespace vesper::model

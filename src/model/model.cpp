@@ -33,7 +33,8 @@ class Binder {
     auto loaded = backend_.load_weight(backend::WeightSource{t->type, t->data, n_in, n_out});
     if (!loaded)
       return make_error(file_.path() + ": tensor " + t->name + " has type " +
-                        std::string(tensor::type_name(t->type)) + ", which Vesper cannot compute with yet");
+                        std::string(tensor::type_name(t->type)) +
+                        ", which Vesper cannot compute with yet");
     // A backend copy replaces the mapped bytes, so their pages need not stay resident (peak
     // memory stays about the file size). token_embd's stay: get_rows reads its rows.
     if (loaded->copied && t->name != "token_embd.weight")
@@ -79,8 +80,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   ModelWeights& w = m->weights_;
 
   const gguf::TensorInfo* embd = m->file_.find_tensor("token_embd.weight");
-  auto embd_loaded =
-      backend.load_weight(backend::WeightSource{embd->type, embd->data, c.n_embd, c.n_vocab, /*matmul=*/false});
+  auto embd_loaded = backend.load_weight(
+      backend::WeightSource{embd->type, embd->data, c.n_embd, c.n_vocab, /*matmul=*/false});
   if (!embd_loaded)
     return make_error(path + ": tensor token_embd.weight has unsupported type " +
                       std::string(tensor::type_name(embd->type)));
@@ -118,10 +119,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   m->output_norm_ = bind.constant(w.output_norm, c.n_embd);
   m->rope_freqs_ = bind.constant(w.rope_freqs, c.rope_dims / 2);
   for (const LayerWeights& l : w.layers) {
-    m->layers_.push_back(LayerTensors{bind.constant(l.attn_norm, c.n_embd), bind.constant(l.bq, c.q_dim()),
-                                      bind.constant(l.bk, c.kv_dim()), bind.constant(l.bv, c.kv_dim()),
-                                      bind.constant(l.q_norm, c.head_dim), bind.constant(l.k_norm, c.head_dim),
-                                      bind.constant(l.ffn_norm, c.n_embd)});
+    m->layers_.push_back(
+        LayerTensors{bind.constant(l.attn_norm, c.n_embd), bind.constant(l.bq, c.q_dim()),
+                     bind.constant(l.bk, c.kv_dim()), bind.constant(l.bv, c.kv_dim()),
+                     bind.constant(l.q_norm, c.head_dim), bind.constant(l.k_norm, c.head_dim),
+                     bind.constant(l.ffn_norm, c.n_embd)});
   }
   return m;
 }
@@ -139,21 +141,45 @@ backend::KvCacheSpec Model::kv_spec(int64_t block_size) const {
 namespace {
 // Floats per batch row of the activations: x, xn, tmp (n_embd), q, attn (q_dim), k, v (kv_dim),
 // gate, up (n_ff).
-int64_t row_floats(const ModelConfig& c) { return 3 * c.n_embd + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.n_ff; }
+int64_t row_floats(const ModelConfig& c) {
+  return 3 * c.n_embd + 2 * c.q_dim() + 2 * c.kv_dim() + 2 * c.n_ff;
+}
 }  // namespace
 
 int64_t Model::activation_bytes(const ModelConfig& c, const StepCapacity& cap) {
   const int64_t floats = cap.tokens * row_floats(c) + cap.logits_rows * (c.n_embd + c.n_vocab);
-  // token ids, positions, token_seq (int32), slot mapping (int64), logits rows, tables, offsets.
-  const int64_t index_bytes = cap.tokens * (3 * 4 + 8) + cap.logits_rows * 4 + cap.table_entries * 4 + (cap.seqs + 1) * 4;
+  // token ids, positions, token_seq, tree parents (int32), slot mapping (int64); logits rows,
+  // tables; table offsets and query starts.
+  const int64_t index_bytes = cap.tokens * (4 * 4 + 8) + cap.logits_rows * 4 +
+                              cap.table_entries * 4 + 2 * (cap.seqs + 1) * 4;
   return floats * 4 + index_bytes;
 }
 
-Model::~Model() { release_activations(); }
+Model::~Model() {
+  release_activations();
+}
 
 void Model::release_activations() {
-  for (backend::Tensor* t : {&x_, &xn_, &q_, &k_, &v_, &attn_, &gate_, &up_, &tmp_, &last_, &logits_, &token_ids_,
-                             &positions_, &token_seq_, &slot_mapping_, &block_tables_, &table_offsets_, &logits_rows_})
+  for (backend::Tensor* t : {&x_,
+                             &xn_,
+                             &q_,
+                             &k_,
+                             &v_,
+                             &attn_,
+                             &gate_,
+                             &up_,
+                             &tmp_,
+                             &last_,
+                             &logits_,
+                             &token_ids_,
+                             &positions_,
+                             &token_seq_,
+                             &slot_mapping_,
+                             &block_tables_,
+                             &table_offsets_,
+                             &logits_rows_,
+                             &tree_parents_,
+                             &query_start_})
     if (t->buffer.valid()) backend_.release(t->buffer);
 }
 
@@ -163,15 +189,17 @@ void Model::reserve(const StepCapacity& want) {
   cap.logits_rows = std::max(cap.logits_rows, want.logits_rows);
   cap.seqs = std::max(cap.seqs, want.seqs);
   cap.table_entries = std::max(cap.table_entries, want.table_entries);
-  if (cap.tokens == capacity_.tokens && cap.logits_rows == capacity_.logits_rows && cap.seqs == capacity_.seqs &&
-      cap.table_entries == capacity_.table_entries)
+  if (cap.tokens == capacity_.tokens && cap.logits_rows == capacity_.logits_rows &&
+      cap.seqs == capacity_.seqs && cap.table_entries == capacity_.table_entries)
     return;
   release_activations();
   capacity_ = cap;
   const ModelConfig& c = config_;
   using backend::DType;
   using backend::MemoryKind;
-  auto f32 = [&](int64_t rows, int64_t cols) { return backend_.allocate(DType::kF32, rows, cols, MemoryKind::kDevice); };
+  auto f32 = [&](int64_t rows, int64_t cols) {
+    return backend_.allocate(DType::kF32, rows, cols, MemoryKind::kDevice);
+  };
   auto i32 = [&](int64_t n) { return backend_.allocate(DType::kI32, n, 1, MemoryKind::kDevice); };
   const int64_t n = std::max<int64_t>(cap.tokens, 1), m = std::max<int64_t>(cap.logits_rows, 1);
   x_ = f32(n, c.n_embd);
@@ -183,7 +211,7 @@ void Model::reserve(const StepCapacity& want) {
   v_ = f32(n, c.kv_dim());
   gate_ = f32(n, c.n_ff);
   up_ = f32(n, c.n_ff);
-  last_ = f32(m, c.n_embd);
+  last_ = backend_.allocate(DType::kF32, m, c.n_embd, MemoryKind::kHostVisible);
   logits_ = backend_.allocate(DType::kF32, m, c.n_vocab, MemoryKind::kHostVisible);
   token_ids_ = i32(n);
   positions_ = i32(n);
@@ -192,6 +220,8 @@ void Model::reserve(const StepCapacity& want) {
   block_tables_ = i32(std::max<int64_t>(cap.table_entries, 1));
   table_offsets_ = i32(cap.seqs + 1);
   logits_rows_ = i32(m);
+  tree_parents_ = i32(n);
+  query_start_ = i32(cap.seqs + 1);
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHandle kv) {
@@ -199,7 +229,6 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   const int64_t n = batch.num_tokens();
   const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
   if (n == 0) return {};
-  VESPER_CHECK(!batch.has_trees(), "tree attention is not supported by this backend's kernels yet");
   reserve(StepCapacity{n, m, batch.num_seqs(), static_cast<int64_t>(batch.block_tables.size())});
   backend::Backend& b = backend_;
 
@@ -220,10 +249,18 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   b.copy_to_device(in.block_tables, batch.block_tables.data());
   b.copy_to_device(in.table_offsets, batch.table_offsets.data());
   b.copy_to_device(rows, batch.logits_rows.data());
+  if (batch.has_trees()) {
+    in.tree_parents = tree_parents_.rows_view(0, n);
+    in.query_start = query_start_.rows_view(0, batch.num_seqs() + 1);
+    b.copy_to_device(in.tree_parents, batch.tree_parents.data());
+    b.copy_to_device(in.query_start, batch.query_start.data());
+  }
 
-  const backend::Tensor x = x_.rows_view(0, n), xn = xn_.rows_view(0, n), tmp = tmp_.rows_view(0, n);
+  const backend::Tensor x = x_.rows_view(0, n), xn = xn_.rows_view(0, n),
+                        tmp = tmp_.rows_view(0, n);
   const backend::Tensor q = q_.rows_view(0, n), k = k_.rows_view(0, n), v = v_.rows_view(0, n);
-  const backend::Tensor attn = attn_.rows_view(0, n), gate = gate_.rows_view(0, n), up = up_.rows_view(0, n);
+  const backend::Tensor attn = attn_.rows_view(0, n), gate = gate_.rows_view(0, n),
+                        up = up_.rows_view(0, n);
 
   b.get_rows(weights_.token_embd.handle, ids, x);
 
@@ -267,6 +304,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   b.rms_norm(last, output_norm_, c.rms_eps, last);
   b.matmul(weights_.output.handle, last, logits);
   b.synchronize();
+  hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
   return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * c.n_vocab)};
 }
 

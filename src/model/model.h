@@ -98,9 +98,14 @@ class Model {
 
   // Runs the batch against `kv` (storage of kv_spec()) and returns the logits of each of
   // batch.logits_rows, in order ([logits_rows.size() x n_vocab], host memory valid until the
-  // next forward). K/V of every batch token are stored at its slot. Batches with a tree
-  // description are not supported by the fast attention yet (a check fails).
+  // next forward). K/V of every batch token are stored at its slot. Rows of a sequence with a
+  // tree description attend as forward_batch.h says.
   std::span<const float> forward(const ForwardBatch& batch, backend::KvHandle kv);
+
+  // The last forward's final hidden state (after the output norm: the input of the output
+  // matrix) of each of its logits rows, [logits_rows.size() x n_embd], valid until the next
+  // forward. What Medusa heads read.
+  std::span<const float> hidden_rows() const { return hidden_; }
 
  private:
   explicit Model(backend::Backend& backend) : backend_(backend) {}
@@ -121,7 +126,10 @@ class Model {
   // Activations and batch inputs, allocated by reserve().
   StepCapacity capacity_;
   backend::Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, last_, logits_;
-  backend::Tensor token_ids_, positions_, token_seq_, slot_mapping_, block_tables_, table_offsets_, logits_rows_;
+  backend::Tensor token_ids_, positions_, token_seq_, slot_mapping_, block_tables_, table_offsets_,
+      logits_rows_;
+  backend::Tensor tree_parents_, query_start_;
+  std::span<const float> hidden_;
 };
 
 }  // namespace vesper::model

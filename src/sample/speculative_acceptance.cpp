@@ -55,6 +55,58 @@ int32_t SpeculativeVerifier::draw_from(const std::vector<double>& weights, doubl
   return last;
 }
 
+double SpeculativeVerifier::typical_threshold(const AcceptanceConfig& config) const {
+  double entropy = 0;
+  for (double p : p_)
+    if (p > 0) entropy -= p * std::log(p);
+  return std::min<double>(config.posterior_threshold, config.posterior_alpha * std::exp(-entropy));
+}
+
+TreeVerification SpeculativeVerifier::verify_tree(const SamplingParams& params,
+                                                  const AcceptanceConfig& config,
+                                                  std::mt19937_64& rng, const TokenHistory& history,
+                                                  std::span<const std::span<const float>> rows,
+                                                  std::span<const int32_t> proposals,
+                                                  std::span<const int32_t> parents,
+                                                  std::span<const int32_t> eog_ids) {
+  VESPER_CHECK(rows.size() == proposals.size() + 1 && parents.size() == proposals.size(),
+               "%zu rows and %zu parents for %zu proposals", rows.size(), parents.size(),
+               proposals.size());
+  TreeVerification v;
+  kept_.clear();
+  int32_t node = -1;  // the last kept node (-1: the root)
+  for (;;) {
+    target_distribution(params, history, rows[static_cast<size_t>(node + 1)], kept_, eog_ids);
+    int32_t kept_child = -1;
+    for (size_t c = 0; c < proposals.size() && kept_child < 0; ++c) {
+      if (parents[c] != node) continue;
+      const int32_t x = proposals[c];
+      if (params.greedy()) {
+        if (x == scratch_.candidates[0]) kept_child = static_cast<int32_t>(c);
+      } else if (config.method == AcceptanceMethod::kTypicalAcceptance) {
+        if (p_[x] > typical_threshold(config)) kept_child = static_cast<int32_t>(c);
+      } else {
+        // p_ is p' here: the children rejected so far were removed from it.
+        if (p_[x] > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng) < p_[x]) {
+          kept_child = static_cast<int32_t>(c);
+        } else if (p_[x] > 0) {
+          const double rest = 1.0 - p_[x];
+          p_[x] = 0;
+          if (rest > 0)
+            for (double& p : p_) p /= rest;
+        }
+      }
+    }
+    if (kept_child < 0) {
+      v.next_token = params.greedy() ? scratch_.candidates[0] : draw_from(p_, 1.0, rng);
+      return v;
+    }
+    v.path.push_back(kept_child);
+    kept_.push_back(proposals[kept_child]);
+    node = kept_child;
+  }
+}
+
 Verification SpeculativeVerifier::verify(const SamplingParams& params,
                                          const AcceptanceConfig& config, std::mt19937_64& rng,
                                          const TokenHistory& history,
@@ -77,12 +129,7 @@ Verification SpeculativeVerifier::verify(const SamplingParams& params,
     if (params.greedy()) {
       keep = x == scratch_.candidates[0];
     } else if (config.method == AcceptanceMethod::kTypicalAcceptance) {
-      double entropy = 0;
-      for (double p : p_)
-        if (p > 0) entropy -= p * std::log(p);
-      const double threshold =
-          std::min<double>(config.posterior_threshold, config.posterior_alpha * std::exp(-entropy));
-      keep = p_[x] > threshold;
+      keep = p_[x] > typical_threshold(config);
     } else {
       const double q = draft_probs.empty() ? 1.0 : static_cast<double>(draft_probs[i][x]);
       const double ratio = q > 0 ? p_[x] / q : 1.0;

@@ -45,6 +45,12 @@ struct Verification {
   int32_t next_token = 0;    // the token after them (drawn from the target)
 };
 
+// A tree's verification: the proposals kept, from the root down, and the token after them.
+struct TreeVerification {
+  std::vector<int32_t> path;  // proposal indices, each the child of the one before
+  int32_t next_token = 0;
+};
+
 class SpeculativeVerifier {
  public:
   explicit SpeculativeVerifier(int32_t n_vocab);
@@ -62,6 +68,21 @@ class SpeculativeVerifier {
                       std::span<const std::span<const float>> draft_probs,
                       std::span<const int32_t> eog_ids);
 
+  // Proposals shaped as a tree (Medusa's candidates): `parents[j]` is proposal j's parent
+  // (-1: the last committed token), parents before children; rows[0] is the last committed
+  // token's row, rows[1 + j] proposal j's. One-hot proposals (each candidate a deterministic
+  // choice). From the root, each node's children are tried in order: greedy keeps the child equal
+  // to the target's argmax; rejection_sampler keeps child c with probability p'(c), where p' is p
+  // with the children already rejected removed and renormalised (SpecInfer's multi-candidate
+  // rule with one-hot q: the token that follows has exactly p's distribution), and without a kept
+  // child draws the next token from p'; typical acceptance keeps the first child over its
+  // threshold, else draws from p.
+  TreeVerification verify_tree(const SamplingParams& params, const AcceptanceConfig& config,
+                               std::mt19937_64& rng, const TokenHistory& history,
+                               std::span<const std::span<const float>> rows,
+                               std::span<const int32_t> proposals, std::span<const int32_t> parents,
+                               std::span<const int32_t> eog_ids);
+
  private:
   // p for row `row` with `accepted` proposals appended to the output: fills p_ (normalised, over
   // the whole vocabulary) and returns nothing; the draw helpers read it.
@@ -69,10 +90,13 @@ class SpeculativeVerifier {
                            std::span<const float> row, std::span<const int32_t> accepted,
                            std::span<const int32_t> eog_ids);
   int32_t draw_from(const std::vector<double>& weights, double total, std::mt19937_64& rng) const;
+  // Typical acceptance's bar for p_ (min(threshold, alpha * exp(-entropy))).
+  double typical_threshold(const AcceptanceConfig& config) const;
 
   SamplingScratch scratch_;
   std::vector<float> row_;
   std::vector<int32_t> output_;  // the committed output followed by the proposals kept so far
+  std::vector<int32_t> kept_;    // verify_tree: the kept proposals' tokens
   std::vector<double> p_, residual_;
 };
 

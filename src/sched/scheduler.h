@@ -35,6 +35,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,9 +64,9 @@ struct SchedulerStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
   int64_t num_swapped = 0;
-  int64_t num_preemptions = 0;   // total since start
-  int64_t num_swap_outs = 0;     // preemptions by swap
-  int64_t num_recomputes = 0;    // preemptions by recompute
+  int64_t num_preemptions = 0;  // total since start
+  int64_t num_swap_outs = 0;    // preemptions by swap
+  int64_t num_recomputes = 0;   // preemptions by recompute
   // Prefix cache, counted in tokens each time a sequence is admitted from the waiting queue
   // (vLLM's prefix_cache_queries / prefix_cache_hits). Zero when prefix caching is off.
   int64_t prefix_cache_queries = 0;
@@ -93,12 +94,19 @@ class Scheduler {
 
   // Speculative tokens proposed to follow the sequence's committed tokens; a later step verifies
   // them when it schedules the sequence up to its end (it may also not: they are then dropped
-  // when the sequence gains a token). Replaces earlier proposals.
-  void set_spec_tokens(SeqId id, std::vector<int32_t> tokens);
+  // when the sequence gains a token). Replaces earlier proposals. With `tree_parents` (one per
+  // token, parents first: the parent's index, -1 for the last committed token) the proposals
+  // form a tree, verified in one pass with tree attention; else a chain.
+  void set_spec_tokens(SeqId id, std::vector<int32_t> tokens,
+                       std::vector<int32_t> tree_parents = {});
   // After a step that verified the sequence's speculative tokens: the first num_accepted become
   // committed (their K/V are computed), the rest are rolled back (their KV slots released). The
   // engine then appends the token sampled after the last accepted one (append_token).
   void accept_spec_tokens(SeqId id, int64_t num_accepted);
+  // The same for a tree: `path` lists the accepted proposals from the root down (each the
+  // child of the one before). Their K/V were written in the slots of their indices; the next
+  // plan copies them to the slots of their positions first thing (SchedulerOutput::slot_copies).
+  void accept_spec_path(SeqId id, std::span<const int32_t> path);
 
   // Creates `child` as a running copy of running sequence `parent`, sharing its blocks.
   void fork(SeqId parent, SeqId child);
@@ -146,6 +154,8 @@ class Scheduler {
   std::map<SeqId, Sequence> sequences_;
   std::unordered_map<SeqId, RunnerView> runner_;
   std::vector<SeqId> pending_drops_;  // removed since the last plan, held by the runner
+  // Accepted tree paths' K/V moves, for the next plan.
+  std::vector<std::pair<SeqId, SlotCopy>> pending_slot_copies_;
   SchedulerStats totals_;
 };
 

@@ -5,7 +5,7 @@
 namespace vesper::sched {
 namespace {
 
-constexpr uint64_t kMagic = 0x56535031;  // "VSP1": the format's version
+constexpr uint64_t kMagic = 0x56535032;  // "VSP2": the format's version
 
 #define VESPER_READ(var, expr)                    \
   auto var##_result = (expr);                     \
@@ -55,6 +55,12 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.ints<int32_t>(replaced);
     w.ints<kv::BlockId>(c.new_block_ids);
   }
+  std::vector<int64_t> slots;
+  for (const auto& c : slot_copies) {
+    slots.push_back(c.src);
+    slots.push_back(c.dst);
+  }
+  w.ints<int64_t>(slots);
   write_mappings(w, swap_out);
   write_mappings(w, swap_in);
   std::vector<int32_t> copies;
@@ -71,6 +77,7 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.i64(s.num_spec_tokens);
     w.i64(s.num_logits_rows);
     w.ints<int32_t>(s.spec_token_ids);
+    w.ints<int32_t>(s.spec_tree_parents);
   }
   w.ints<SeqId>(preempted);
   w.i64(num_batched_tokens);
@@ -109,6 +116,13 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
       return make_error("a table of " + std::to_string(c.num_blocks) + " blocks with " +
                         std::to_string(c.new_block_ids.size()) + " new ones");
   }
+  std::vector<int64_t> slots;
+  VESPER_TRY(r.ints(slots));
+  if (slots.size() % 2 != 0) return make_error("an odd number of slot copy ids");
+  for (size_t i = 0; i < slots.size(); i += 2) {
+    if (slots[i] < 0 || slots[i + 1] < 0) return make_error("a negative slot in a slot copy");
+    out.slot_copies.push_back({slots[i], slots[i + 1]});
+  }
   VESPER_TRY(read_mappings(r, out.swap_out));
   VESPER_TRY(read_mappings(r, out.swap_in));
   std::vector<int32_t> copies;
@@ -130,6 +144,17 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     s.num_spec_tokens = num_spec;
     s.num_logits_rows = num_logits;
     VESPER_TRY(r.ints(s.spec_token_ids));
+    VESPER_TRY(r.ints(s.spec_tree_parents));
+    if (!s.spec_tree_parents.empty()) {
+      if (static_cast<int64_t>(s.spec_tree_parents.size()) != num_spec)
+        return make_error("a tree of " + std::to_string(s.spec_tree_parents.size()) +
+                          " parents for " + std::to_string(num_spec) + " proposals of sequence " +
+                          std::to_string(id));
+      for (size_t j = 0; j < s.spec_tree_parents.size(); ++j)
+        if (s.spec_tree_parents[j] < -1 || s.spec_tree_parents[j] >= static_cast<int32_t>(j))
+          return make_error("proposal " + std::to_string(j) + " of sequence " + std::to_string(id) +
+                            " has parent " + std::to_string(s.spec_tree_parents[j]));
+    }
     if (start < 0 || num_new_tokens < 0 || num_spec < 0 || num_spec > num_new_tokens ||
         static_cast<int64_t>(s.spec_token_ids.size()) != num_spec || num_logits < 0 ||
         num_logits > num_new_tokens)
@@ -156,7 +181,10 @@ bool operator==(const CachedSequenceData& a, const CachedSequenceData& b) {
 bool operator==(const ScheduledSequence& a, const ScheduledSequence& b) {
   return a.id == b.id && a.start == b.start && a.num_new_tokens == b.num_new_tokens &&
          a.num_spec_tokens == b.num_spec_tokens && a.num_logits_rows == b.num_logits_rows &&
-         a.spec_token_ids == b.spec_token_ids;
+         a.spec_token_ids == b.spec_token_ids && a.spec_tree_parents == b.spec_tree_parents;
+}
+bool operator==(const SlotCopy& a, const SlotCopy& b) {
+  return a.src == b.src && a.dst == b.dst;
 }
 static bool same_mappings(const std::vector<kv::SwapMapping>& a,
                           const std::vector<kv::SwapMapping>& b) {
@@ -172,9 +200,10 @@ bool operator==(const SchedulerOutput& a, const SchedulerOutput& b) {
         a.block_copies[i].dst != b.block_copies[i].dst)
       return false;
   return a.dropped == b.dropped && a.new_sequences == b.new_sequences &&
-         a.cached_sequences == b.cached_sequences && same_mappings(a.swap_out, b.swap_out) &&
-         same_mappings(a.swap_in, b.swap_in) && a.scheduled == b.scheduled &&
-         a.preempted == b.preempted && a.num_batched_tokens == b.num_batched_tokens;
+         a.cached_sequences == b.cached_sequences && a.slot_copies == b.slot_copies &&
+         same_mappings(a.swap_out, b.swap_out) && same_mappings(a.swap_in, b.swap_in) &&
+         a.scheduled == b.scheduled && a.preempted == b.preempted &&
+         a.num_batched_tokens == b.num_batched_tokens;
 }
 
 }  // namespace vesper::sched

@@ -10,7 +10,8 @@
 //  2. `new_sequences`: sequences the runner does not hold: every token and the whole table.
 //  3. `cached_sequences`: sequences it holds: only what changed since the plan that last
 //     scheduled them (tokens appended, block table entries replaced or appended, or shortened).
-//  4. memory traffic before the forward pass: `swap_out` (device -> host), then `swap_in`
+//  4. memory traffic before the forward pass: `slot_copies` (an accepted tree path's K/V moved
+//     to the slots of its positions), then `swap_out` (device -> host), then `swap_in`
 //     (host -> device), then `block_copies` (copy-on-write, device -> device).
 //  5. `scheduled`: the forward pass, one entry per sequence in batch order.
 #pragma once
@@ -50,19 +51,29 @@ struct CachedSequenceData {
   std::vector<kv::BlockId> new_block_ids;
 };
 
+// One slot's K/V (every layer) copied to another slot of the device storage.
+struct SlotCopy {
+  int64_t src = 0;
+  int64_t dst = 0;
+};
+
 // One sequence's share of the forward pass: tokens [start, start + num_new_tokens) of its
 // committed tokens followed by its speculative ones. The last num_spec_tokens of them are
 // speculative (proposals, in `spec_token_ids`: not committed, verified by this step). The last
 // num_logits_rows rows want logits: 0 for a prompt chunk that does not reach the end, else
 // 1 + num_spec_tokens (the last committed token's row predicts the first proposal, each
-// proposal's row the next).
+// proposal's row the next). Proposals are a chain, or with `spec_tree_parents` (one per
+// proposal: the parent proposal's index, -1 for the last committed token) a tree whose rows
+// attend as model/forward_batch.h says; each proposal's K/V goes to the slot of position
+// start + (committed tokens scheduled) + its index.
 struct ScheduledSequence {
   SeqId id = 0;
   int64_t start = 0;  // num_computed_tokens before the step
   int64_t num_new_tokens = 0;
   int64_t num_spec_tokens = 0;
   int64_t num_logits_rows = 0;
-  std::vector<int32_t> spec_token_ids;  // num_spec_tokens of them
+  std::vector<int32_t> spec_token_ids;     // num_spec_tokens of them
+  std::vector<int32_t> spec_tree_parents;  // empty (a chain) or num_spec_tokens of them
 
   bool samples() const { return num_logits_rows > 0; }
 };
@@ -71,6 +82,7 @@ struct SchedulerOutput {
   std::vector<SeqId> dropped;
   std::vector<NewSequenceData> new_sequences;
   std::vector<CachedSequenceData> cached_sequences;
+  std::vector<SlotCopy> slot_copies;        // first of all the memory traffic
   std::vector<kv::SwapMapping> swap_out;    // device -> host, before anything else
   std::vector<kv::SwapMapping> swap_in;     // host -> device, after swap-out
   std::vector<kv::BlockCopy> block_copies;  // copy-on-write, after swaps
@@ -89,6 +101,7 @@ struct SchedulerOutput {
 bool operator==(const NewSequenceData& a, const NewSequenceData& b);
 bool operator==(const BlockTableEntry& a, const BlockTableEntry& b);
 bool operator==(const CachedSequenceData& a, const CachedSequenceData& b);
+bool operator==(const SlotCopy& a, const SlotCopy& b);
 bool operator==(const ScheduledSequence& a, const ScheduledSequence& b);
 bool operator==(const SchedulerOutput& a, const SchedulerOutput& b);
 

@@ -19,7 +19,7 @@ enum class SeqStatus { kWaiting, kRunning, kSwapped, kFinished };
 
 struct Sequence {
   SeqId id = 0;
-  std::vector<int32_t> tokens;     // committed: prompt followed by generated tokens
+  std::vector<int32_t> tokens;  // committed: prompt followed by generated tokens
   int64_t num_prompt_tokens = 0;
   int64_t num_computed_tokens = 0;  // committed tokens whose K/V are in the cache
   // Speculative decoding: tokens proposed to follow `tokens`, to be verified by the next step
@@ -27,9 +27,12 @@ struct Sequence {
   // (scheduled, not yet accepted or rejected: accept_spec_tokens).
   std::vector<int32_t> spec_token_ids;
   std::vector<int32_t> spec_in_flight;
-  int64_t max_total_tokens = 0;     // prompt + max output: the most this sequence can grow to
-  int32_t priority = 0;             // lower is served first (vLLM)
-  int64_t arrival = 0;              // arrival order; ties in priority go to the earlier
+  // Empty for a chain of proposals; else each proposal's parent (-1: the last committed token).
+  std::vector<int32_t> spec_tree_parents;
+  std::vector<int32_t> spec_tree_in_flight;
+  int64_t max_total_tokens = 0;  // prompt + max output: the most this sequence can grow to
+  int32_t priority = 0;          // lower is served first (vLLM)
+  int64_t arrival = 0;           // arrival order; ties in priority go to the earlier
   SeqStatus status = SeqStatus::kWaiting;
   int64_t num_preemptions = 0;
 

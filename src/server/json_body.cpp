@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "core/json_nesting.h"
+
 namespace vesper::server {
 
 using nlohmann::json;
@@ -43,31 +45,6 @@ size_t find_invalid_utf8(std::string_view s) {
 
 namespace {
 
-// The byte offset where nesting first exceeds `max_depth`, or npos. A linear scan that skips
-// strings (with their escapes), so that no recursive parser ever sees a deeper document.
-size_t find_too_deep(std::string_view s, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return i;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return std::string_view::npos;
-}
-
 // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1, column 9:
 // syntax error while parsing value - invalid literal; last read: '...'": the part after the
 // position is what a client needs.
@@ -85,7 +62,7 @@ std::string describe_parse_error(const json::exception& e) {
 std::variant<json, ApiError> parse_json_body(std::string_view body, int max_depth) {
   if (const size_t bad = find_invalid_utf8(body); bad != std::string_view::npos)
     return bad_request("The request body is not valid UTF-8 (at byte " + std::to_string(bad) + ")");
-  if (const size_t deep = find_too_deep(body, max_depth); deep != std::string_view::npos)
+  if (const size_t deep = find_json_nesting_over(body, max_depth); deep != std::string_view::npos)
     return bad_request("The request body nests arrays and objects deeper than " +
                        std::to_string(max_depth) + " levels (at byte " + std::to_string(deep) +
                        ")");

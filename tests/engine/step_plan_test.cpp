@@ -117,8 +117,9 @@ TEST(StepPlan, CorruptOrTruncatedBytesAreErrorsNotCrashes) {
   plan.cached_sequences.push_back({8, {42}, 3, {{1, 11}}, {12}});
   plan.swap_out.push_back({4, 5});
   plan.block_copies.push_back({1, 2});
-  plan.scheduled.push_back({7, 0, 5, 0, 1, {}});
-  plan.scheduled.push_back({8, 9, 3, 2, 3, {100, 101}});
+  plan.slot_copies.push_back({70, 66});
+  plan.scheduled.push_back({7, 0, 5, 0, 1, {}, {}});
+  plan.scheduled.push_back({8, 9, 3, 2, 3, {100, 101}, {-1, -1}});
   plan.dropped = {3};
   plan.preempted = {3};
   plan.num_batched_tokens = 8;

@@ -1,8 +1,11 @@
-// Speculative decoding and model widening through the `vesper` command line: n-gram speculation
-// leaves greedy output unchanged (generate, bench latency) and is reported; its flags' errors
-// name the flag; a widened stories260K computes what stories260K computes.
+// Speculative decoding and model widening through the `vesper` command line: n-gram, draft-model
+// and Medusa speculation leave greedy output unchanged (generate, bench latency) and are reported;
+// flags' and heads' errors name the flag, file or field; a widened stories260K (and its widened
+// Medusa heads) compute what the originals compute.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
@@ -115,9 +118,18 @@ TEST(CliSpeculative, BadFlagsNameTheFlag) {
        1,
        "--ngram-prompt-lookup-min 5 exceeds --ngram-prompt-lookup-max 2"},
       {{"--num-speculative-tokens", "3"}, 1, "--num-speculative-tokens needs --speculative-model"},
-      {{"--speculative-model", "../shared/models/medusa", "--num-speculative-tokens", "3"},
+      {{"--speculative-model", "../shared/models/medusa", "--num-speculative-tokens", "3",
+        "--ngram-prompt-lookup-min", "2"},
        1,
-       "--speculative-model ../shared/models/medusa: Medusa heads are not supported yet"},
+       "--ngram-prompt-lookup-min applies to \"[ngram]\", not to Medusa heads"},
+      {{"--speculative-config", "{\"method\": \"medusa\", \"num_speculative_tokens\": 3}"},
+       1,
+       "method medusa needs \"model\""},
+      {{"--speculative-config",
+        "{\"method\": \"medusa\", \"model\": \"../shared/models/medusa\", "
+        "\"num_speculative_tokens\": 3, \"medusa_tree\": 1}"},
+       1,
+       "\"medusa_tree\" must be true or false"},
       {{"--speculative-model", "no-such-draft.gguf", "--num-speculative-tokens", "3"},
        1,
        "--speculative-model no-such-draft.gguf: no such file"},
@@ -151,6 +163,80 @@ TEST(CliSpeculative, BadFlagsNameTheFlag) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.err.find("n-gram prompt lookup (n 1..2), 3 tokens per step"), std::string::npos)
       << ok.err;
+}
+
+TEST(CliSpeculative, BadMedusaHeadsAreStartupErrorsNamingFileAndField) {
+  const std::string dir = ::testing::TempDir() + "vesper_bad_medusa";
+  std::filesystem::create_directories(dir);
+  auto start = [&](const std::string& model, const std::string& heads) {
+    return run_vesper({"generate", model, "--prompt", "Hi", "--max-tokens", "2",
+                       "--speculative-model", heads, "--num-speculative-tokens", "3"});
+  };
+  // Heads for another hidden size.
+  auto wrong = start("../shared/models/llama-2-tiny-random.gguf", "../shared/models/medusa");
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("medusa/config.json: \"hidden_size\" 64 does not match"),
+            std::string::npos)
+      << wrong.err;
+  // A config without medusa_num_heads.
+  std::ofstream(dir + "/config.json") << R"({"hidden_size": 64})";
+  std::ofstream(dir + "/heads.safetensors") << "not a safetensors file at all";
+  auto no_heads = start(kStories, dir);
+  EXPECT_EQ(no_heads.exit_code, 1);
+  EXPECT_NE(no_heads.err.find("config.json: no \"medusa_num_heads\""), std::string::npos)
+      << no_heads.err;
+  // Bad safetensors.
+  std::ofstream(dir + "/config.json") << R"({"medusa_num_heads": 4, "hidden_size": 64})";
+  auto bad = start(kStories, dir);
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("heads.safetensors: safetensors header of"), std::string::npos) << bad.err;
+}
+
+TEST(CliSpeculative, MedusaGreedyOutputEqualsPlainAndWidenedHeadsProposeTheSame) {
+  const std::vector<std::string> gen = {
+      "--max-tokens",     "48",       "--temperature",  "0",  "--json", "--prompt",
+      "Once upon a time", "--prompt", "The little dog", "-t", "2"};
+  const std::vector<std::string> medusa = {"--speculative-model", "../shared/models/medusa",
+                                           "--num-speculative-tokens", "8"};
+  auto plain = run_vesper(with({"generate", kStories}, gen), "plain");
+  auto heads = run_vesper(with(with({"generate", kStories}, gen), medusa), "medusa");
+  ASSERT_EQ(heads.exit_code, 0) << heads.err;
+  const auto a = json_lines(plain.out), b = json_lines(heads.out);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["token_ids"], b[i]["token_ids"]) << i;
+  EXPECT_NE(heads.err.find("Medusa heads ../shared/models/medusa/stories260K-medusa4.safetensors "
+                           "(4 heads in f32, a tree of candidates), 8 tokens per step"),
+            std::string::npos)
+      << heads.err;
+
+  // Widened model and widened heads: the same output, and the same proposals (so the same
+  // acceptance), as the originals.
+  const std::string wide_model = ::testing::TempDir() + "vesper_widened_medusa.gguf";
+  const std::string wide_heads = ::testing::TempDir() + "vesper_widened_heads";
+  ASSERT_EQ(run_vesper({"synth", "--widen-from", kStories, "--n-embd", "256", "--n-head", "32",
+                        "--n-head-kv", "16", "--n-ff", "512", "-o", wide_model})
+                .exit_code,
+            0);
+  auto w = run_vesper(
+      {"synth", "--widen-medusa", "../shared/models/medusa", "--n-embd", "256", "-o", wide_heads});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  auto bench = [&](const std::string& model, const std::string& dir) {
+    auto r = run_vesper({"bench", "latency", model, "-p", "0", "-n", "48", "-r", "1", "--json",
+                         "-t", "2", "--prompt", "Once upon a time", "--speculative-model", dir,
+                         "--num-speculative-tokens", "6"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out)["speculative"]["tg48"];
+  };
+  const auto original = bench(kStories, "../shared/models/medusa");
+  const auto widened = bench(wide_model, wide_heads);
+  EXPECT_EQ(original["draft_tokens"], widened["draft_tokens"]);
+  EXPECT_EQ(original["accepted_tokens"], widened["accepted_tokens"]);
+  EXPECT_GT(original["accepted_tokens"].get<int64_t>(), 0);
+  auto small = run_vesper(
+      {"synth", "--widen-medusa", "../shared/models/medusa", "--n-embd", "32", "-o", wide_heads});
+  EXPECT_NE(small.err.find("--n-embd 32 is smaller than the heads' hidden_size 64"),
+            std::string::npos)
+      << small.err;
 }
 
 TEST(CliSynth, AWidenedModelComputesWhatTheOriginalDoes) {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "model/forward_batch.h"
+#include "model/model_test_util.h"
 #include "reference/reference_attention.h"
 
 namespace vesper::model {
@@ -123,6 +124,57 @@ TEST(TreeAttention, SequencesWithoutATreeStayCausalInAMixedBatch) {
   EXPECT_EQ(batch.positions, (std::vector<int32_t>{0, 1, 2, 2, 3, 3, 5}));
   EXPECT_EQ(batch.seq_adapter, (std::vector<int32_t>{-1, -1, 3}));
   EXPECT_EQ(batch.logits_rows, (std::vector<int32_t>{2, 3, 4, 5, 6}));
+}
+
+// The model's fast path (the CPU kernels) on a real model: every node of a tree verified in one
+// pass beside another sequence's prefill gets the very bits its path gets as a plain causal chain,
+// and so does the final hidden state Medusa heads read.
+TEST(TreeAttention, ModelLogitsOfEachNodeEqualItsPathAsAChainBitForBit) {
+  auto loaded = testing_util::load_model("../shared/models/stories260K.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  Model& m = *loaded->model;
+  const int64_t v = m.config().n_vocab, e = m.config().n_embd, bs = 4;
+  // A context long enough to span more than one 32-key tile with the tree past it.
+  std::vector<int32_t> context;
+  std::mt19937 rng(11);
+  for (int i = 0; i < 37; ++i) context.push_back(static_cast<int32_t>(3 + rng() % 500));
+  const int64_t c = static_cast<int64_t>(context.size());
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2, 3, 6, 0};
+  const std::vector<int32_t> nodes = {300, 301, 302, 303, 304, 305, 306, 307, 308};
+  std::vector<int32_t> table;  // scattered, and apart from the other sequence's blocks 0..2
+  for (int32_t i = 0; i < 14; ++i) table.push_back(39 - 2 * i);
+
+  testing_util::ScopedKv kv(m, 40, bs);
+  ForwardBatch prefill;
+  prefill.add_sequence(context, 0, table, bs, 1);
+  m.forward(prefill, kv.handle());
+  // The tree, and in the same batch a prompt chunk of another sequence.
+  const std::vector<int32_t> other_table = testing_util::block_table(3, 40, 0);  // blocks 0..2
+  ForwardBatch tree;
+  tree.add_sequence(std::vector<int32_t>{5, 6, 7, 8, 9}, 0, other_table, bs, 1);
+  tree.add_sequence(nodes, static_cast<int32_t>(c), table, bs, static_cast<int64_t>(nodes.size()),
+                    -1, parents);
+  const std::span<const float> tree_logits_view = m.forward(tree, kv.handle());
+  const std::vector<float> tree_logits(tree_logits_view.begin(), tree_logits_view.end());
+  const std::vector<float> tree_hidden(m.hidden_rows().begin(), m.hidden_rows().end());
+
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<int32_t> path;
+    for (int32_t n = static_cast<int32_t>(i); n >= 0; n = parents[n])
+      path.insert(path.begin(), nodes[n]);
+    std::vector<int32_t> chain = context;
+    chain.insert(chain.end(), path.begin(), path.end());
+    testing_util::ScopedKv chain_kv(m, 40, bs);
+    ForwardBatch b;
+    b.add_sequence(chain, 0, table, bs, 1);
+    const std::span<const float> logits = m.forward(b, chain_kv.handle());
+    const size_t row = 1 + i;  // row 0 is the other sequence's
+    EXPECT_TRUE(std::equal(logits.begin(), logits.end(), tree_logits.begin() + row * v))
+        << "node " << i;
+    EXPECT_TRUE(
+        std::equal(m.hidden_rows().begin(), m.hidden_rows().end(), tree_hidden.begin() + row * e))
+        << "hidden state of node " << i;
+  }
 }
 
 }  // namespace

@@ -76,6 +76,75 @@ TEST(SpeculativeAcceptance, RejectionSamplingFollowsTheTargetWithOneHotProposals
   check_fits_p({1.0f, 0.2f, -0.5f, 2.0f, 0.0f, 1.5f}, nullptr, 3, 12);
 }
 
+// A tree of one-hot candidates (Medusa's): siblings tried in turn, each rejection taking the
+// candidate out of p. The first token must follow p, and so must the second given the first (all
+// rows are the same p here).
+TEST(SpeculativeAcceptance, TreeRejectionSamplingFollowsTheTarget) {
+  const std::vector<float> logits = {1.0f, 0.2f, -0.5f, 2.0f, 0.0f, 1.5f};
+  SamplingParams params;
+  params.temperature = 0.8f;
+  const std::vector<double> p = softmax(logits, params.temperature);
+  // Root children 3, 5, 2; under 3: 0 and 1; under 0: 4.
+  const std::vector<int32_t> tokens = {3, 5, 2, 0, 1, 4};
+  const std::vector<int32_t> parents = {-1, -1, -1, 0, 0, 3};
+  const std::vector<std::span<const float>> rows(tokens.size() + 1, logits);
+  SpeculativeVerifier verifier(kVocab);
+  std::mt19937_64 rng(21);
+  const std::vector<int32_t> empty;
+  constexpr int kTrials = 40000;
+  std::vector<int64_t> first(kVocab, 0), second_after_3(kVocab, 0);
+  int64_t deep = 0;
+  for (int t = 0; t < kTrials; ++t) {
+    const TreeVerification v = verifier.verify_tree(
+        params, AcceptanceConfig{}, rng, TokenHistory{empty, empty}, rows, tokens, parents, empty);
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < v.path.size(); ++i) {
+      ASSERT_EQ(parents[v.path[i]], i == 0 ? -1 : v.path[i - 1]);
+      out.push_back(tokens[v.path[i]]);
+    }
+    out.push_back(v.next_token);
+    ++first[out[0]];
+    if (out[0] == 3) ++second_after_3[out[1]];
+    if (v.path.size() >= 3) ++deep;
+  }
+  EXPECT_GT(deep, 0) << "the third level was never reached";
+  auto chi2 = [&](const std::vector<int64_t>& counts) {
+    int64_t n = 0;
+    for (int64_t c : counts) n += c;
+    double x = 0;
+    for (int32_t t = 0; t < kVocab; ++t) {
+      const double expected = p[t] * static_cast<double>(n);
+      x += (counts[t] - expected) * (counts[t] - expected) / expected;
+    }
+    return x;
+  };
+  EXPECT_LT(chi2(first), chi2_critical(kVocab - 1));
+  EXPECT_LT(chi2(second_after_3), chi2_critical(kVocab - 1));
+}
+
+TEST(SpeculativeAcceptance, GreedyTreeFollowsTheArgmaxDownTheTree) {
+  // Row 0 (the root's) argmax is 3; node 0 (token 3)'s row argmax is 1; node 3 (token 1) is kept;
+  // its row's argmax 5 has no child there: the next token.
+  std::vector<std::vector<float>> logits(5, std::vector<float>(kVocab, 0.0f));
+  logits[0][3] = 5;
+  logits[1][1] = 5;  // node 0's row
+  logits[4][5] = 5;  // node 3's row
+  const std::vector<int32_t> tokens = {2, 3, 0, 1};
+  const std::vector<int32_t> parents = {-1, -1, 1, 1};
+  std::vector<std::span<const float>> rows;
+  // rows[1 + j] is node j's: node 1 (token 3) is the one kept first.
+  rows = {logits[0], logits[2], logits[1], logits[3], logits[4]};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  SpeculativeVerifier verifier(kVocab);
+  std::mt19937_64 rng(1);
+  const std::vector<int32_t> empty;
+  const TreeVerification v = verifier.verify_tree(
+      greedy, AcceptanceConfig{}, rng, TokenHistory{empty, empty}, rows, tokens, parents, empty);
+  EXPECT_EQ(v.path, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(v.next_token, 5);
+}
+
 TEST(SpeculativeAcceptance, RejectionSamplingFollowsTheTargetWithADraftDistribution) {
   const std::vector<float> q = {0.05f, 0.4f, 0.3f, 0.05f, 0.15f, 0.05f};
   check_fits_p({1.0f, 0.2f, -0.5f, 2.0f, 0.0f, 1.5f}, &q, 1, 21);

@@ -32,7 +32,8 @@ SchedulerConfig make_config(int64_t budget, int64_t max_seqs, int64_t max_model_
   if (st.ok()) return ::testing::AssertionFailure() << "accepted";
   for (const auto& p : parts)
     if (st.error().message.find(p) == std::string::npos)
-      return ::testing::AssertionFailure() << "message \"" << st.error().message << "\" lacks \"" << p << "\"";
+      return ::testing::AssertionFailure()
+             << "message \"" << st.error().message << "\" lacks \"" << p << "\"";
   return ::testing::AssertionSuccess() << st.error().message;
 }
 
@@ -78,7 +79,8 @@ TEST(Scheduler, RejectsASequenceNeedingMoreBlocksThanTheWholeCache) {
 
 TEST(Scheduler, WithoutChunkedPrefillRejectsPromptsOverTheTokenBudget) {
   Driver off(make_config(16, 8, 64, false), 64, 0, 4);
-  EXPECT_TRUE(has_error(off.add(1, 17, 17), {"17 tokens", "--max-num-batched-tokens 16", "chunked prefill"}));
+  EXPECT_TRUE(has_error(off.add(1, 17, 17),
+                        {"17 tokens", "--max-num-batched-tokens 16", "chunked prefill"}));
   EXPECT_EQ(off.sched().find(1), nullptr);
   EXPECT_TRUE(off.add(2, 16, 16).ok());
   Driver on(make_config(16, 8, 64, true), 64, 0, 4);
@@ -98,7 +100,9 @@ TEST(Scheduler, WithoutChunkedPrefillEveryPreemptedSequenceCanBeRecomputed) {
       const int64_t max_total = id % 5 == 0 ? 17 + id % 4 : 9 + id % 8;
       const Status st = d.add(id, 1 + id % 8, max_total, static_cast<int32_t>(id % 2));
       if (id % 5 == 0) {
-        EXPECT_TRUE(has_error(st, {std::to_string(max_total) + " tokens", "--max-num-batched-tokens 16"})) << id;
+        EXPECT_TRUE(
+            has_error(st, {std::to_string(max_total) + " tokens", "--max-num-batched-tokens 16"}))
+            << id;
       } else {
         EXPECT_TRUE(st.ok()) << id;
       }
@@ -356,7 +360,7 @@ TEST(Scheduler, APrefillChunkPreemptsADecodeOfLowerPriorityScheduledEarlierInThe
   ASSERT_TRUE(d.add(1, 4, 16, 1).ok());  // low priority, decoding
   d.step();
   ASSERT_TRUE(d.add(2, 14, 16, 0).ok());  // high priority, long prompt
-  d.step();                              // 1 decodes (new block), 2 gets 7 tokens: 2 blocks
+  d.step();                               // 1 decodes (new block), 2 gets 7 tokens: 2 blocks
   ASSERT_EQ(d.kv().device_pool().num_free(), 0);
   auto out = d.step();  // 1 decodes first, then 2's chunk needs blocks and preempts 1
   EXPECT_EQ(out.preempted, (std::vector<SeqId>{1}));
@@ -554,7 +558,8 @@ TEST(Scheduler, RemoveFreesEverythingInEveryState) {
 
 TEST(Scheduler, AbortsInEveryStateWhileOthersRunLeaveOthersIntact) {
   Driver d(make_config(8, 4, 64, true, PreemptionMode::kSwap), 6, 3, 4);
-  for (SeqId id = 1; id <= 8; ++id) ASSERT_TRUE(d.add(id, 3 + id * 2, 8 + id * 2, static_cast<int32_t>(id % 3)).ok());
+  for (SeqId id = 1; id <= 8; ++id)
+    ASSERT_TRUE(d.add(id, 3 + id * 2, 8 + id * 2, static_cast<int32_t>(id % 3)).ok());
   for (int i = 0; i < 6; ++i) d.step();
   // Abort one sequence of each state present, then let the rest finish.
   std::set<SeqStatus> seen;
@@ -618,7 +623,7 @@ TEST(Scheduler, SwapOutRightAfterCopyOnWriteKeepsTheVictimsKv) {
   };
   d.step();
   ASSERT_TRUE(d.add(2, 18, 20, 0).ok());  // H: high priority, long prompt
-  d.step();                              // P decodes, H prefills 8 tokens
+  d.step();                               // P decodes, H prefills 8 tokens
   auto out = d.step();  // P copies its last block; H's chunk needs 2 blocks: C, then P, swapped
   ASSERT_FALSE(::testing::Test::HasFailure());
   EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 1}));
@@ -671,6 +676,70 @@ TEST_F(SchedulerDeathTest, MisuseAborts) {
   seq.id = 2;
   ASSERT_TRUE(s.add(seq).ok());  // waiting: it holds no blocks the KV manager would notice
   EXPECT_DEATH(s.fork(1, 2), "fork into existing sequence 2");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Speculative trees
+
+TEST(Scheduler, AnAcceptedTreePathMovesToItsPositionsInTheNextPlan) {
+  kv::KvCacheManager kv(16, 0, 4, /*prefix caching*/ true);
+  Scheduler s(make_config(64, 8, 64, true), kv);
+  Sequence seq;
+  seq.id = 1;
+  seq.tokens = {1, 10, 11, 12, 13};
+  seq.num_prompt_tokens = 5;
+  seq.max_total_tokens = 32;
+  ASSERT_TRUE(s.add(std::move(seq)).ok());
+  ASSERT_EQ(s.schedule().scheduled.size(), 1u);  // the prompt
+  s.append_token(1, 20);                         // position 5
+  // Proposals at positions 6.. by index: 30 and 31 under the root, 32 under 30, 33 under 31.
+  s.set_spec_tokens(1, {30, 31, 32, 33}, {-1, -1, 0, 1});
+  const SchedulerOutput verify = s.schedule();
+  ASSERT_EQ(verify.scheduled.size(), 1u);
+  EXPECT_EQ(verify.scheduled[0].spec_token_ids, (std::vector<int32_t>{30, 31, 32, 33}));
+  EXPECT_EQ(verify.scheduled[0].spec_tree_parents, (std::vector<int32_t>{-1, -1, 0, 1}));
+  EXPECT_EQ(verify.scheduled[0].num_logits_rows, 5);
+  EXPECT_TRUE(verify.slot_copies.empty());
+  // Keep 31 (index 1, at position 7) and 33 (index 3, at position 9): they belong at 6 and 7.
+  // Position 9's block goes back at once (rollback), but nothing can write it before the next
+  // plan's slot copies, which come first of all.
+  const std::vector<kv::BlockId> table = kv.block_table(1);
+  auto slot = [&](int64_t pos) { return int64_t{table[pos / 4]} * 4 + pos % 4; };
+  const std::vector<int32_t> path = {1, 3};
+  s.accept_spec_path(1, path);
+  s.append_token(1, 40);
+  EXPECT_EQ(s.find(1)->tokens, (std::vector<int32_t>{1, 10, 11, 12, 13, 20, 31, 33, 40}));
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 8);
+  const SchedulerOutput next = s.schedule();
+  ASSERT_EQ(next.slot_copies.size(), 2u);
+  EXPECT_EQ(next.slot_copies[0], (SlotCopy{slot(7), slot(6)}));
+  EXPECT_EQ(next.slot_copies[1], (SlotCopy{slot(9), slot(7)}));
+  // They round-trip with the plan, and go out once.
+  auto copy = SchedulerOutput::deserialize(next.serialize());
+  ASSERT_TRUE(copy.ok());
+  EXPECT_EQ(copy->slot_copies, next.slot_copies);
+  s.append_token(1, 41);
+  EXPECT_TRUE(s.schedule().slot_copies.empty());
+  s.check_invariants();
+  s.remove(1);
+  EXPECT_EQ(kv.device_pool().num_used(), 0);
+}
+
+TEST(Scheduler, AcceptingSomethingOffThePathIsRefused) {
+  kv::KvCacheManager kv(16, 0, 4, false);
+  Scheduler s(make_config(64, 8, 64, true), kv);
+  Sequence seq;
+  seq.id = 1;
+  seq.tokens = {1, 10};
+  seq.num_prompt_tokens = 2;
+  seq.max_total_tokens = 32;
+  ASSERT_TRUE(s.add(std::move(seq)).ok());
+  s.schedule();
+  s.append_token(1, 20);
+  s.set_spec_tokens(1, {30, 31, 32}, {-1, -1, 0});
+  s.schedule();
+  const std::vector<int32_t> not_a_path = {1, 2};  // 2's parent is 0, not 1
+  EXPECT_DEATH(s.accept_spec_path(1, not_a_path), "does not continue the path");
 }
 
 }  // namespace

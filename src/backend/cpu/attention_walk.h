@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cpu/attention_kernel.h"
 
@@ -30,6 +31,51 @@ namespace {
 //     (acc[head_dim], run_max, run_sum); scores has room for kAttentionTile floats.
 //   static void finish(const float* acc, float run_sum, int64_t head_dim, float* out);
 //     writes out[d] = acc[d] * (1 / run_sum).
+// The rows [run_begin, run_end) of a tree sequence, one at a time: each row has keys of its own
+// past the context (its ancestors' slots), so rows cannot share tiles there. Trees are a few
+// rows, so this costs little; the arithmetic per row is the chain's (same tiles, same order).
+template <class Tile>
+void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, int64_t g,
+                     const int32_t* table, float* scratch) {
+  const KvCacheSpec& shape = args.cache->spec();
+  const int64_t head_dim = shape.head_dim, bs = shape.block_size, group = args.group;
+  const AttentionBatch& batch = args.batch;
+  float* run_max = scratch;
+  float* run_sum = run_max + kAttentionQueryBlock * group;
+  float* scores = run_sum + kAttentionQueryBlock * group;
+  float* acc = scores + kAttentionTile;
+  const float* k_rows[kAttentionTile];
+  const float* v_rows[kAttentionTile];
+  // The slots of the row's path from the root, by depth (thread-local: no allocation once warm).
+  thread_local std::vector<int64_t> path;
+  const int32_t seq = batch.token_seq[run_begin];
+  const int64_t first_row = batch.query_start[seq];
+  const int64_t context = batch.positions[first_row];
+  for (int64_t t = run_begin; t < run_end; ++t) {
+    const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
+    path.assign(static_cast<size_t>(n_ctx - context), -1);
+    for (int64_t row = t;; row = first_row + batch.tree_parents[row]) {
+      path[static_cast<size_t>(batch.positions[row] - context)] = batch.slot_mapping[row];
+      if (batch.tree_parents[row] < 0) break;
+    }
+    const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
+    const int64_t first = (t - run_begin) * group;
+    for (int64_t j0 = 0; j0 < n_ctx; j0 += kAttentionTile) {
+      const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
+      for (int64_t i = 0; i < nt; ++i) {
+        const int64_t j = j0 + i;
+        const int64_t block = j < context ? table[j / bs] : path[j - context] / bs;
+        const int64_t offset = j < context ? j % bs : path[j - context] % bs;
+        k_rows[i] = args.cache->key_block(args.layer, block, g) + offset * head_dim;
+        v_rows[i] = args.cache->value_block(args.layer, block, g) + offset * head_dim;
+      }
+      for (int64_t h = 0; h < group; ++h)
+        Tile::tile(q + h * head_dim, k_rows, v_rows, nt, head_dim, args.scale, scores,
+                   acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+    }
+  }
+}
+
 template <class Tile>
 void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch) {
   const KvCacheSpec& shape = args.cache->spec();
@@ -61,7 +107,10 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
       std::fill(run_max, run_max + heads, -INFINITY);
       std::fill(run_sum, run_sum + heads, 0.0f);
 
-      for (int64_t j0 = 0; j0 < max_ctx; j0 += kAttentionTile) {
+      const bool tree =
+          batch.tree_parents != nullptr && batch.tree_parents[run_begin] != kNotInTree;
+      if (tree) attend_tree_run<Tile>(args, run_begin, run_end, g, table, scratch);
+      for (int64_t j0 = 0; !tree && j0 < max_ctx; j0 += kAttentionTile) {
         const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0);
         // Walk the block table without a division per key (an integer division costs more than
         // a key's whole dot product at small head sizes).
