@@ -74,7 +74,8 @@ std::vector<BenchRequest> random_requests(const engine::Engine& e, const Through
     BenchRequest r;
     r.prompt = prefixes[i % static_cast<int64_t>(prefixes.size())];
     // --input-len counts the BOS token of a plain prompt, as before; a prefix comes on top.
-    const int64_t target = o.prefix_len > 0 ? static_cast<int64_t>(r.prompt.size()) + o.input_len : o.input_len;
+    const int64_t target =
+        o.prefix_len > 0 ? static_cast<int64_t>(r.prompt.size()) + o.input_len : o.input_len;
     random.append(r.prompt, std::max<int64_t>(0, target - static_cast<int64_t>(r.prompt.size())));
     r.output_len = o.output_len;
     reqs.push_back(std::move(r));
@@ -99,16 +100,19 @@ TtftSummary summarize(std::vector<double> v) {
 }
 
 // JSONL: {"prompt": "...", "output_len": N} per line (output_len defaults to --output-len).
-Result<std::vector<BenchRequest>> dataset_requests(const engine::Engine& e, const ThroughputOptions& o) {
+Result<std::vector<BenchRequest>> dataset_requests(const engine::Engine& e,
+                                                   const ThroughputOptions& o) {
   std::ifstream f(o.dataset);
   if (!f) return make_error(o.dataset + ": cannot open the dataset");
   std::vector<BenchRequest> reqs;
   std::string line;
-  for (size_t n = 1; std::getline(f, line) && static_cast<int64_t>(reqs.size()) < o.num_prompts; ++n) {
+  for (size_t n = 1; std::getline(f, line) && static_cast<int64_t>(reqs.size()) < o.num_prompts;
+       ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("prompt") || !j["prompt"].is_string())
-      return make_error(o.dataset + ":" + std::to_string(n) + ": expected {\"prompt\": string, \"output_len\": integer}");
+      return make_error(o.dataset + ":" + std::to_string(n) +
+                        ": expected {\"prompt\": string, \"output_len\": integer}");
     BenchRequest r;
     r.prompt = e.tokenizer().encode(j["prompt"].get<std::string>(), true, false);
     r.output_len = j.value("output_len", o.output_len);
@@ -144,7 +148,8 @@ int run_throughput(const ThroughputOptions& o) {
     p.max_tokens = reqs[conv].output_len;
     prompt_tokens += static_cast<int64_t>(reqs[conv].prompt.size());
     const std::string id = std::to_string(conv) + ":" + std::to_string(turn[conv]++);
-    if (auto st = e.add_request({id, reqs[conv].prompt, p}); !st) return make_error("request " + id + ": " + st.error().message);
+    if (auto st = e.add_request({id, reqs[conv].prompt, p}); !st)
+      return make_error("request " + id + ": " + st.error().message);
     return {};
   };
   const auto start = std::chrono::steady_clock::now();
@@ -155,7 +160,8 @@ int run_throughput(const ThroughputOptions& o) {
   std::vector<double> ttfts;
   while (e.has_unfinished()) {
     for (const auto& out : e.step()) {
-      for (const auto& c : out.outputs) output_tokens += static_cast<int64_t>(c.delta_token_ids.size());
+      for (const auto& c : out.outputs)
+        output_tokens += static_cast<int64_t>(c.delta_token_ids.size());
       if (!out.finished) continue;
       ++finished;
       ttfts.push_back(out.metrics.first_token_time - out.metrics.arrival_time);
@@ -170,7 +176,8 @@ int run_throughput(const ThroughputOptions& o) {
     }
     progress.update(finished, output_tokens);
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const engine::EngineStats st = e.stats();
   const TtftSummary ttft = summarize(ttfts);
   const double hit_rate = st.prefix_cache_queries ? static_cast<double>(st.prefix_cache_hits) /
@@ -179,6 +186,16 @@ int run_throughput(const ThroughputOptions& o) {
   const double rps = static_cast<double>(total_requests) / secs;
   const double out_tps = static_cast<double>(output_tokens) / secs;
   const double total_tps = static_cast<double>(prompt_tokens + output_tokens) / secs;
+  // Speculative decoding: the share of proposals kept, and the tokens a verified sequence gained
+  // per target pass (its kept proposals and the target's own token).
+  const double acceptance = st.spec_num_draft_tokens
+                                ? static_cast<double>(st.spec_num_accepted_tokens) /
+                                      static_cast<double>(st.spec_num_draft_tokens)
+                                : 0.0;
+  const double per_pass = st.spec_num_drafts
+                              ? 1.0 + static_cast<double>(st.spec_num_accepted_tokens) /
+                                          static_cast<double>(st.spec_num_drafts)
+                              : 1.0;
   if (o.json) {
     nlohmann::json j = {{"requests_per_s", rps},
                         {"output_tokens_per_s", out_tps},
@@ -197,25 +214,43 @@ int run_throughput(const ThroughputOptions& o) {
                         {"num_preemptions", st.num_preemptions},
                         {"max_num_batched_tokens", e.scheduler_config().max_num_batched_tokens},
                         {"max_num_seqs", e.scheduler_config().max_num_seqs}};
+    if (st.spec_num_drafts > 0)
+      j["speculative"] = {{"acceptance_rate", acceptance},
+                          {"draft_tokens", st.spec_num_draft_tokens},
+                          {"accepted_tokens", st.spec_num_accepted_tokens},
+                          {"verifications", st.spec_num_drafts},
+                          {"tokens_per_target_pass", per_pass}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     const auto& sc = e.scheduler_config();
-    std::printf("scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked prefill %s, "
-                "KV blocks %lld x %lld tokens\n",
-                static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
-                static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
-                static_cast<long long>(e.memory_plan().num_blocks), static_cast<long long>(e.memory_plan().block_size));
-    std::printf("requests: %lld, prompt tokens: %lld, output tokens: %lld, steps: %lld, preemptions: %lld\n",
-                static_cast<long long>(total_requests), static_cast<long long>(prompt_tokens),
-                static_cast<long long>(output_tokens), static_cast<long long>(st.num_steps),
-                static_cast<long long>(st.num_preemptions));
-    std::printf("prefix cache: %s, hit rate %.1f%%, prefill tokens computed %lld of %lld prompt tokens\n",
-                o.engine.enable_prefix_caching ? "on" : "off", 100.0 * hit_rate,
-                static_cast<long long>(st.prefill_tokens_computed), static_cast<long long>(prompt_tokens));
-    std::printf("TTFT (from queueing): mean %.1f ms, median %.1f ms, p99 %.1f ms\n", ttft.mean * 1e3,
-                ttft.median * 1e3, ttft.p99 * 1e3);
-    std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s (%.2f s)\n", rps, total_tps,
-                out_tps, secs);
+    std::printf(
+        "scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked "
+        "prefill %s, "
+        "KV blocks %lld x %lld tokens\n",
+        static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
+        static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
+        static_cast<long long>(e.memory_plan().num_blocks),
+        static_cast<long long>(e.memory_plan().block_size));
+    std::printf(
+        "requests: %lld, prompt tokens: %lld, output tokens: %lld, steps: %lld, preemptions: "
+        "%lld\n",
+        static_cast<long long>(total_requests), static_cast<long long>(prompt_tokens),
+        static_cast<long long>(output_tokens), static_cast<long long>(st.num_steps),
+        static_cast<long long>(st.num_preemptions));
+    std::printf(
+        "prefix cache: %s, hit rate %.1f%%, prefill tokens computed %lld of %lld prompt tokens\n",
+        o.engine.enable_prefix_caching ? "on" : "off", 100.0 * hit_rate,
+        static_cast<long long>(st.prefill_tokens_computed), static_cast<long long>(prompt_tokens));
+    std::printf("TTFT (from queueing): mean %.1f ms, median %.1f ms, p99 %.1f ms\n",
+                ttft.mean * 1e3, ttft.median * 1e3, ttft.p99 * 1e3);
+    std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s (%.2f s)\n",
+                rps, total_tps, out_tps, secs);
+    if (st.spec_num_drafts > 0)
+      std::printf(
+          "speculative: acceptance rate %.3f (%lld of %lld proposals), %.2f tokens per target "
+          "pass\n",
+          acceptance, static_cast<long long>(st.spec_num_accepted_tokens),
+          static_cast<long long>(st.spec_num_draft_tokens), per_pass);
   }
   return 0;
 }
@@ -224,26 +259,38 @@ int run_throughput(const ThroughputOptions& o) {
 
 CommandRunner add_bench_throughput_command(CLI::App& bench) {
   auto o = std::make_shared<ThroughputOptions>();
-  CLI::App* cmd = bench.add_subcommand("throughput", "Offline throughput of the engine (all requests queued at once)");
+  CLI::App* cmd = bench.add_subcommand(
+      "throughput", "Offline throughput of the engine (all requests queued at once)");
   add_engine_flags(cmd, o->engine);
-  cmd->add_option("--num-prompts", o->num_prompts, "Requests to run")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--num-prompts", o->num_prompts, "Requests to run")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--input-len", o->input_len, "Prompt tokens per request (random prompts)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--output-len", o->output_len, "Generated tokens per request (EOS ignored)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--dataset", o->dataset, "JSONL file of {\"prompt\": ..., \"output_len\": ...} instead of random prompts");
-  cmd->add_option("--prefix-len", o->prefix_len,
-                  "Shared-prefix workload: random prompts start with one of --num-prefixes prefixes of this "
-                  "many tokens, followed by --input-len tokens of their own")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dataset", o->dataset,
+                  "JSONL file of {\"prompt\": ..., \"output_len\": ...} instead of random prompts");
+  cmd->add_option(
+         "--prefix-len", o->prefix_len,
+         "Shared-prefix workload: random prompts start with one of --num-prefixes prefixes of this "
+         "many tokens, followed by --input-len tokens of their own")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--num-prefixes", o->num_prefixes, "Distinct shared prefixes (with --prefix-len)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--num-turns", o->num_turns,
-                  "Multi-turn chat workload: each of --num-prompts conversations runs this many turns; a turn's "
+                  "Multi-turn chat workload: each of --num-prompts conversations runs this many "
+                  "turns; a turn's "
                   "prompt is the previous prompt, its answer and --input-len new tokens")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed for random prompts and sampling")->capture_default_str();
-  cmd->add_flag("--json", o->json, "Print {\"requests_per_s\", \"output_tokens_per_s\", \"total_tokens_per_s\", ...}");
+  cmd->add_flag("--json", o->json,
+                "Print {\"requests_per_s\", \"output_tokens_per_s\", \"total_tokens_per_s\", ...}");
   return [o] { return run_throughput(*o); };
 }
 

@@ -58,9 +58,11 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       "candidates from the target's own hidden state. The target verifies the proposals in one "
       "pass, so the output is exactly what it alone would give");
   cmd->add_option(
-         "--num-speculative-tokens", f.num_speculative_tokens,
-         "Speculative tokens proposed per sequence and step (required with --speculative-model)")
-      ->check(CLI::PositiveNumber);
+      "--num-speculative-tokens", f.num_speculative_tokens,
+      "Speculative tokens proposed per sequence and step, or the size of Medusa's candidate tree "
+      "(required with --speculative-model); \"auto\": the engine measures what a target pass of "
+      "1..K+1 rows costs and the running acceptance rate, and picks k in 0..8 each step (none "
+      "where speculation does not pay: a small compute-bound model, a large batch)");
   cmd->add_option("--ngram-prompt-lookup-max", f.ngram_prompt_lookup_max,
                   "Longest n-gram matched by [ngram] (default 4)")
       ->check(CLI::PositiveNumber);
@@ -104,8 +106,26 @@ namespace {
 // --speculative-model / --speculative-config into the engine's SpeculativeConfig.
 Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec) {
   std::string method, model = f.speculative_model;
-  int64_t k = f.num_speculative_tokens, max_n = f.ngram_prompt_lookup_max,
-          min_n = f.ngram_prompt_lookup_min;
+  int64_t k = 0, max_n = f.ngram_prompt_lookup_max, min_n = f.ngram_prompt_lookup_min;
+  bool auto_k = false;
+  // K, or "auto" (k_max 8: beyond it a chain's tail is rarely reached).
+  auto parse_k = [&](const std::string& text, const std::string& where) -> Status {
+    if (text == "auto") {
+      auto_k = true;
+      k = 8;
+      return {};
+    }
+    char* end = nullptr;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < 1 || v > 1024)
+      return make_error(where + " must be a positive integer (at most 1024) or \"auto\", got \"" +
+                        text + "\"");
+    k = v;
+    auto_k = false;
+    return {};
+  };
+  if (!f.num_speculative_tokens.empty())
+    VESPER_TRY(parse_k(f.num_speculative_tokens, "--num-speculative-tokens"));
   int64_t disable = f.speculative_disable_by_batch_size;
   bool medusa_tree = true;
   // "[ngram]", a draft model's GGUF file, or Medusa heads (a directory, or their safetensors).
@@ -150,7 +170,13 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
         VESPER_ASSIGN_OR_RETURN(from_model, method_of(model, "--speculative-config \"model\""));
         if (method.empty() || method == "ngram") method = from_model;
       } else if (key == "num_speculative_tokens") {
-        VESPER_TRY(integer(k));
+        if (value.is_string()) {
+          VESPER_TRY(parse_k(value.get<std::string>(),
+                             "--speculative-config: \"num_speculative_tokens\""));
+        } else {
+          VESPER_TRY(integer(k));
+          auto_k = false;
+        }
       } else if (key == "prompt_lookup_max") {
         VESPER_TRY(integer(max_n));
       } else if (key == "prompt_lookup_min") {
@@ -177,6 +203,7 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
   }
   if (k <= 0) return make_error("--num-speculative-tokens is required with speculative decoding");
   spec.num_speculative_tokens = k;
+  spec.auto_num_speculative_tokens = auto_k;
   spec.disable_by_batch_size = disable;
   auto acceptance = sample::parse_acceptance_method(f.spec_decoding_acceptance_method);
   if (!acceptance)

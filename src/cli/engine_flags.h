@@ -28,12 +28,12 @@ struct EngineFlags {
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
   // Speculative decoding.
-  std::string speculative_model;           // "[ngram]"
-  int64_t num_speculative_tokens = 0;      // 0: not given
-  int64_t ngram_prompt_lookup_max = 0;     // 0: not given
-  int64_t ngram_prompt_lookup_min = 0;     // 0: not given
+  std::string speculative_model;        // "[ngram]"
+  std::string num_speculative_tokens;   // K or "auto"; empty: not given
+  int64_t ngram_prompt_lookup_max = 0;  // 0: not given
+  int64_t ngram_prompt_lookup_min = 0;  // 0: not given
   int64_t speculative_disable_by_batch_size = 0;
-  std::string speculative_config;          // vLLM's JSON form of the above
+  std::string speculative_config;  // vLLM's JSON form of the above
   std::string spec_decoding_acceptance_method = "rejection_sampler";
   double typical_acceptance_posterior_threshold = 0.09;
   double typical_acceptance_posterior_alpha = 0.3;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "backend/cpu_backend.h"
 #include "core/logging.h"
@@ -48,11 +49,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     sc.num_lookahead_slots = spec_config.num_speculative_tokens;
   }
   if (spec_config.method == SpeculativeConfig::Method::kMedusa) {
-    VESPER_ASSIGN_OR_RETURN(
-        e->medusa_,
-        spec::MedusaProposer::load(spec_config.model, *e->backend_, mc.n_embd, mc.n_vocab,
-                                   e->model_->weights().output.type, spec_config.medusa_tree));
+    // Sized per step, the proposals are chains (the policy models a chain's acceptance).
+    if (spec_config.auto_num_speculative_tokens) e->config_.speculative.medusa_tree = false;
+    VESPER_ASSIGN_OR_RETURN(e->medusa_,
+                            spec::MedusaProposer::load(spec_config.model, *e->backend_, mc.n_embd,
+                                                       mc.n_vocab, e->model_->weights().output.type,
+                                                       e->config_.speculative.medusa_tree));
     weight_bytes += e->medusa_->heads().weight_bytes();
+    // Auto-sized chains: at most one proposal per head.
+    if (spec_config.auto_num_speculative_tokens)
+      e->config_.speculative.num_speculative_tokens =
+          std::min(spec_config.num_speculative_tokens, e->medusa_->heads().num_heads());
   }
   // The largest step the scheduler can plan: its token budget, a logits row for each sequence
   // it can seat (and for each token, with speculative rows), every seated sequence's whole table.
@@ -102,6 +109,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     e->verifier_ = std::make_unique<sample::SpeculativeVerifier>(static_cast<int32_t>(mc.n_vocab));
     e->totals_.spec_accepted_per_pos.assign(static_cast<size_t>(spec.num_speculative_tokens), 0);
   }
+  if (spec.enabled() && spec.auto_num_speculative_tokens) {
+    using Cost = SpeculationPolicy::ProposerCost;
+    e->policy_ = std::make_unique<SpeculationPolicy>(spec.num_speculative_tokens,
+                                                     e->draft_    ? Cost::kPassPerToken
+                                                     : e->medusa_ ? Cost::kOnePass
+                                                                  : Cost::kFree);
+    e->calibrate_speculation();
+  }
   e->row_.resize(mc.n_vocab);
   log_info(
       "model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, "
@@ -137,12 +152,99 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
         spec.disable_by_batch_size > 0
             ? ", off above " + std::to_string(spec.disable_by_batch_size) + " requests"
             : "";
-    log_info("speculative decoding: %s, %lld tokens per step, %s%s", proposer.c_str(),
-             static_cast<long long>(spec.num_speculative_tokens),
+    std::string per_step = std::to_string(spec.num_speculative_tokens) + " tokens per step";
+    if (e->policy_) {
+      const double k1 = 1.0 + static_cast<double>(spec.num_speculative_tokens);
+      char costs[160];
+      std::snprintf(costs, sizeof costs,
+                    " tokens per step (a target pass of 1 row %.2f ms, of %d rows %.2f ms)",
+                    e->policy_->target_cost().at(1) * 1e3,
+                    static_cast<int>(spec.num_speculative_tokens) + 1,
+                    e->policy_->target_cost().at(k1) * 1e3);
+      per_step = "auto: 0.." + std::to_string(spec.num_speculative_tokens) + costs;
+    }
+    log_info("speculative decoding: %s, %s, %s%s", proposer.c_str(), per_step.c_str(),
              std::string(sample::acceptance_method_name(spec.acceptance.method)).c_str(),
              off.c_str());
   }
   return e;
+}
+
+namespace {
+
+// Seconds one pass of `rows` rows costs `m` (one sequence's prompt of that many tokens in the
+// first blocks of `kv`, free at start): the best of two after a warm-up.
+double time_pass(model::Model& m, backend::KvHandle kv, int64_t rows, int64_t block_size) {
+  std::vector<int32_t> tokens(static_cast<size_t>(rows), 1), table;
+  for (int64_t b = 0; b * block_size < rows; ++b) table.push_back(static_cast<int32_t>(b));
+  model::ForwardBatch batch;
+  batch.add_sequence(tokens, 0, table, block_size, 1);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double start = now_seconds();
+    m.forward(batch, kv);
+    if (rep > 0) best = std::min(best, now_seconds() - start);
+  }
+  return best;
+}
+
+// Row counts the cost tables are measured at: every count up to 8 (where a step turns from
+// memory- to compute-bound on these machines), then sparser, up to `limit`.
+std::vector<int64_t> calibration_rows(int64_t limit) {
+  std::vector<int64_t> rows;
+  for (int64_t r : {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128})
+    if (r <= limit) rows.push_back(r);
+  return rows;
+}
+
+}  // namespace
+
+void Engine::calibrate_speculation() {
+  const int64_t bs = plan_.block_size;
+  const int64_t limit =
+      std::min<int64_t>({128, scheduler_->config().max_num_batched_tokens, plan_.num_blocks * bs});
+  // What verifying a row costs besides the pass (the target's distribution over the vocabulary):
+  // 8 rows of a sampled request, the best of three.
+  const auto n_vocab = static_cast<size_t>(model_->config().n_vocab);
+  std::vector<float> logits(n_vocab * 9);
+  // Every row all but certain of token 0, the proposal, so that all nine rows are verified.
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = i % n_vocab == 0 ? 50.0f : static_cast<float>(i % 97) * 0.01f;
+  std::vector<std::span<const float>> rows;
+  for (size_t r = 0; r < 9; ++r) rows.emplace_back(logits.data() + r * n_vocab, n_vocab);
+  const std::vector<int32_t> proposals(8, 0), none;
+  sample::SamplingParams sampled;
+  sampled.temperature = 1.0f;
+  std::mt19937_64 rng(0);
+  double per_row = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double start = now_seconds();
+    verifier_->verify(sampled, config_.speculative.acceptance, rng,
+                      sample::TokenHistory{none, none}, rows, proposals, {}, none);
+    per_row = std::min(per_row, (now_seconds() - start) / 9);
+  }
+  for (const int64_t r : calibration_rows(limit))
+    policy_->target_cost().add(
+        r, time_pass(*model_, runner_->device_kv(), r, bs) + per_row * static_cast<double>(r));
+  const int64_t seqs = std::min<int64_t>(limit, scheduler_->config().max_num_seqs);
+  if (draft_) {
+    for (const int64_t r : calibration_rows(seqs))
+      policy_->proposer_cost().add(r,
+                                   time_pass(draft_->mutable_model(), draft_->device_kv(), r, bs));
+  } else if (medusa_) {
+    std::vector<float> hidden;
+    std::vector<int32_t> top;
+    for (const int64_t r : calibration_rows(seqs)) {
+      hidden.assign(static_cast<size_t>(r * model_->config().n_embd), 0.0f);
+      double best = 1e30;
+      for (int rep = 0; rep < 3; ++rep) {
+        const double start = now_seconds();
+        medusa_->heads().top_k(hidden, r, 1, top);
+        if (rep > 0) best = std::min(best, now_seconds() - start);
+      }
+      policy_->proposer_cost().add(r, best);
+    }
+  }
 }
 
 Status Engine::add_request(EngineRequest request) {
@@ -213,18 +315,31 @@ void Engine::propose() {
     const sched::SchedulerStats st = scheduler_->stats();
     if (st.num_running + st.num_waiting > spec.disable_by_batch_size) return;
   }
-  if (draft_) return propose_with_draft();
-  if (medusa_) return propose_with_medusa();
+  int64_t k = spec.num_speculative_tokens;
+  if (policy_) {
+    // The step's decoding sequences, and the prompt rows that will share it.
+    int64_t decoding = 0, other = 0;
+    scheduler_->for_each_running([&](const sched::Sequence& seq) {
+      if (seq.num_uncomputed() == 1 && !seq.in_prefill())
+        ++decoding;
+      else
+        other += seq.num_uncomputed();
+    });
+    other = std::min(other, scheduler_->config().max_num_batched_tokens);
+    k = policy_->choose(decoding, other);
+    if (k == 0) return;
+  }
+  if (draft_) return propose_with_draft(k);
+  if (medusa_) return propose_with_medusa(k);
   // Sequences whose next step computes the token they just sampled: proposals follow it.
   scheduler_->for_each_running([&](const sched::Sequence& seq) {
     if (seq.num_uncomputed() != 1 || seq.in_prefill()) return;
-    spec::propose_ngram(seq.tokens, spec.ngram, spec.num_speculative_tokens, proposal_);
+    spec::propose_ngram(seq.tokens, spec.ngram, k, proposal_);
     if (!proposal_.empty()) scheduler_->set_spec_tokens(seq.id, proposal_);
   });
 }
 
-void Engine::propose_with_draft() {
-  const int64_t k_max = config_.speculative.num_speculative_tokens;
+void Engine::propose_with_draft(int64_t k_max) {
   const int64_t bs = plan_.block_size;
   const kv::KvCacheManager& kv = scheduler_->kv();
   draft_requests_.clear();
@@ -249,12 +364,11 @@ void Engine::propose_with_draft() {
       scheduler_->set_spec_tokens(draft_requests_[i].id, draft_proposals_[i]);
 }
 
-void Engine::propose_with_medusa() {
+void Engine::propose_with_medusa(int64_t k) {
   medusa_requests_.clear();
   scheduler_->for_each_running([&](const sched::Sequence& seq) {
     if (seq.num_uncomputed() != 1 || seq.in_prefill()) return;
-    medusa_requests_.push_back(
-        {seq.id, seq.num_tokens(), config_.speculative.num_speculative_tokens});
+    medusa_requests_.push_back({seq.id, seq.num_tokens(), k});
   });
   if (medusa_requests_.empty()) return;
   medusa_->propose(medusa_requests_, draft_proposals_, medusa_parents_);
@@ -298,6 +412,7 @@ void Engine::verify(OutputProcessor::RequestState& request, int32_t index,
   }
   const auto num_accepted = static_cast<int64_t>(v.path.size());
   if (draft_) draft_->on_verified(s.id, num_accepted);
+  if (policy_) policy_->record(s.num_spec_tokens, num_accepted);
   ++totals_.spec_num_drafts;
   totals_.spec_num_draft_tokens += s.num_spec_tokens;
   totals_.spec_num_accepted_tokens += num_accepted;

@@ -24,6 +24,7 @@
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request_output.h"
+#include "engine/speculation_policy.h"
 #include "kv/kv_cache_manager.h"
 #include "model/model.h"
 #include "sample/logprobs.h"
@@ -115,8 +116,10 @@ class Engine {
   // Speculative decoding: proposals for the sequences about to compute one token (set on the
   // scheduler before it plans), and the verification of a scheduled entry's proposals.
   void propose();
-  void propose_with_draft();
-  void propose_with_medusa();
+  void propose_with_draft(int64_t k);
+  void propose_with_medusa(int64_t k);
+  // --num-speculative-tokens auto: measures what passes of the target (and the proposer) cost.
+  void calibrate_speculation();
   // Removes a finished sequence from the scheduler (and the draft's bookkeeping).
   void remove_sequence(sched::SeqId id);
   void verify(OutputProcessor::RequestState& request, int32_t index,
@@ -141,6 +144,7 @@ class Engine {
   std::unique_ptr<sample::SpeculativeVerifier> verifier_;  // with speculative decoding
   std::unique_ptr<spec::DraftModelProposer> draft_;        // with a draft model
   std::unique_ptr<spec::MedusaProposer> medusa_;           // with Medusa heads
+  std::unique_ptr<SpeculationPolicy> policy_;              // with --num-speculative-tokens auto
 
   sched::SeqId next_seq_id_ = 1;
   int64_t next_arrival_ = 0;

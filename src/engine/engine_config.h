@@ -33,7 +33,10 @@ struct SpeculativeConfig {
   // or false: a chain of each head's best ("medusa_tree" in --speculative-config).
   bool medusa_tree = true;
   int64_t num_speculative_tokens = 0;  // --num-speculative-tokens K: proposals per step
-  spec::NgramConfig ngram;             // --ngram-prompt-lookup-min / -max
+  // --num-speculative-tokens auto: the engine picks k in 0..num_speculative_tokens each step
+  // (engine/speculation_policy.h); Medusa heads then propose chains.
+  bool auto_num_speculative_tokens = false;
+  spec::NgramConfig ngram;  // --ngram-prompt-lookup-min / -max
   // --speculative-disable-by-batch-size N: no proposals while more than N requests are running
   // or waiting (0: never disabled).
   int64_t disable_by_batch_size = 0;

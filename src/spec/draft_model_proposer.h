@@ -38,6 +38,7 @@ class DraftModelProposer {
   ~DraftModelProposer();
 
   const model::Model& model() const { return *model_; }
+  model::Model& mutable_model() { return *model_; }
   // The draft's KV storage for blocks of `block_size` tokens (for the memory plan).
   backend::KvCacheSpec kv_spec(int64_t block_size) const { return model_->kv_spec(block_size); }
   // Allocates the draft's device and host KV storage (as many blocks as the target's) and its

@@ -48,6 +48,7 @@ class MedusaProposer {
                                                       bool tree);
 
   const MedusaHeads& heads() const { return *heads_; }
+  MedusaHeads& heads() { return *heads_; }
   bool tree() const { return tree_; }
 
   // The target's final hidden state that produced the last token of a sequence now `length`

@@ -83,6 +83,19 @@ TEST(CliSpeculative, DraftModelGreedyOutputEqualsPlainDecoding) {
             std::string::npos)
       << draft.err;
   EXPECT_NE(draft.err.find("KV cache (f32, target + draft)"), std::string::npos) << draft.err;
+
+  // auto measures the target's pass costs at startup and picks 0..8 tokens each step: whatever it
+  // picks, greedy output is the target's.
+  auto picked = run_vesper(with(base, {"--speculative-model", "../shared/models/stories-draft.gguf",
+                                       "--num-speculative-tokens", "auto"}),
+                           "auto");
+  ASSERT_EQ(picked.exit_code, 0) << picked.err;
+  const auto c = json_lines(picked.out);
+  ASSERT_EQ(c.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["token_ids"], c[i]["token_ids"]) << i;
+  EXPECT_NE(picked.err.find("auto: 0..8 tokens per step (a target pass of 1 row "),
+            std::string::npos)
+      << picked.err;
 }
 
 TEST(CliSpeculative, BenchLatencyReportsAcceptance) {
@@ -111,8 +124,11 @@ TEST(CliSpeculative, BadFlagsNameTheFlag) {
   const std::vector<Case> cases = {
       {{"--speculative-model", "[ngram]"}, 1, "--num-speculative-tokens is required"},
       {{"--speculative-model", "[ngram]", "--num-speculative-tokens", "0"},
-       2,
-       "--num-speculative-tokens"},
+       1,
+       "--num-speculative-tokens must be a positive integer (at most 1024) or \"auto\", got \"0\""},
+      {{"--speculative-model", "[ngram]", "--num-speculative-tokens", "sometimes"},
+       1,
+       "--num-speculative-tokens must be a positive integer"},
       {{"--speculative-model", "[ngram]", "--num-speculative-tokens", "3",
         "--ngram-prompt-lookup-min", "5", "--ngram-prompt-lookup-max", "2"},
        1,
