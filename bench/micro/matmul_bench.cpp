@@ -95,7 +95,8 @@ constexpr GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType:
                                      GgmlType::kQ3_K};
 
 // The same products over weights repacked at load (backend/packed_weights.h), as the model runs
-// them: 1 row (decode), 32 (batched decode) and 512 (prefill, llama-bench's pp512). Args: type
+// them: 1 row (decode), 4 and 8 (a speculative step's verification, small batches), 32
+// (batched decode) and 512 (prefill, llama-bench's pp512). Args: type
 // (index into kPackedTypes; the label names it), n_in, n_out, activation rows, threads.
 void BM_PackedMatmul(benchmark::State& state) {
   const GgmlType type = kPackedTypes[state.range(0)];
@@ -120,7 +121,7 @@ void packed_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "n_in", "n_out", "rows", "threads"});
   const int hw = vesper::ThreadPool::hardware_threads();
   for (int64_t t = 0; t < static_cast<int64_t>(std::size(kPackedTypes)); ++t)
-    for (int64_t rows : {1, 32, 512})
+    for (int64_t rows : {1, 4, 8, 32, 512})
       for (int64_t threads : {1, hw}) {
         b->Args({t, 2048, 2048, rows, threads});
         if (hw == 1) break;

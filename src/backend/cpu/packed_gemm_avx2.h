@@ -11,7 +11,7 @@
 //       // isum[r] lane j = output j's exact block dot with tile row r, whose block is at
 //       // xq + 32 r and whose Q8_0 quant sum is xs[r]
 // or, for kBlock 256 (k-quants), its own whole tile, with the signature of tile() below:
-//   template <int R> static void tile(...);
+//   template <int R> static void tile(...);  // with tile()'s signature and prefetch rule
 //
 // Register tile: R activation rows x 8 outputs (R = 4, fewer in the last row tile; 1 in decode).
 // Each slice is loaded and unpacked once per tile and used by all R rows; each activation
@@ -36,10 +36,11 @@ namespace {
 
 constexpr int64_t kTile = kPackedRowTile;
 
-// Decode (one activation row) streams each weight byte once, from memory: the hardware
-// prefetchers alone left the packed GEMV well short of the memory bandwidth on the 2-core VMs
-// this was measured on (1B Q4_0 single-stream decode: ~+15% with this). Requests the cache lines
-// kPrefetchBytes ahead of the `bytes` about to be read.
+// The first row tile of a panel streams each weight byte from memory (later tiles find it in L1):
+// the hardware prefetchers alone left the packed GEMV well short of the memory bandwidth on the
+// 2-core VMs this was measured on (1B Q4_0 single-stream decode: ~+15% with this; a 9-row pass
+// of a 250 MB Q8_0 model, whose first tile has 4 rows: 28.5 -> 23.4 ms). Requests the cache
+// lines kPrefetchBytes ahead of the `bytes` about to be read.
 constexpr int64_t kPrefetchBytes = 2048;
 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
   for (int64_t off = 0; off < bytes; off += 64)
@@ -63,17 +64,18 @@ inline __m256i broadcast_4(const int8_t* p) {
 
 // Outputs 8g .. 8g + 7 (chunks from `chunk`, scales from `sc`) of the R rows of one activation
 // tile (quants xq, scales xd, sums xs, all kTile-interleaved), written to y, y + y_stride, ...
+// `stream`: this tile is the first to read these weights (prefetch them).
 // Not inlined into run_packed: on its own, each tile's loop gets all 16 vector registers.
 template <class K, int R>
 __attribute__((noinline)) void tile(const uint8_t* chunk, const uint16_t* sc, int64_t n_blocks,
                                     const int8_t* xq, const float* xd, const int16_t* xs, float* y,
-                                    int64_t y_stride) {
+                                    int64_t y_stride, bool stream) {
   __m256 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     __m256i isum[R];
-    if constexpr (R == 1) prefetch_ahead(chunk, K::kChunkBytes);
+    if (stream) prefetch_ahead(chunk, K::kChunkBytes);
     K::template dot<R>(chunk, xq, xs, isum);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
 #pragma GCC unroll 4
@@ -96,11 +98,11 @@ __attribute__((noinline)) void tile(const uint8_t* chunk, const uint16_t* sc, in
 // (K::tile<R>, the 256-element k-quants) or the block-sum tile above over K::dot<R>.
 template <class K, int R>
 inline void run_tile(const uint8_t* chunk, const uint16_t* sc, int64_t n_blocks, const int8_t* xq,
-                     const float* xd, const int16_t* xs, float* y, int64_t y_stride) {
+                     const float* xd, const int16_t* xs, float* y, int64_t y_stride, bool stream) {
   if constexpr (K::kBlock == 256) {
-    K::template tile<R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride);
+    K::template tile<R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride, stream);
   } else {
-    tile<K, R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride);
+    tile<K, R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride, stream);
   }
 }
 
@@ -125,16 +127,16 @@ void run_packed(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
         float* y = a.y + t * kTile * a.n_out + 8 * g;
         switch (std::min(kTile, a.n_rows - t * kTile)) {
           case 4:
-            run_tile<K, 4>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            run_tile<K, 4>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
             break;
           case 3:
-            run_tile<K, 3>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            run_tile<K, 3>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
             break;
           case 2:
-            run_tile<K, 2>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            run_tile<K, 2>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
             break;
           default:
-            run_tile<K, 1>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out);
+            run_tile<K, 1>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
             break;
         }
       }
