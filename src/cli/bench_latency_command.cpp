@@ -151,6 +151,13 @@ struct Test {
   double tokens_per_pass() const {
     return steps ? static_cast<double>(generated_per_seq) / steps : 0;
   }
+  // Tokens proposed per sequence per target pass: the k in use, averaged (with
+  // --num-speculative-tokens auto, the k the engine picked; 0 on the steps it did not speculate).
+  double proposals_per_pass() const {
+    return steps ? static_cast<double>(draft_tokens) / static_cast<double>(steps) /
+                       static_cast<double>(std::max<int64_t>(n_seqs, 1))
+                 : 0;
+  }
 };
 
 int run_latency(LatencyOptions& o) {
@@ -213,15 +220,18 @@ int run_latency(LatencyOptions& o) {
   }
 
   const int threads = o.engine.threads > 0 ? o.engine.threads : ThreadPool::hardware_threads();
+  const bool speculating =
+      !o.engine.speculative_model.empty() || !o.engine.speculative_config.empty();
   if (o.json) {
     nlohmann::json j = {
         {"model", o.engine.model_path}, {"threads", threads}, {"repetitions", o.repetitions}};
     for (const Test& t : tests) {
       j[t.name + "_tokens_per_s"] = median(t.samples);
       j["samples"][t.name] = t.samples;
-      if (t.draft_tokens > 0)
+      if (speculating && t.n_prompt == 0)
         j["speculative"][t.name] = {{"acceptance_rate", t.acceptance_rate()},
                                     {"tokens_per_target_pass", t.tokens_per_pass()},
+                                    {"proposals_per_pass", t.proposals_per_pass()},
                                     {"draft_tokens", t.draft_tokens},
                                     {"accepted_tokens", t.accepted_tokens}};
     }
@@ -239,12 +249,13 @@ int run_latency(LatencyOptions& o) {
                 *hi);
   }
   for (const Test& t : tests)
-    if (t.draft_tokens > 0)
+    if (speculating && t.n_prompt == 0)
       std::printf(
-          "%s speculative: acceptance rate %.3f (%lld of %lld proposals), %.2f tokens per target "
-          "pass\n",
-          t.name.c_str(), t.acceptance_rate(), static_cast<long long>(t.accepted_tokens),
-          static_cast<long long>(t.draft_tokens), t.tokens_per_pass());
+          "%s speculative: %.2f proposals per sequence per pass, acceptance rate %.3f (%lld of "
+          "%lld proposals), %.2f tokens per target pass\n",
+          t.name.c_str(), t.proposals_per_pass(), t.acceptance_rate(),
+          static_cast<long long>(t.accepted_tokens), static_cast<long long>(t.draft_tokens),
+          t.tokens_per_pass());
   return 0;
 }
 
