@@ -247,16 +247,43 @@ void Engine::calibrate_speculation() {
   }
 }
 
+// vLLM's rule: each bad word as it would be tokenized at the start of a text and, with a space
+// before it, in the middle of one (the second only where that gives other tokens of the same
+// count, i.e. a word-initial variant of the same word).
+void Engine::tokenize_bad_words(sample::SamplingParams& params) const {
+  params.bad_words_token_ids.clear();
+  for (const std::string& word : params.bad_words) {
+    const std::string bare = word.substr(std::min(word.find_first_not_of(' '), word.size()));
+    if (bare.empty()) continue;
+    std::vector<int32_t> first = tokenizer_->encode(bare, false, false);
+    if (first.empty()) continue;
+    std::vector<int32_t> spaced = tokenizer_->encode(" " + bare, false, false);
+    params.bad_words_token_ids.push_back(first);
+    if (!spaced.empty() && spaced.size() == first.size() && spaced[0] != first[0])
+      params.bad_words_token_ids.push_back(std::move(spaced));
+  }
+}
+
 Status Engine::add_request(EngineRequest request) {
   const sample::SamplingParams& params = request.params;
   VESPER_TRY(params.validate());
   if (outputs_->contains(request.request_id))
     return make_error("request id \"" + request.request_id + "\" is already in use");
   if (request.prompt_token_ids.empty()) return make_error("the prompt is empty");
+  const std::string vocab_range = "(0.." + std::to_string(tokenizer_->n_vocab() - 1) + ")";
   for (int32_t t : request.prompt_token_ids)
     if (!tokenizer_->is_valid(t))
-      return make_error("prompt token id " + std::to_string(t) + " is outside the vocabulary (0.." +
-                        std::to_string(tokenizer_->n_vocab() - 1) + ")");
+      return make_error("prompt token id " + std::to_string(t) + " is outside the vocabulary " +
+                        vocab_range);
+  for (const auto& [t, bias] : params.logit_bias)
+    if (!tokenizer_->is_valid(t))
+      return make_error("logit_bias token id " + std::to_string(t) + " is outside the vocabulary " +
+                        vocab_range);
+  for (int32_t t : params.allowed_token_ids)
+    if (!tokenizer_->is_valid(t))
+      return make_error("allowed_token_ids: token id " + std::to_string(t) +
+                        " is outside the vocabulary " + vocab_range);
+  tokenize_bad_words(request.params);
   const double now = now_seconds();
   const auto prompt_len = static_cast<int64_t>(request.prompt_token_ids.size());
   if (params.max_tokens == 0) {

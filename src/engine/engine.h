@@ -121,6 +121,8 @@ class Engine {
   // --num-speculative-tokens auto: measures what passes of the target (and the proposer) cost.
   void calibrate_speculation();
   // Removes a finished sequence from the scheduler (and the draft's bookkeeping).
+  // Fills params.bad_words_token_ids from params.bad_words.
+  void tokenize_bad_words(sample::SamplingParams& params) const;
   void remove_sequence(sched::SeqId id);
   void verify(OutputProcessor::RequestState& request, int32_t index,
               const sched::ScheduledSequence& s, int32_t first_row, double now);

@@ -1,10 +1,13 @@
 // Logits processors: what changes one sequence's row of logits before a token is drawn from it,
-// applied in this order:
-//  1. min_tokens: before a sequence has `min_tokens` outputs, its end-of-generation tokens and
+// applied by apply_logits_processors in vLLM's order:
+//  1. allowed_token_ids: every other token is masked out;
+//  2. bad_words: a word's last token is masked where the output ends with the tokens before it;
+//  3. min_tokens: before a sequence has `min_tokens` outputs, its end-of-generation tokens and
 //     stop token ids cannot be drawn;
-//  2. penalties (vLLM's): repetition over prompt and output tokens, presence and frequency over
+//  4. logit_bias: added to the listed tokens' logits;
+//  5. penalties (vLLM's): repetition over prompt and output tokens, presence and frequency over
 //     output tokens.
-// (Grammar masks and logit_bias join this list as processors of their own.)
+// (Grammar masks join this list as a processor of their own.)
 //
 // Processors read a sequence's history and write only its row, so a row's result never depends
 // on the other rows of a batch. Scratch is shared by all rows and allocated once.
@@ -37,6 +40,17 @@ struct SamplingScratch {
   std::vector<float> probs;
 };
 
+// All of the above, in order: what every sampling path (plain, batched, speculative verification)
+// calls.
+void apply_logits_processors(const SamplingParams& params, const TokenHistory& history,
+                             std::span<const int32_t> eog_ids, std::span<float> logits,
+                             SamplingScratch& scratch);
+
+void apply_allowed_token_ids(const SamplingParams& params, std::span<float> logits,
+                             SamplingScratch& scratch);
+void apply_bad_words(const SamplingParams& params, std::span<const int32_t> output,
+                     std::span<float> logits);
+void apply_logit_bias(const SamplingParams& params, std::span<float> logits);
 void apply_min_tokens(const SamplingParams& params, int64_t num_generated,
                       std::span<const int32_t> eog_ids, std::span<float> logits);
 void apply_penalties(const SamplingParams& params, const TokenHistory& history,

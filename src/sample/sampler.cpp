@@ -31,7 +31,8 @@ std::mt19937_64 make_rng(const SamplingParams& params) {
   return std::mt19937_64(params.seed.has_value() ? *params.seed : std::random_device{}());
 }
 
-size_t kept_distribution(const SamplingParams& params, std::span<const float> logits, SamplingScratch& scratch) {
+size_t kept_distribution(const SamplingParams& params, std::span<const float> logits,
+                         SamplingScratch& scratch) {
   const int32_t n_vocab = static_cast<int32_t>(logits.size());
   if (params.greedy()) {
     scratch.candidates.resize(1);
@@ -49,8 +50,8 @@ size_t kept_distribution(const SamplingParams& params, std::span<const float> lo
   size_t keep = scratch.candidates.size();
   if (params.top_k > 0 && static_cast<size_t>(params.top_k) < keep) {
     keep = static_cast<size_t>(params.top_k);
-    std::partial_sort(scratch.candidates.begin(), scratch.candidates.begin() + keep, scratch.candidates.end(),
-                      by_logit);
+    std::partial_sort(scratch.candidates.begin(), scratch.candidates.begin() + keep,
+                      scratch.candidates.end(), by_logit);
   } else {
     std::sort(scratch.candidates.begin(), scratch.candidates.end(), by_logit);
   }
@@ -59,9 +60,14 @@ size_t kept_distribution(const SamplingParams& params, std::span<const float> lo
   // Softmax over the kept candidates at the temperature (double sums for stability).
   scratch.probs.resize(keep);
   const double max_logit = logits[scratch.candidates[0]];
+  // Every token masked (e.g. allowed_token_ids that min_tokens or bad_words all ban): an equal
+  // weight each, rather than the NaNs of -inf - -inf.
+  const bool all_masked = max_logit == -INFINITY;
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    const double p = std::exp((logits[scratch.candidates[i]] - max_logit) / params.temperature);
+    const double p =
+        all_masked ? 1.0
+                   : std::exp((logits[scratch.candidates[i]] - max_logit) / params.temperature);
     scratch.probs[i] = static_cast<float>(p);
     total += p;
   }
@@ -111,7 +117,7 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
                         std::span<const int32_t> output) {
   const auto n_vocab = static_cast<int32_t>(logits.size());
   if (static_cast<int32_t>(scratch_.counts.size()) != n_vocab) scratch_ = SamplingScratch(n_vocab);
-  apply_penalties(params_, TokenHistory{prompt, output}, logits, scratch_);
+  apply_logits_processors(params_, TokenHistory{prompt, output}, {}, logits, scratch_);
   return draw_token(params_, logits, rng_, scratch_);
 }
 
@@ -119,8 +125,7 @@ BatchSampler::BatchSampler(int32_t n_vocab) : scratch_(n_vocab) {}
 
 int32_t BatchSampler::sample_one(Row& row, std::span<const int32_t> eog_ids) {
   const SamplingParams& p = *row.params;
-  apply_min_tokens(p, static_cast<int64_t>(row.history.output.size()), eog_ids, row.logits);
-  apply_penalties(p, row.history, row.logits, scratch_);
+  apply_logits_processors(p, row.history, eog_ids, row.logits, scratch_);
   return draw_token(p, row.logits, *row.rng, scratch_);
 }
 

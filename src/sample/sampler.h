@@ -29,7 +29,8 @@ std::mt19937_64 make_rng(const SamplingParams& params);
 // candidates in scratch.candidates[0, n) (descending by logit, ties by id) and their unnormalised
 // weights in scratch.probs[0, n), after temperature, top-k, top-p and min-p. Greedy: the argmax
 // alone, weight 1. Returns n.
-size_t kept_distribution(const SamplingParams& params, std::span<const float> logits, SamplingScratch& scratch);
+size_t kept_distribution(const SamplingParams& params, std::span<const float> logits,
+                         SamplingScratch& scratch);
 
 // Temperature, top-k, top-p, min-p and the draw, on a row the processors have already seen;
 // greedy is argmax and draws nothing.
@@ -40,8 +41,9 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // Samples from `logits` (modified in place by penalties and scaling). `prompt` and `output`
-  // are the sequence's token ids so far, for the penalties.
+  // Samples from `logits` (modified in place by the logits processors and scaling; it knows no
+  // end-of-generation tokens, so min_tokens holds back only stop_token_ids). `prompt` and
+  // `output` are the sequence's token ids so far, for the processors.
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> output);
 

@@ -40,6 +40,15 @@ Status SamplingParams::validate() const {
     return make_error("logprobs must be between 0 and 20, got " + num(logprobs));
   for (const auto& s : stop)
     if (s.empty()) return make_error("stop strings must not be empty");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0) return make_error("logit_bias token id must be >= 0, got " + num(id));
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return make_error("logit_bias[" + num(id) + "] must be in [-100, 100], got " + num(bias));
+  }
+  for (int32_t id : allowed_token_ids)
+    if (id < 0) return make_error("allowed_token_ids must be >= 0, got " + num(id));
+  for (const auto& w : bad_words)
+    if (w.empty()) return make_error("bad_words must not be empty strings");
   return {};
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
@@ -29,7 +30,20 @@ struct SamplingParams {
   bool ignore_eos = false;              // keep generating past end-of-sequence tokens
   int32_t logprobs = -1;  // -1: none; k >= 0: the sampled token's logprob and the top k
   bool include_stop_str_in_output = false;
+  // Token-level controls (logits processors, sample/logits_processors.h).
+  // OpenAI's logit_bias: added to each listed token's logit (before penalties and temperature;
+  // -100 bans a token, +100 all but forces it). Values in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> allowed_token_ids;  // vLLM's: when non-empty, only these can be drawn
+  // vLLM's bad_words: no output may end with one of them. The engine tokenizes each (as text at
+  // the start and, with a space, in the middle of a text) into bad_words_token_ids at admission;
+  // a word's last token is banned wherever the output already ends with the tokens before it.
+  std::vector<std::string> bad_words;
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
   bool skip_special_tokens = true;  // special tokens are not rendered in the text
+  // vLLM's: logprobs name each token "token_id:<id>" instead of its text (for clients that need
+  // the ids, which a token's text does not always give back).
+  bool return_tokens_as_token_ids = false;
 
   // Prefix caching (request options that travel with the sampling parameters, as in vLLM).
   bool skip_reading_prefix_cache = false;  // compute the whole prompt (its blocks are still cached)

@@ -31,8 +31,7 @@ void SpeculativeVerifier::target_distribution(const SamplingParams& params,
   output_.assign(history.output.begin(), history.output.end());
   output_.insert(output_.end(), accepted.begin(), accepted.end());
   const TokenHistory extended{history.prompt, output_};
-  apply_min_tokens(params, static_cast<int64_t>(output_.size()), eog_ids, row_);
-  apply_penalties(params, extended, row_, scratch_);
+  apply_logits_processors(params, extended, eog_ids, row_, scratch_);
   std::fill(p_.begin(), p_.end(), 0.0);
   const size_t keep = kept_distribution(params, row_, scratch_);
   double total = 0;

@@ -9,9 +9,12 @@ using nlohmann::json;
 namespace {
 // vLLM's stop_reason: the stop string or stop token id that ended the choice, else null.
 void set_stop_reason(json& choice, const engine::CompletionOutput& c) {
-  if (c.stop_string) choice["stop_reason"] = *c.stop_string;
-  else if (c.stop_token) choice["stop_reason"] = *c.stop_token;
-  else choice["stop_reason"] = nullptr;
+  if (c.stop_string)
+    choice["stop_reason"] = *c.stop_string;
+  else if (c.stop_token)
+    choice["stop_reason"] = *c.stop_token;
+  else
+    choice["stop_reason"] = nullptr;
 }
 }  // namespace
 
@@ -38,6 +41,7 @@ GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64
 }
 
 std::string GenerationJob::piece(int32_t token) const {
+  if (params_.return_tokens_as_token_ids) return "token_id:" + std::to_string(token);
   return engine_.tokenizer().token_to_piece(token, false);
 }
 
@@ -86,11 +90,14 @@ void GenerationJob::start(int32_t priority) {
     }
   }
   for (size_t p = 0; p < prompts_.size(); ++p) {
-    engine::EngineRequest request{id_ + "-" + std::to_string(p), prompts_[p].ids, params_, priority};
+    engine::EngineRequest request{id_ + "-" + std::to_string(p), prompts_[p].ids, params_,
+                                  priority};
     engine_.add_request(
         std::move(request),
         // On the engine thread: hand the output over to the connection, nothing more.
-        [self, p](const engine::RequestOutput& out) { self->sink_->post([self, p, out] { self->on_output(p, out); }); },
+        [self, p](const engine::RequestOutput& out) {
+          self->sink_->post([self, p, out] { self->on_output(p, out); });
+        },
         [self](const engine::AsyncEngine::RequestError& error) {
           self->sink_->post([self, error] { self->on_error(error); });
         });

@@ -34,6 +34,29 @@ std::optional<ApiError> token_ids(const json& arr, const std::string& field, int
   return std::nullopt;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}.
+std::optional<ApiError> parse_logit_bias(const json& obj, int32_t n_vocab,
+                                         sample::SamplingParams& p) {
+  const int64_t hi = n_vocab > 0 ? n_vocab - 1 : kMaxInt;
+  for (const auto& [key, value] : obj.items()) {
+    const std::string where = "logit_bias[\"" + key + "\"]";
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id > hi)
+      return bad_request("'logit_bias' keys must be token ids in the vocabulary (0.." +
+                             std::to_string(hi) + "), got \"" + key + "\"",
+                         "logit_bias");
+    if (!value.is_number() || !(value.get<double>() >= -100.0 && value.get<double>() <= 100.0))
+      return bad_request(
+          "'" + where + "' must be a number in [-100, 100], got " + describe_json_value(value),
+          "logit_bias");
+    p.logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return std::nullopt;
+}
+
 // The sampling fields the two endpoints share.
 std::optional<ApiError> parse_sampling(const JsonFields& f, const ProtocolLimits& limits,
                                        sample::SamplingParams& p, int32_t& priority, bool& stream,
@@ -51,6 +74,7 @@ std::optional<ApiError> parse_sampling(const JsonFields& f, const ProtocolLimits
   VESPER_FIELD(f.integer("min_tokens", p.min_tokens, 0, kMaxInt));
   VESPER_FIELD(f.boolean("ignore_eos", p.ignore_eos));
   VESPER_FIELD(f.boolean("skip_special_tokens", p.skip_special_tokens));
+  VESPER_FIELD(f.boolean("return_tokens_as_token_ids", p.return_tokens_as_token_ids));
   VESPER_FIELD(f.boolean("include_stop_str_in_output", p.include_stop_str_in_output));
   VESPER_FIELD(f.boolean("skip_reading_prefix_cache", p.skip_reading_prefix_cache));
   VESPER_FIELD(f.string("cache_salt", p.cache_salt));
@@ -98,8 +122,31 @@ std::optional<ApiError> parse_sampling(const JsonFields& f, const ProtocolLimits
   }
   const json* logit_bias = nullptr;
   VESPER_FIELD(f.object("logit_bias", logit_bias));
-  if (logit_bias != nullptr && !logit_bias->empty())
-    return bad_request("'logit_bias' is not supported", "logit_bias");
+  if (logit_bias != nullptr) VESPER_FIELD(parse_logit_bias(*logit_bias, limits.n_vocab, p));
+  const json* allowed = nullptr;
+  VESPER_FIELD(f.array("allowed_token_ids", allowed));
+  if (allowed != nullptr) {
+    if (allowed->empty())
+      return bad_request(
+          "'allowed_token_ids' must not be empty (leave it out to allow every token)",
+          "allowed_token_ids");
+    VESPER_FIELD(token_ids(*allowed, "allowed_token_ids", limits.n_vocab, p.allowed_token_ids));
+  }
+  const json* bad_words = nullptr;
+  VESPER_FIELD(f.array("bad_words", bad_words));
+  if (bad_words != nullptr) {
+    if (bad_words->size() > 256)
+      return bad_request("'bad_words' may hold at most 256 words", "bad_words");
+    for (size_t i = 0; i < bad_words->size(); ++i) {
+      const json& w = (*bad_words)[i];
+      const std::string where = "bad_words[" + std::to_string(i) + "]";
+      if (!w.is_string() || w.get<std::string>().find_first_not_of(' ') == std::string::npos)
+        return bad_request(
+            "'" + where + "' must be a non-blank string, got " + describe_json_value(w),
+            "bad_words");
+      p.bad_words.push_back(w.get<std::string>());
+    }
+  }
   if (f.has("best_of")) {
     int32_t best_of = 1;
     VESPER_FIELD(f.integer("best_of", best_of, 1, 64));

@@ -113,6 +113,19 @@ TEST(CliSpeculative, BenchLatencyReportsAcceptance) {
   EXPECT_GE(s["tokens_per_target_pass"].get<double>(), 1.0);
 }
 
+// ADAPTERS.md measured 3.96 tokens per target pass for the draft at k = 4 (greedy, 8-token
+// prompts, 96 tokens each); the issue asks for at least 3.5. Greedy decoding makes this exact:
+// the figure cannot drift from run to run.
+TEST(CliSpeculative, DraftKeepsAtLeastThreeAndAHalfTokensPerTargetPass) {
+  auto r = run_vesper({"bench", "latency", kStories, "-p", "0", "-n", "96", "-r", "1", "--json",
+                       "-t", "2", "--prompt", "Once upon a time", "--speculative-model",
+                       "../shared/models/stories-draft.gguf", "--num-speculative-tokens", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto s = nlohmann::json::parse(r.out)["speculative"]["tg96"];
+  EXPECT_GE(s["tokens_per_target_pass"].get<double>(), 3.5) << s.dump();
+  EXPECT_NEAR(s["proposals_per_pass"].get<double>(), 4.0, 0.1) << s.dump();
+}
+
 TEST(CliSpeculative, BadFlagsNameTheFlag) {
   const std::vector<std::string> gen = {"generate", kStories,       "--prompt",
                                         "Hi",       "--max-tokens", "4"};

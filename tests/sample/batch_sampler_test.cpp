@@ -1,4 +1,5 @@
-// BatchSampler against the per-sequence Sampler: many sequences with different parameters,
+// BatchSampler against the per-sequence Sampler: many sequences with different parameters
+// (penalties, logit_bias, allowed_token_ids, bad words),
 // histories and seeds share one scratch and must draw exactly what each would alone; the
 // scratch is left clean between rows (a penalty never leaks into the next sequence); logprobs.
 #include <gtest/gtest.h>
@@ -26,6 +27,19 @@ SamplingParams random_params(std::mt19937& rng, uint64_t seed) {
   p.frequency_penalty = rng() % 2 ? 2.0f * u(rng) - 1.0f : 0.0f;
   p.min_tokens = static_cast<int64_t>(rng() % 4);
   p.stop_token_ids = {static_cast<int32_t>(rng() % kVocab)};
+  if (rng() % 3 == 0)
+    for (int i = 0; i < 5; ++i)
+      p.logit_bias.emplace_back(static_cast<int32_t>(rng() % kVocab), 200.0f * u(rng) - 100.0f);
+  if (rng() % 4 == 0)
+    for (int i = 0; i < 60; ++i)
+      p.allowed_token_ids.push_back(static_cast<int32_t>(rng() % kVocab));
+  // Bad words over a small alphabet, so that outputs do end with their prefixes.
+  if (rng() % 3 == 0)
+    for (int i = 0; i < 4; ++i) {
+      std::vector<int32_t> word(1 + rng() % 3);
+      for (int32_t& t : word) t = static_cast<int32_t>(rng() % 8);
+      p.bad_words_token_ids.push_back(word);
+    }
   p.seed = seed;
   return p;
 }
