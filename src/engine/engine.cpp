@@ -166,6 +166,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     log_info("speculative decoding: %s, %s, %s%s", proposer.c_str(), per_step.c_str(),
              std::string(sample::acceptance_method_name(spec.acceptance.method)).c_str(),
              off.c_str());
+    if (e->policy_)
+      log_info(
+          "speculative decoding: measured target passes (rows: ms) %s; proposer (sequences: "
+          "ms per token) %s",
+          e->policy_->target_cost().describe().c_str(),
+          e->policy_->proposer_cost().describe().c_str());
   }
   return e;
 }

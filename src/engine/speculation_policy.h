@@ -13,17 +13,20 @@
 //    decaying so that the estimate follows the workload. A sequence then gains
 //    E(k) = 1 + a + ... + a^k tokens per step (Leviathan et al. 2023).
 // With B sequences about to decode and P other rows in the step (prompt chunks), the chosen k
-// maximises B E(k) / (T(P + B (1 + k)) + proposer cost). T is timed at start: the pass, plus what
-// sampling or verifying each row costs (on a small model as much as the pass itself). Timing at
-// start rather than from the running steps keeps one noisy step (a page fault, a neighbour on the
-// machine) from steering every later choice: a row count never chosen would never be re-measured. A
-// step that does not speculate teaches nothing about acceptance, so after kProbeEvery steps at k =
-// 0 one step proposes a single token; while probes keep confirming k = 0 the interval doubles (up
-// to kMaxProbeEvery), so their cost fades. Where speculation could not pay even if every proposal
-// were kept (a draft model that costs too much next to a small target), there are no probes at all.
+// maximises B E(k) / (T(P + B (1 + k)) - T(P) + proposer cost): the decoding sequences are
+// charged what their rows add to a step that computes the P rows anyway. T is timed at start: the
+// pass, plus what sampling or verifying each row costs (on a small model as much as the pass
+// itself). Timing at start rather than from the running steps keeps one noisy step (a page fault, a
+// neighbour on the machine) from steering every later choice: a row count never chosen would never
+// be re-measured. A step that does not speculate teaches nothing about acceptance, so after
+// kProbeEvery steps at k = 0 one step proposes a single token; while probes keep confirming k = 0
+// the interval doubles (up to kMaxProbeEvery), so their cost fades. Where speculation could not pay
+// even if every proposal were kept (a draft model that costs too much next to a small target),
+// there are no probes at all.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,6 +41,8 @@ class PassCost {
   void add(int64_t rows, double seconds);
   double at(double rows) const;
   bool empty() const { return points_.empty(); }
+  // "rows: ms" of each measured point, for the startup log.
+  std::string describe() const;
 
  private:
   void refresh();
@@ -56,6 +61,7 @@ class SpeculationPolicy {
   PassCost& target_cost() { return target_; }
   const PassCost& target_cost() const { return target_; }
   PassCost& proposer_cost() { return proposer_; }
+  const PassCost& proposer_cost() const { return proposer_; }
 
   // A verification of `proposed` proposals kept the first `accepted` of them.
   void record(int64_t proposed, int64_t accepted);

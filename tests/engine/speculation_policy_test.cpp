@@ -84,6 +84,17 @@ TEST(SpeculationPolicy, PicksNoneWhereAStepIsComputeBoundOrTheBatchLarge) {
   EXPECT_EQ(wide.best_k(32, 0), 0);  // 32 sequences: already past the memory-bound rows
 }
 
+TEST(SpeculationPolicy, ChargesDecodingRowsWhatTheyAddBesideAPromptChunk) {
+  // Beside 60 prompt rows a step of the widened model is compute-bound (past 16 rows each row
+  // costs ~2.5 ms): 4 sequences' verification rows cost what they add, not a share of the chunk
+  // that made the step long anyway.
+  SpeculationPolicy wide(8, SpeculationPolicy::ProposerCost::kFree);
+  widened(wide.target_cost());
+  accept(wide, 0.6);
+  EXPECT_GE(wide.best_k(1, 0), 1);
+  EXPECT_EQ(wide.best_k(4, 60), 0);
+}
+
 TEST(SpeculationPolicy, ProbesRarelyWhereItPicksNoneAndNeverWhereNothingCouldPay) {
   SpeculationPolicy p(8, SpeculationPolicy::ProposerCost::kFree);
   // Free proposals and a pass of 9 rows costing 5 of 1 row: perfect proposals would pay, poor
