@@ -220,8 +220,7 @@ int run_latency(LatencyOptions& o) {
   }
 
   const int threads = o.engine.threads > 0 ? o.engine.threads : ThreadPool::hardware_threads();
-  const bool speculating =
-      !o.engine.speculative_model.empty() || !o.engine.speculative_config.empty();
+  const bool speculating = o.engine.speculating();
   if (o.json) {
     nlohmann::json j = {
         {"model", o.engine.model_path}, {"threads", threads}, {"repetitions", o.repetitions}};

@@ -214,7 +214,7 @@ int run_throughput(const ThroughputOptions& o) {
                         {"num_preemptions", st.num_preemptions},
                         {"max_num_batched_tokens", e.scheduler_config().max_num_batched_tokens},
                         {"max_num_seqs", e.scheduler_config().max_num_seqs}};
-    if (st.spec_num_drafts > 0)
+    if (o.engine.speculating())
       j["speculative"] = {{"acceptance_rate", acceptance},
                           {"draft_tokens", st.spec_num_draft_tokens},
                           {"accepted_tokens", st.spec_num_accepted_tokens},
@@ -245,7 +245,7 @@ int run_throughput(const ThroughputOptions& o) {
                 ttft.mean * 1e3, ttft.median * 1e3, ttft.p99 * 1e3);
     std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s (%.2f s)\n",
                 rps, total_tps, out_tps, secs);
-    if (st.spec_num_drafts > 0)
+    if (o.engine.speculating())
       std::printf(
           "speculative: acceptance rate %.3f (%lld of %lld proposals), %.2f tokens per target "
           "pass\n",

@@ -37,6 +37,10 @@ struct EngineFlags {
   std::string spec_decoding_acceptance_method = "rejection_sampler";
   double typical_acceptance_posterior_threshold = 0.09;
   double typical_acceptance_posterior_alpha = 0.3;
+
+  // Whether speculative decoding was asked for (the bench commands report it then, even when
+  // `auto` proposed nothing).
+  bool speculating() const { return !speculative_model.empty() || !speculative_config.empty(); }
 };
 
 // Adds the model positional argument and the engine flags to `cmd`.

@@ -113,6 +113,23 @@ TEST(CliSpeculative, BenchLatencyReportsAcceptance) {
   EXPECT_GE(s["tokens_per_target_pass"].get<double>(), 1.0);
 }
 
+// bench throughput with the draft model: every request's tokens, and the speculation counters
+// (each target pass keeps at least its own token, so more than 1 token per pass when any proposal
+// holds).
+TEST(CliSpeculative, BenchThroughputReportsAcceptance) {
+  auto r = run_vesper({"bench", "throughput", kStories, "--num-prompts", "8", "--input-len", "16",
+                       "--output-len", "16", "--json", "-t", "2", "--speculative-model",
+                       "../shared/models/stories-draft.gguf", "--num-speculative-tokens", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["output_tokens"], 8 * 16);
+  ASSERT_TRUE(j.contains("speculative")) << r.out;
+  const auto& s = j["speculative"];
+  EXPECT_GT(s["draft_tokens"].get<int64_t>(), 0);
+  EXPECT_LE(s["accepted_tokens"].get<int64_t>(), s["draft_tokens"].get<int64_t>());
+  EXPECT_GT(s["tokens_per_target_pass"].get<double>(), 1.0);
+}
+
 // ADAPTERS.md measured 3.96 tokens per target pass for the draft at k = 4 (greedy, 8-token
 // prompts, 96 tokens each); the issue asks for at least 3.5. Greedy decoding makes this exact:
 // the figure cannot drift from run to run.
