@@ -1,15 +1,19 @@
 // backend::paged_attention (head_dim 64, 16-token blocks), at the shapes of the 110M model's heads
 // (12 query / 12 KV) and the 1B model's (32 / 8, grouped-query):
 // - BM_PagedAttentionDecode: each of `seqs` sequences has one new token attending to `context`
-//   cached tokens, the step that dominates decoding at long contexts. bytes_per_second counts the
-//   K and V read; items_per_second, decoded tokens.
+//   cached tokens, the step that dominates decoding at long contexts, for each KV cache type
+//   (`kv`: the index in kAllKvDtypes: 0 f32, 1 f16, 2 bf16, 3 fp8_e4m3, 4 fp8_e5m2, 5 int8).
+//   bytes_per_second counts the K and V bytes read (as stored, scales included);
+//   items_per_second, decoded tokens.
 // - BM_PagedAttentionPrefill: one prompt of `tokens` tokens attending causally to itself (pp512's
 //   attention). items_per_second counts prompt tokens; FLOPS, the dot products' multiply-adds
 //   (2 per key and dimension for scores, 2 for values).
 #include <benchmark/benchmark.h>
 
+#include <iterator>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/kv_cache.h"
@@ -21,21 +25,27 @@ namespace {
 constexpr int64_t kHeadDim = 64;
 constexpr int64_t kBlockSize = 16;
 
-// Every K and V element of layer 0 uniform in [-1, 1).
+// Every K and V element of layer 0 uniform in [-1, 1), encoded in the cache's types.
 void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const vesper::backend::KvCacheSpec& shape = cache.spec();
+  std::vector<float> k(shape.head_dim), v(shape.head_dim);
   for (int64_t slot = 0; slot < cache.num_slots(); ++slot)
-    for (int64_t h = 0; h < shape.n_kv_heads; ++h)
+    for (int64_t h = 0; h < shape.n_kv_heads; ++h) {
       for (int64_t i = 0; i < shape.head_dim; ++i) {
-        cache.key(0, slot, h)[i] = dist(rng);
-        cache.value(0, slot, h)[i] = dist(rng);
+        k[i] = dist(rng);
+        v[i] = dist(rng);
       }
+      cache.write_key(0, slot, h, k.data());
+      cache.write_value(0, slot, h, v.data());
+    }
 }
 
-// One f32 layer of 16-token blocks of kHeadDim, n_kv_heads heads.
-vesper::backend::KvCacheSpec cache_spec(int64_t n_kv_heads) {
+// One layer of 16-token blocks of kHeadDim, n_kv_heads heads, keys and values of `dtype`.
+vesper::backend::KvCacheSpec cache_spec(
+    int64_t n_kv_heads, vesper::backend::KvDtype dtype = vesper::backend::KvDtype::kF32) {
   vesper::backend::KvCacheSpec spec;
+  spec.dtypes = {dtype, dtype};
   spec.n_layers = 1;
   spec.block_size = kBlockSize;
   spec.n_kv_heads = n_kv_heads;
@@ -81,8 +91,10 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   const int64_t context = state.range(0), seqs = state.range(1);
   const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
   const int threads = static_cast<int>(state.range(4));
+  const vesper::backend::KvDtype dtype = vesper::backend::kAllKvDtypes[state.range(5)];
+  state.SetLabel(std::string(vesper::backend::kv_dtype_name(dtype)));
   const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
-  vesper::backend::KvCache cache(cache_spec(n_kv_heads), blocks_per_seq * seqs);
+  vesper::backend::KvCache cache(cache_spec(n_kv_heads, dtype), blocks_per_seq * seqs);
   std::mt19937 rng(1);
   fill_cache(cache, rng);
   // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
@@ -99,7 +111,7 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   for (int64_t s = 0; s <= seqs; ++s) a.offsets[s] = static_cast<int32_t>(s * blocks_per_seq);
   time_attention(state, cache, a, n_heads, threads, rng);
   const int64_t kv_bytes =
-      2 * seqs * context * n_kv_heads * kHeadDim * static_cast<int64_t>(sizeof(float));
+      seqs * context * n_kv_heads * (cache.spec().key_row_bytes() + cache.spec().value_row_bytes());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * seqs);
 }
@@ -133,12 +145,15 @@ void BM_PagedAttentionPrefill(benchmark::State& state) {
 }
 
 void attention_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"context", "seqs", "heads", "kv_heads", "threads"});
+  b->ArgNames({"context", "seqs", "heads", "kv_heads", "threads", "kv"});
   const int64_t hw = vesper::ThreadPool::hardware_threads();
   for (int64_t context : {512, 2048})
     for (int64_t seqs : {1, 8})
       for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 12}, {32, 8}})
-        b->Args({context, seqs, heads, kv_heads, hw});
+        b->Args({context, seqs, heads, kv_heads, hw, 0});
+  // Every type at the 110M model's shape, 8 sequences of 2,048 tokens (150 MB of f32 K/V).
+  for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kAllKvDtypes)); ++kv)
+    b->Args({2048, 8, 12, 12, hw, kv});
 }
 
 BENCHMARK(BM_PagedAttentionDecode)

@@ -17,10 +17,11 @@ void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const 
     const int64_t slot = batch.slot_mapping[t];
     VESPER_CHECK(slot >= 0 && slot < cache.num_slots(), "slot %lld out of range",
                  static_cast<long long>(slot));
-    // k and v hold a token's heads side by side; the cache keeps each head's rows apart.
+    // k and v hold a token's heads side by side; the cache keeps each head's rows apart, each
+    // encoded in the cache's type with its own scales (kv_codec.h).
     for (int64_t h = 0; h < cache.spec().n_kv_heads; ++h) {
-      std::memcpy(cache.key(layer, slot, h), k + t * n + h * head_dim, head_dim * sizeof(float));
-      std::memcpy(cache.value(layer, slot, h), v + t * n + h * head_dim, head_dim * sizeof(float));
+      cache.write_key(layer, slot, h, k + t * n + h * head_dim);
+      cache.write_value(layer, slot, h, v + t * n + h * head_dim);
     }
   }
 }

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -22,6 +24,7 @@ int run_main(int argc, char** argv) {
   add(add_serve_command(app));
   add(add_generate_command(app));
   add(add_inspect_command(app));
+  add(add_perplexity_command(app));
   add(add_quantize_command(app));
   add(add_synth_command(app));
   add_bench_commands(app, runners);
@@ -39,8 +42,16 @@ int run_main(int argc, char** argv) {
       return 2;
     }
   }
+  // llama.cpp's single-dash spellings of the KV cache type flags (CLI11 reads "-ctk" as -c -t -k).
+  std::vector<std::string> storage(argv, argv + argc);
+  std::vector<char*> args;
+  for (std::string& a : storage) {
+    if (a == "-ctk") a = "--cache-type-k";
+    if (a == "-ctv") a = "--cache-type-v";
+    args.push_back(a.data());
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(argc, args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -12,6 +12,7 @@ using CommandRunner = std::function<int()>;
 
 CommandRunner add_generate_command(CLI::App& app);
 CommandRunner add_inspect_command(CLI::App& app);
+CommandRunner add_perplexity_command(CLI::App& app);
 CommandRunner add_quantize_command(CLI::App& app);
 CommandRunner add_serve_command(CLI::App& app);
 CommandRunner add_synth_command(CLI::App& app);

@@ -30,6 +30,17 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       "--kv-cache-memory", f.kv_cache_memory,
       "KV cache size, e.g. 512M or 2G (default: a quarter of available memory, at most 4G, "
       "no more than --max-num-seqs full-length sequences need)");
+  cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                  "Element type of the cached keys and values: " + backend::kv_dtype_choices() +
+                      ". Quantized types keep a scale per token and head (fp8: amax maps to the "
+                      "format's largest value; int8: asymmetric, scale and zero point)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype-k,--cache-type-k", f.kv_cache_dtype_k,
+                  "Element type of the cached keys alone (default: --kv-cache-dtype); "
+                  "llama.cpp's -ctk");
+  cmd->add_option("--kv-cache-dtype-v,--cache-type-v", f.kv_cache_dtype_v,
+                  "Element type of the cached values alone (default: --kv-cache-dtype); "
+                  "llama.cpp's -ctv");
   cmd->add_option("--num-gpu-blocks-override", f.num_gpu_blocks_override,
                   "Use exactly this many KV blocks (overrides --kv-cache-memory)")
       ->check(CLI::PositiveNumber);
@@ -247,7 +258,29 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
   return {};
 }
 
+Result<backend::KvDtype> parse_kv_dtype_flag(const char* flag, const std::string& value) {
+  const std::optional<backend::KvDtype> d = backend::parse_kv_dtype(value);
+  if (!d)
+    return make_error(std::string(flag) + " \"" + value + "\" is not a KV cache type; choose " +
+                      backend::kv_dtype_choices());
+  return *d;
+}
+
 }  // namespace
+
+Result<backend::KvDtypes> parse_kv_dtypes(const EngineFlags& f) {
+  backend::KvDtypes d;
+  VESPER_ASSIGN_OR_RETURN(const backend::KvDtype both,
+                          parse_kv_dtype_flag("--kv-cache-dtype", f.kv_cache_dtype));
+  d.k = d.v = both;
+  if (!f.kv_cache_dtype_k.empty()) {
+    VESPER_ASSIGN_OR_RETURN(d.k, parse_kv_dtype_flag("--kv-cache-dtype-k", f.kv_cache_dtype_k));
+  }
+  if (!f.kv_cache_dtype_v.empty()) {
+    VESPER_ASSIGN_OR_RETURN(d.v, parse_kv_dtype_flag("--kv-cache-dtype-v", f.kv_cache_dtype_v));
+  }
+  return d;
+}
 
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   engine::EngineConfig c;
@@ -257,6 +290,7 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.num_gpu_blocks_override = f.num_gpu_blocks_override;
   c.cache.swap_space_gib = f.swap_space;
   c.cache.enable_prefix_caching = f.enable_prefix_caching;
+  VESPER_ASSIGN_OR_RETURN(c.cache.kv_dtypes, parse_kv_dtypes(f));
   if (!f.kv_cache_memory.empty()) {
     auto bytes = engine::parse_byte_size(f.kv_cache_memory);
     if (!bytes) return make_error("--kv-cache-memory: " + bytes.error().message);

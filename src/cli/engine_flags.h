@@ -1,5 +1,6 @@
 // The engine flags shared by `generate`, `bench` and `serve`, with vLLM's names:
 // --max-model-len, --max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-memory,
+// --kv-cache-dtype (and -k / -v, llama.cpp's -ctk / -ctv),
 // --num-gpu-blocks-override, --swap-space, --preemption-mode, --(no-)enable-chunked-prefill,
 // -t/--threads, and speculative decoding: --speculative-model, --num-speculative-tokens,
 // --ngram-prompt-lookup-min/-max, --speculative-disable-by-batch-size, --speculative-config,
@@ -24,6 +25,9 @@ struct EngineFlags {
   std::string kv_cache_memory;  // empty = auto
   int64_t num_gpu_blocks_override = 0;
   double swap_space = 4.0;
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
+  std::string kv_cache_dtype_k;         // --kv-cache-dtype-k (-ctk); empty: --kv-cache-dtype
+  std::string kv_cache_dtype_v;         // --kv-cache-dtype-v (-ctv); empty: --kv-cache-dtype
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
@@ -47,6 +51,10 @@ struct EngineFlags {
 void add_engine_flags(CLI::App* cmd, EngineFlags& flags);
 
 // Checks the flags and builds the engine configuration; errors name the flag.
+// The KV element types of --kv-cache-dtype, --kv-cache-dtype-k and -v; an error names the flag
+// and lists the choices.
+Result<backend::KvDtypes> parse_kv_dtypes(const EngineFlags& f);
+
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& flags);
 
 }  // namespace vesper::cli

@@ -83,10 +83,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const int64_t rows_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
   capacity.logits_rows = std::min(sc.max_num_batched_tokens, capacity.seqs * rows_per_seq);
   capacity.table_entries = capacity.seqs * (blocks_per_seq + 1);
-  std::vector<backend::KvCacheSpec> kv_specs = {e->model_->kv_spec(config.cache.block_size)};
+  std::vector<backend::KvCacheSpec> kv_specs = {
+      e->model_->kv_spec(config.cache.block_size, config.cache.kv_dtypes)};
   int64_t activation_bytes = model::Model::activation_bytes(mc, capacity);
   if (e->draft_) {
-    kv_specs.push_back(e->draft_->kv_spec(config.cache.block_size));
+    kv_specs.push_back(e->draft_->kv_spec(config.cache.block_size, config.cache.kv_dtypes));
     activation_bytes += model::Model::activation_bytes(e->draft_->model().config(), capacity);
   }
   VESPER_ASSIGN_OR_RETURN(e->plan_, plan_memory(kv_specs, weight_bytes, activation_bytes,
@@ -96,10 +97,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks,
                                            e->plan_.block_size, config.cache.enable_prefix_caching);
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
-  e->runner_ = std::make_unique<ModelRunner>(*e->model_, e->plan_.num_blocks,
-                                             e->plan_.num_swap_blocks, e->plan_.block_size);
+  e->runner_ = std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
+                                             e->plan_.num_swap_blocks);
   if (e->draft_) {
-    e->draft_->allocate(e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.block_size,
+    e->draft_->allocate(kv_specs[1], e->plan_.num_blocks, e->plan_.num_swap_blocks,
                         capacity.tokens, capacity.seqs, capacity.table_entries);
     e->runner_->add_companion_storage(e->draft_->device_kv(), e->draft_->host_kv());
   }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/kv_cache_spec.h"
 #include "sample/speculative_acceptance.h"
 #include "sched/scheduler.h"
 #include "spec/ngram_proposer.h"
@@ -18,6 +19,8 @@ struct CacheConfig {
   int64_t kv_cache_memory = 0;
   int64_t num_gpu_blocks_override = 0;  // --num-gpu-blocks-override: force the block count
   double swap_space_gib = 4.0;          // --swap-space: host pool for preempted sequences (GiB)
+  // --kv-cache-dtype (--kv-cache-dtype-k / -v): element types of the cached keys and values.
+  backend::KvDtypes kv_dtypes;
   // --[no-]enable-prefix-caching: reuse the KV of full blocks whose token prefix was already
   // computed; unreferenced cached blocks live in the block budget, evicted least recently used.
   bool enable_prefix_caching = true;

@@ -61,7 +61,7 @@ Result<MemoryPlan> plan_memory(std::span<const backend::KvCacheSpec> kv, int64_t
   VESPER_CHECK(!kv.empty(), "no KV storage to plan");
   p.weight_bytes = weight_bytes;
   p.activation_bytes = activation_bytes;
-  p.kv_dtype = std::string(backend::kv_dtype_name(kv[0].dtype));
+  p.kv_dtype = kv[0].dtypes.describe();
   if (kv.size() > 1) p.kv_dtype += ", target + draft";
   p.block_size = cache.block_size;
   p.max_model_len = max_model_len;

@@ -2,16 +2,14 @@
 
 namespace vesper::engine {
 
-ModelRunner::ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks,
-                         int64_t block_size)
+ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, int64_t num_blocks,
+                         int64_t num_swap_blocks)
     : model_(model),
       backend_(model.backend()),
-      block_size_(block_size),
+      block_size_(spec.block_size),
       n_vocab_(model.config().n_vocab),
-      device_(
-          backend_.create_kv(model.kv_spec(block_size), num_blocks, backend::MemoryKind::kDevice)),
-      host_(backend_.create_kv(model.kv_spec(block_size), num_swap_blocks,
-                               backend::MemoryKind::kHostVisible)) {}
+      device_(backend_.create_kv(spec, num_blocks, backend::MemoryKind::kDevice)),
+      host_(backend_.create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible)) {}
 
 void ModelRunner::add_companion_storage(backend::KvHandle device, backend::KvHandle host) {
   companions_.emplace_back(device, host);

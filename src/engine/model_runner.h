@@ -24,7 +24,10 @@ namespace vesper::engine {
 
 class ModelRunner {
  public:
-  ModelRunner(model::Model& model, int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size);
+  // Device and host (swap) KV storage of `spec` (the model's kv_spec), num_blocks and
+  // num_swap_blocks blocks.
+  ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, int64_t num_blocks,
+              int64_t num_swap_blocks);
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;

@@ -128,9 +128,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   return m;
 }
 
-backend::KvCacheSpec Model::kv_spec(int64_t block_size) const {
+backend::KvCacheSpec Model::kv_spec(int64_t block_size, backend::KvDtypes dtypes) const {
   backend::KvCacheSpec spec;
-  spec.dtype = backend::KvDtype::kF32;
+  spec.dtypes = dtypes;
   spec.n_layers = config_.n_layer;
   spec.block_size = block_size;
   spec.n_kv_heads = config_.n_head_kv;

@@ -86,8 +86,9 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   backend::Backend& backend() { return backend_; }
 
-  // The KV storage this model needs, with blocks of `block_size` tokens, in the f32 layout.
-  backend::KvCacheSpec kv_spec(int64_t block_size) const;
+  // The KV storage this model needs, with blocks of `block_size` tokens of keys and values of
+  // the given types (default: f16 both, --kv-cache-dtype auto).
+  backend::KvCacheSpec kv_spec(int64_t block_size, backend::KvDtypes dtypes = {}) const;
 
   // Bytes of the activation buffers a step of `capacity` needs (the memory plan's figure).
   static int64_t activation_bytes(const ModelConfig& config, const StepCapacity& capacity);

@@ -35,13 +35,13 @@ DraftModelProposer::~DraftModelProposer() {
   if (host_.valid()) backend_->release_kv(host_);
 }
 
-void DraftModelProposer::allocate(int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size,
-                                  int64_t max_rows, int64_t max_seqs, int64_t max_table_entries) {
-  block_size_ = block_size;
+void DraftModelProposer::allocate(const backend::KvCacheSpec& spec, int64_t num_blocks,
+                                  int64_t num_swap_blocks, int64_t max_rows, int64_t max_seqs,
+                                  int64_t max_table_entries) {
+  block_size_ = spec.block_size;
   max_rows_ = max_rows;
-  device_ = backend_->create_kv(kv_spec(block_size), num_blocks, backend::MemoryKind::kDevice);
-  host_ =
-      backend_->create_kv(kv_spec(block_size), num_swap_blocks, backend::MemoryKind::kHostVisible);
+  device_ = backend_->create_kv(spec, num_blocks, backend::MemoryKind::kDevice);
+  host_ = backend_->create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible);
   model_->reserve(model::StepCapacity{max_rows, max_seqs, max_seqs, max_table_entries});
 }
 

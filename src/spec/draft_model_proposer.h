@@ -40,11 +40,13 @@ class DraftModelProposer {
   const model::Model& model() const { return *model_; }
   model::Model& mutable_model() { return *model_; }
   // The draft's KV storage for blocks of `block_size` tokens (for the memory plan).
-  backend::KvCacheSpec kv_spec(int64_t block_size) const { return model_->kv_spec(block_size); }
-  // Allocates the draft's device and host KV storage (as many blocks as the target's) and its
-  // activations for passes of up to `max_rows` rows.
-  void allocate(int64_t num_blocks, int64_t num_swap_blocks, int64_t block_size, int64_t max_rows,
-                int64_t max_seqs, int64_t max_table_entries);
+  backend::KvCacheSpec kv_spec(int64_t block_size, backend::KvDtypes dtypes) const {
+    return model_->kv_spec(block_size, dtypes);
+  }
+  // Allocates the draft's device and host KV storage of `spec` (as many blocks as the target's)
+  // and its activations for passes of up to `max_rows` rows.
+  void allocate(const backend::KvCacheSpec& spec, int64_t num_blocks, int64_t num_swap_blocks,
+                int64_t max_rows, int64_t max_seqs, int64_t max_table_entries);
   backend::KvHandle device_kv() const { return device_; }
   backend::KvHandle host_kv() const { return host_; }
 

@@ -1,7 +1,9 @@
-// Paged attention against the f64 reference (tests/reference/reference_attention.h) over head
-// sizes, head groupings (MHA, GQA, MQA), block sizes and mixed batches of prefill chunks and
-// decodes; and its invariances, bit for bit: AVX2 equals the portable kernel, and a query's output
-// does not depend on the rest of the batch, on the block size or table layout, or on threads.
+// Paged attention against the f64 reference (tests/reference/reference_attention.h) over every KV
+// cache type, head sizes, head groupings (MHA, GQA, MQA), block sizes and mixed batches of prefill
+// chunks and decodes; and its invariances, bit for bit: AVX2 equals the portable kernel, and a
+// query's output does not depend on the rest of the batch, on the block size or table layout, or
+// on threads. The cache is written through write_key / write_value (the codec), and the reference
+// reads the stored rows with its own decoder (tests/reference/reference_kv.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "backend/cpu/attention_cpu.h"
 #include "backend/paged_attention.h"
 #include "reference/reference_attention.h"
+#include "reference/reference_kv.h"
 
 namespace vesper::backend {
 namespace {
@@ -32,13 +35,14 @@ struct Span {
 class Fixture {
  public:
   Fixture(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t block_size,
-          const std::vector<int64_t>& seq_lens, uint64_t seed, float q_range = 1.0f)
+          const std::vector<int64_t>& seq_lens, uint64_t seed, float q_range = 1.0f,
+          KvDtypes dtypes = {KvDtype::kF32, KvDtype::kF32})
       : n_heads_(n_heads), head_dim_(head_dim), seq_lens_(seq_lens), rng_(seed) {
     int64_t blocks = 0;
     for (int64_t len : seq_lens) blocks += (len + block_size - 1) / block_size;
     const int64_t pool_blocks = blocks + 5;
-    cache_ =
-        std::make_unique<KvCache>(KvCacheSpec{KvDtype::kF32, 2, block_size, n_kv_heads, head_dim}, pool_blocks);
+    cache_ = std::make_unique<KvCache>(KvCacheSpec{dtypes, 2, block_size, n_kv_heads, head_dim},
+                                       pool_blocks);
     std::vector<int32_t> free(pool_blocks);
     std::iota(free.begin(), free.end(), 0);
     std::shuffle(free.begin(), free.end(), rng_);
@@ -53,11 +57,7 @@ class Fixture {
     // Fill every slot of both layers (unused ones too) so nothing reads uninitialised memory.
     for (int64_t layer = 0; layer < 2; ++layer)
       for (int64_t s = 0; s < cache_->num_slots(); ++s)
-        for (int64_t h = 0; h < cache_->spec().n_kv_heads; ++h)
-          for (int64_t i = 0; i < head_dim; ++i) {
-            cache_->key(layer, s, h)[i] = u(rng_);
-            cache_->value(layer, s, h)[i] = u(rng_);
-          }
+        for (int64_t h = 0; h < cache_->spec().n_kv_heads; ++h) write_slot(layer, s, h, u);
     // One query vector per (sequence, position), so a query is the same in every batch.
     std::uniform_real_distribution<float> uq(-q_range, q_range);
     for (int64_t len : seq_lens) {
@@ -65,6 +65,18 @@ class Fixture {
       for (float& x : q) x = uq(rng_);
       queries_.push_back(std::move(q));
     }
+  }
+
+  // Writes random key and value rows of `head` in `slot` (the K/V a model would produce).
+  template <class Dist>
+  void write_slot(int64_t layer, int64_t slot, int64_t head, Dist& u) {
+    std::vector<float> k(head_dim_), v(head_dim_);
+    for (int64_t i = 0; i < head_dim_; ++i) {
+      k[i] = u(rng_);
+      v[i] = u(rng_);
+    }
+    cache_->write_key(layer, slot, head, k.data());
+    cache_->write_value(layer, slot, head, v.data());
   }
 
   const KvCache& cache() const { return *cache_; }
@@ -115,11 +127,15 @@ class Fixture {
     for (int64_t j = 0; j <= pos; ++j) {
       k_slots.emplace_back(n_kv * head_dim_);
       v_slots.emplace_back(n_kv * head_dim_);
+      // The stored values, exactly (every type's decoded value is an f32).
+      const KvDtypes d = cache_->spec().dtypes;
       for (int64_t h = 0; h < n_kv; ++h) {
-        std::copy_n(cache_->key(1, slot(seq, j), h), head_dim_,
-                    k_slots.back().begin() + h * head_dim_);
-        std::copy_n(cache_->value(1, slot(seq, j), h), head_dim_,
-                    v_slots.back().begin() + h * head_dim_);
+        const std::vector<double> kr =
+            reference::decode_kv_row(d.k, cache_->key_row(1, slot(seq, j), h), head_dim_);
+        const std::vector<double> vr =
+            reference::decode_kv_row(d.v, cache_->value_row(1, slot(seq, j), h), head_dim_);
+        std::copy(kr.begin(), kr.end(), k_slots.back().begin() + h * head_dim_);
+        std::copy(vr.begin(), vr.end(), v_slots.back().begin() + h * head_dim_);
       }
     }
     for (int64_t j = 0; j <= pos; ++j) {
@@ -148,39 +164,54 @@ struct Grouping {
   int64_t n_heads, n_kv_heads;
 };
 
-TEST(PagedAttention, MatchesF64ReferenceAcrossShapesGroupingsAndBlockSizes) {
+// The KV type combinations the tests cover: each type for both, and mixes of keys and values.
+std::vector<KvDtypes> all_kv_dtypes() {
+  std::vector<KvDtypes> all;
+  for (KvDtype d : kAllKvDtypes) all.push_back({d, d});
+  all.push_back({KvDtype::kInt8, KvDtype::kFp8E5M2});
+  all.push_back({KvDtype::kF16, KvDtype::kInt8});
+  return all;
+}
+
+TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes) {
   const int64_t head_dims[] = {8, 64, 80, 128, 1, 3, 13, 37};
   const Grouping groupings[] = {{4, 4}, {8, 2}, {5, 1}};  // MHA, GQA 4:1, MQA
   const int64_t block_sizes[] = {1, 16, 7};
   ThreadPool pool(2);
   double worst = 0;
   uint64_t seed = 1;
-  for (int64_t hd : head_dims)
-    for (const Grouping& g : groupings)
-      for (int64_t bs : block_sizes) {
-        // Larger queries in some cases make the softmax peaked, exercising the running max.
-        const float q_range = seed % 2 ? 1.0f : 6.0f;
-        Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, q_range);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        for (Isa isa : cpu::available_isas()) {
-          const std::vector<float> out = f.run(kMixed, isa, pool, scale);
-          size_t row = 0;
-          for (const Span& s : kMixed)
-            for (int32_t i = 0; i < s.count; ++i, ++row) {
-              const std::vector<double> ref = f.reference(s.seq, s.first + i, scale);
-              for (size_t e = 0; e < ref.size(); ++e) {
-                const double err = std::abs(out[row * ref.size() + e] - ref[e]);
-                worst = std::max(worst, err);
-                // Outputs are convex combinations of values in [-1, 1]; f32 arithmetic over
-                // at most 71 keys and 128 dimensions measured 5.3e-7 at worst.
-                ASSERT_LT(err, 4e-6)
-                    << "head_dim " << hd << " heads " << g.n_heads << "/" << g.n_kv_heads
-                    << " block " << bs << " isa " << cpu::isa_name(isa) << " seq " << s.seq
-                    << " pos " << s.first + i << " element " << e;
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (int64_t hd : head_dims)
+      for (const Grouping& g : groupings)
+        for (int64_t bs : block_sizes) {
+          // f32 runs every shape; the other types (whose decode is per row, before the shared
+          // arithmetic) a head size of each kind (tail only, 8, odd with a body, 64) at two
+          // block sizes, to keep the sanitizer runs short.
+          const bool f32 = dtypes == KvDtypes{KvDtype::kF32, KvDtype::kF32};
+          if (!f32 && (bs == 7 || hd == 1 || hd == 13 || hd == 80 || hd == 128)) continue;
+          // Larger queries in some cases make the softmax peaked, exercising the running max.
+          const float q_range = seed % 2 ? 1.0f : 6.0f;
+          Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, q_range, dtypes);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          for (Isa isa : cpu::available_isas()) {
+            const std::vector<float> out = f.run(kMixed, isa, pool, scale);
+            size_t row = 0;
+            for (const Span& s : kMixed)
+              for (int32_t i = 0; i < s.count; ++i, ++row) {
+                const std::vector<double> ref = f.reference(s.seq, s.first + i, scale);
+                for (size_t e = 0; e < ref.size(); ++e) {
+                  const double err = std::abs(out[row * ref.size() + e] - ref[e]);
+                  worst = std::max(worst, err);
+                  // Outputs are convex combinations of values in [-1, 1]; f32 arithmetic over
+                  // at most 71 keys and 128 dimensions measured 5.3e-7 at worst.
+                  ASSERT_LT(err, 4e-6)
+                      << "kv " << dtypes.describe() << " head_dim " << hd << " heads " << g.n_heads
+                      << "/" << g.n_kv_heads << " block " << bs << " isa " << cpu::isa_name(isa)
+                      << " seq " << s.seq << " pos " << s.first + i << " element " << e;
+                }
               }
-            }
+          }
         }
-      }
   std::printf("  worst absolute error against f64: %.3g\n", worst);
 }
 
@@ -188,81 +219,89 @@ TEST(PagedAttention, Avx2BitIdenticalToPortableKernel) {
   if (!cpu::isa_available(Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   ThreadPool pool(1);
   uint64_t seed = 100;
-  for (int64_t hd : {8, 16, 24, 40, 64, 80, 96, 128, 5, 13, 37}) {
-    for (const Grouping g : {Grouping{4, 4}, Grouping{8, 2}, Grouping{6, 1}}) {
-      Fixture f(g.n_heads, g.n_kv_heads, hd, 16, kSeqLens, seed++, 8.0f);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      const auto a = f.run(kMixed, Isa::kAvx2, pool, scale);
-      const auto s = f.run(kMixed, Isa::kScalar, pool, scale);
-      ASSERT_EQ(0, std::memcmp(a.data(), s.data(), a.size() * sizeof(float)))
-          << "head_dim " << hd << " heads " << g.n_heads << "/" << g.n_kv_heads;
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (int64_t hd : {8, 16, 24, 40, 64, 80, 96, 128, 5, 13, 37}) {
+      for (const Grouping g : {Grouping{4, 4}, Grouping{8, 2}, Grouping{6, 1}}) {
+        Fixture f(g.n_heads, g.n_kv_heads, hd, 16, kSeqLens, seed++, 8.0f, dtypes);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        const auto a = f.run(kMixed, Isa::kAvx2, pool, scale);
+        const auto s = f.run(kMixed, Isa::kScalar, pool, scale);
+        ASSERT_EQ(0, std::memcmp(a.data(), s.data(), a.size() * sizeof(float)))
+            << "kv " << dtypes.describe() << " head_dim " << hd << " heads " << g.n_heads << "/"
+            << g.n_kv_heads;
+      }
     }
-  }
 }
 
 // Every query of the mixed batch, computed alone, in the reversed batch, as part of different
 // prefill chunks, and at 1, 2 and 3 threads, gives the same bits.
 TEST(PagedAttention, OutputInvariantToBatchChunkingAndThreads) {
   ThreadPool pool1(1), pool2(2), pool3(3);
-  for (Isa isa : cpu::available_isas()) {
-    for (int64_t hd : {8, 64, 37}) {
-      Fixture f(8, 2, hd, 16, kSeqLens, 7 + hd, 4.0f);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-      const int64_t row_floats = 8 * hd;
-      // Baseline: each (seq, position) alone.
-      auto alone = [&](int64_t seq, int32_t pos) {
-        return f.run({{seq, pos, 1}}, isa, pool1, scale);
-      };
-      auto check = [&](const std::vector<Span>& spans, ThreadPool& pool, const char* what) {
-        const std::vector<float> out = f.run(spans, isa, pool, scale);
-        size_t row = 0;
-        for (const Span& s : spans)
-          for (int32_t i = 0; i < s.count; ++i, ++row) {
-            const std::vector<float> want = alone(s.seq, s.first + i);
-            ASSERT_EQ(0, std::memcmp(out.data() + row * row_floats, want.data(),
-                                     row_floats * sizeof(float)))
-                << what << " isa " << cpu::isa_name(isa) << " head_dim " << hd << " seq " << s.seq
-                << " pos " << s.first + i;
-          }
-      };
-      check(kMixed, pool1, "mixed batch, 1 thread");
-      check(kMixed, pool2, "mixed batch, 2 threads");
-      check(kMixed, pool3, "mixed batch, 3 threads");
-      std::vector<Span> reversed(kMixed.rbegin(), kMixed.rend());
-      check(reversed, pool3, "reversed batch");
-      // The prompt of sequence 1 chunked differently: 1, 3, 17 and the rest.
-      check({{1, 0, 1}, {1, 1, 3}, {1, 4, 17}, {1, 21, 50}}, pool2, "chunked prompt");
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (Isa isa : cpu::available_isas()) {
+      for (int64_t hd : {8, 64, 37}) {
+        Fixture f(8, 2, hd, 16, kSeqLens, 7 + hd, 4.0f, dtypes);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        const int64_t row_floats = 8 * hd;
+        // Baseline: each (seq, position) alone.
+        auto alone = [&](int64_t seq, int32_t pos) {
+          return f.run({{seq, pos, 1}}, isa, pool1, scale);
+        };
+        auto check = [&](const std::vector<Span>& spans, ThreadPool& pool, const char* what) {
+          const std::vector<float> out = f.run(spans, isa, pool, scale);
+          size_t row = 0;
+          for (const Span& s : spans)
+            for (int32_t i = 0; i < s.count; ++i, ++row) {
+              const std::vector<float> want = alone(s.seq, s.first + i);
+              ASSERT_EQ(0, std::memcmp(out.data() + row * row_floats, want.data(),
+                                       row_floats * sizeof(float)))
+                  << what << " kv " << dtypes.describe() << " isa " << cpu::isa_name(isa)
+                  << " head_dim " << hd << " seq " << s.seq << " pos " << s.first + i;
+            }
+        };
+        check(kMixed, pool1, "mixed batch, 1 thread");
+        check(kMixed, pool2, "mixed batch, 2 threads");
+        check(kMixed, pool3, "mixed batch, 3 threads");
+        std::vector<Span> reversed(kMixed.rbegin(), kMixed.rend());
+        check(reversed, pool3, "reversed batch");
+        // The prompt of sequence 1 chunked differently: 1, 3, 17 and the rest.
+        check({{1, 0, 1}, {1, 1, 3}, {1, 4, 17}, {1, 21, 50}}, pool2, "chunked prompt");
+      }
     }
-  }
 }
 
 // The same sequence's K/V laid out with block sizes 1, 5, 16 and 64 and shuffled tables: each
 // query's output is the same bits (tiles follow positions, never blocks).
 TEST(PagedAttention, OutputInvariantToBlockSizeAndTableLayout) {
   ThreadPool pool(2);
-  for (Isa isa : cpu::available_isas()) {
-    const int64_t hd = 24, n_heads = 6, n_kv = 3, len = 77;
-    std::vector<float> want;
-    for (int64_t bs : {1, 5, 16, 64}) {
-      Fixture f(n_heads, n_kv, hd, bs, {len}, 31 + bs);
-      // Rewrite the K/V and queries with one fixed sequence of values, whatever the layout.
-      std::mt19937_64 rng(99);
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      KvCache& cache = f.mutable_cache();
-      for (int64_t p = 0; p < len; ++p)
-        for (int64_t h = 0; h < n_kv; ++h)
-          for (int64_t i = 0; i < hd; ++i) {
-            cache.key(1, f.slot(0, p), h)[i] = u(rng);
-            cache.value(1, f.slot(0, p), h)[i] = u(rng);
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (Isa isa : cpu::available_isas()) {
+      const int64_t hd = 24, n_heads = 6, n_kv = 3, len = 77;
+      std::vector<float> want;
+      for (int64_t bs : {1, 5, 16, 64}) {
+        Fixture f(n_heads, n_kv, hd, bs, {len}, 31 + bs, 1.0f, dtypes);
+        // Rewrite the K/V and queries with one fixed sequence of values, whatever the layout.
+        std::mt19937_64 rng(99);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        KvCache& cache = f.mutable_cache();
+        std::vector<float> k(hd), v(hd);
+        for (int64_t p = 0; p < len; ++p)
+          for (int64_t h = 0; h < n_kv; ++h) {
+            for (int64_t i = 0; i < hd; ++i) {
+              k[i] = u(rng);
+              v[i] = u(rng);
+            }
+            cache.write_key(1, f.slot(0, p), h, k.data());
+            cache.write_value(1, f.slot(0, p), h, v.data());
           }
-      for (int64_t p = 0; p < len; ++p)
-        for (int64_t i = 0; i < n_heads * hd; ++i) f.mutable_query(0, p)[i] = 3 * u(rng);
-      const auto out = f.run({{0, 0, static_cast<int32_t>(len)}}, isa, pool, 0.2f);
-      if (want.empty()) want = out;
-      ASSERT_EQ(0, std::memcmp(out.data(), want.data(), out.size() * sizeof(float)))
-          << "block size " << bs << " isa " << cpu::isa_name(isa);
+        for (int64_t p = 0; p < len; ++p)
+          for (int64_t i = 0; i < n_heads * hd; ++i) f.mutable_query(0, p)[i] = 3 * u(rng);
+        const auto out = f.run({{0, 0, static_cast<int32_t>(len)}}, isa, pool, 0.2f);
+        if (want.empty()) want = out;
+        ASSERT_EQ(0, std::memcmp(out.data(), want.data(), out.size() * sizeof(float)))
+            << "kv " << dtypes.describe() << " block size " << bs << " isa " << cpu::isa_name(isa);
+      }
     }
-  }
 }
 
 }  // namespace

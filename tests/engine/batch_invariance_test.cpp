@@ -1,8 +1,9 @@
 // Batch invariance through the engine: 64 prompts of varied lengths on stories260K, greedy, 48
 // tokens each, give identical token ids and bit-identical logprobs (so identical logits) when run
 // one at a time, all at once, with a tiny token budget (chunked prefill), and with a KV cache so
-// small that sequences are preempted by recompute and by swap. Each run asserts that the feature
-// it exercises actually happened.
+// small that sequences are preempted by recompute and by swap; for every KV cache type (each type
+// against itself: a type changes the numbers, never their dependence on scheduling). Each run
+// asserts that the feature it exercises actually happened.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,27 +23,36 @@ RunResult run_all(const EngineConfig& config, const std::vector<std::string>& pr
   return testing_util::run_texts(config, prompts);
 }
 
-TEST(BatchInvariance, SameTokensAndLogitsHoweverScheduled) {
-  const auto prompts = testing_util::varied_prompts(64);
+class BatchInvariance : public ::testing::TestWithParam<backend::KvDtype> {};
 
-  EngineConfig one = testing_util::stories_config();
+TEST_P(BatchInvariance, SameTokensAndLogitsHoweverScheduled) {
+  const auto prompts = testing_util::varied_prompts(64);
+  const backend::KvDtypes dtypes{GetParam(), GetParam()};
+  EngineConfig base = testing_util::stories_config();
+  base.cache.kv_dtypes = dtypes;
+  // stories260K's KV block: 5 layers, 4 KV heads of 8, 16 tokens.
+  const double block_gib =
+      static_cast<double>(backend::KvCacheSpec{dtypes, 5, 16, 4, 8}.bytes_per_block()) /
+      static_cast<double>(int64_t{1} << 30);
+
+  EngineConfig one = base;
   one.scheduler.max_num_seqs = 1;
   one.cache.enable_prefix_caching = false;  // the reference: nothing shared, nothing batched
   const RunResult alone = run_all(one, prompts);
   EXPECT_EQ(alone.stats.num_preemptions, 0);
 
-  const RunResult together = run_all(testing_util::stories_config(), prompts);
+  const RunResult together = run_all(base, prompts);
   EXPECT_LT(together.stats.num_steps, alone.stats.num_steps / 10) << "requests were not batched";
   expect_same(alone, together, "all at once");
 
-  EngineConfig chunked = testing_util::stories_config();
+  EngineConfig chunked = base;
   chunked.scheduler.max_num_batched_tokens = 16;
   const RunResult small_budget = run_all(chunked, prompts);
   EXPECT_GT(small_budget.stats.num_chunked_prefill_steps, 0) << "no prompt was split";
   EXPECT_LE(small_budget.stats.max_batched_tokens_seen, 16);
   expect_same(alone, small_budget, "max-num-batched-tokens 16");
 
-  EngineConfig recompute = testing_util::stories_config();
+  EngineConfig recompute = base;
   recompute.cache.num_gpu_blocks_override = 40;  // 640 tokens for 64 sequences of up to ~150
   recompute.scheduler.preemption_mode = sched::PreemptionMode::kRecompute;
   const RunResult preempted = run_all(recompute, prompts);
@@ -51,7 +61,7 @@ TEST(BatchInvariance, SameTokensAndLogitsHoweverScheduled) {
 
   EngineConfig swap = recompute;
   swap.scheduler.preemption_mode = sched::PreemptionMode::kSwap;
-  swap.cache.swap_space_gib = 0.01;  // ~500 blocks of stories260K
+  swap.cache.swap_space_gib = 500 * block_gib;
   const RunResult swapped = run_all(swap, prompts);
   EXPECT_GT(swapped.stats.num_swap_outs, 0) << "nothing was swapped";
   expect_same(alone, swapped, "preemption by swap");
@@ -59,12 +69,17 @@ TEST(BatchInvariance, SameTokensAndLogitsHoweverScheduled) {
   EngineConfig both = recompute;
   both.scheduler.max_num_batched_tokens = 24;
   both.scheduler.preemption_mode = sched::PreemptionMode::kSwap;
-  both.cache.swap_space_gib = 0.0002;  // a few blocks: swap falls back to recompute
+  both.cache.swap_space_gib = 5.5 * block_gib;  // 5 blocks: swap falls back to recompute
   const RunResult mixed = run_all(both, prompts);
   EXPECT_GT(mixed.stats.num_swap_outs, 0);
   EXPECT_GT(mixed.stats.num_recomputes, 0);
   expect_same(alone, mixed, "small budget, swap with recompute fallback");
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryKvType, BatchInvariance, ::testing::ValuesIn(backend::kAllKvDtypes),
+                         [](const ::testing::TestParamInfo<backend::KvDtype>& info) {
+                           return std::string(backend::kv_dtype_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace vesper::engine

@@ -29,7 +29,8 @@ Side make_side(int64_t blocks, int64_t swap_blocks, int64_t block_size) {
   auto m = model::Model::load(testing_util::kStoriesLong, *s.backend);
   EXPECT_TRUE(m.ok()) << m.error().message;
   s.model = std::move(*m);
-  s.runner = std::make_unique<ModelRunner>(*s.model, blocks, swap_blocks, block_size);
+  s.runner = std::make_unique<ModelRunner>(*s.model, s.model->kv_spec(block_size), blocks,
+                                            swap_blocks);
   return s;
 }
 

@@ -82,7 +82,7 @@ TEST(CliSpeculative, DraftModelGreedyOutputEqualsPlainDecoding) {
                            "(2 layers, n_embd 48)"),
             std::string::npos)
       << draft.err;
-  EXPECT_NE(draft.err.find("KV cache (f32, target + draft)"), std::string::npos) << draft.err;
+  EXPECT_NE(draft.err.find("KV cache (f16, target + draft)"), std::string::npos) << draft.err;
 
   // auto measures the target's pass costs at startup and picks 0..8 tokens each step: whatever it
   // picks, greedy output is the target's.

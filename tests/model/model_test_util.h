@@ -29,12 +29,15 @@ inline Result<LoadedModel> load_model(const std::string& path, int threads = 2) 
   return m;
 }
 
-// Paged KV storage on the model's backend, released at scope exit.
+// Paged KV storage on the model's backend, released at scope exit. f32 unless asked otherwise:
+// the f64 reference forward keeps K/V exact, so comparisons against it use an exact cache.
 class ScopedKv {
  public:
-  ScopedKv(model::Model& m, int64_t blocks, int64_t block_size)
+  ScopedKv(model::Model& m, int64_t blocks, int64_t block_size,
+           backend::KvDtypes dtypes = {backend::KvDtype::kF32, backend::KvDtype::kF32})
       : backend_(m.backend()),
-        kv_(backend_.create_kv(m.kv_spec(block_size), blocks, backend::MemoryKind::kDevice)) {}
+        kv_(backend_.create_kv(m.kv_spec(block_size, dtypes), blocks,
+                               backend::MemoryKind::kDevice)) {}
   ~ScopedKv() { backend_.release_kv(kv_); }
   ScopedKv(const ScopedKv&) = delete;
   ScopedKv& operator=(const ScopedKv&) = delete;
@@ -56,8 +59,10 @@ inline std::vector<int32_t> block_table(int64_t n_blocks, int64_t pool_blocks, u
 
 // Logits of every position of `tokens`, computed `chunk` tokens per forward pass (the last
 // chunk may be shorter). All positions' logits are requested.
-inline std::vector<std::vector<float>> sequence_logits(model::Model& m, const std::vector<int32_t>& tokens,
-                                                       int64_t chunk, int64_t block_size, uint64_t table_seed) {
+inline std::vector<std::vector<float>> sequence_logits(model::Model& m,
+                                                       const std::vector<int32_t>& tokens,
+                                                       int64_t chunk, int64_t block_size,
+                                                       uint64_t table_seed) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t n_blocks = (n + block_size - 1) / block_size;
   const int64_t pool_blocks = n_blocks * 2 + 3;
@@ -72,7 +77,8 @@ inline std::vector<std::vector<float>> sequence_logits(model::Model& m, const st
     b.add_sequence(std::vector<int32_t>(tokens.begin() + start, tokens.begin() + start + len),
                    static_cast<int32_t>(start), table, block_size, len);
     const std::span<const float> logits = m.forward(b, kv.handle());
-    for (int64_t i = 0; i < len; ++i) out.emplace_back(logits.begin() + i * v, logits.begin() + (i + 1) * v);
+    for (int64_t i = 0; i < len; ++i)
+      out.emplace_back(logits.begin() + i * v, logits.begin() + (i + 1) * v);
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #include "backend/cpu/attention_kernel.h"
 #include "backend/cpu/attention_walk.h"
 #include "backend/cpu/vec_exp.h"
+#include "backend/kv_codec.h"
 
 namespace vesper::backend::cpu {
 namespace {
@@ -108,7 +109,64 @@ void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, cons
   }
 }
 
+// One KV row decoded to f32, 8 elements a vector: the same values as decode_kv_row (every
+// conversion is exact or, for int8, the same single fma), which also decodes the tail.
+void decode_row(KvDtype dtype, const std::byte* row, int64_t n, float* out) {
+  const int64_t body = n / kLanes * kLanes;
+  const auto* p = reinterpret_cast<const unsigned char*>(row);
+  int64_t i = 0;
+  switch (dtype) {
+    case KvDtype::kF32:
+    case KvDtype::kF16:
+    case KvDtype::kBF16:
+      if (dtype == KvDtype::kF16) {
+        for (; i < body; i += kLanes)
+          _mm256_storeu_ps(
+              out + i,
+              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
+      } else if (dtype == KvDtype::kBF16) {
+        for (; i < body; i += kLanes) {
+          const __m256i w =
+              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
+          _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+      }
+      break;
+    case KvDtype::kFp8E4M3:
+    case KvDtype::kFp8E5M2: {
+      const __m256 scale = _mm256_set1_ps(kv_row_meta(dtype, row, n, 0) * kv_fp8_f16_factor(dtype));
+      for (; i < body; i += kLanes) {
+        const __m128i b =
+            _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)));
+        // kv_fp8_to_f16_bits, 8 lanes at once.
+        const __m128i h =
+            dtype == KvDtype::kFp8E5M2
+                ? _mm_slli_epi16(b, 8)
+                : _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
+                               _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(h), scale));
+      }
+      break;
+    }
+    case KvDtype::kInt8: {
+      const __m256 scale = _mm256_set1_ps(kv_row_meta(dtype, row, n, 0));
+      const __m256 zero = _mm256_set1_ps(kv_row_meta(dtype, row, n, 1));
+      for (; i < body; i += kLanes) {
+        const __m256 q = _mm256_cvtepi32_ps(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(q, scale, zero));
+      }
+      break;
+    }
+  }
+  decode_kv_row(dtype, row, n, out, i);  // the tail, or the whole row of an f32 cache
+}
+
 struct Avx2Tile {
+  static void decode(KvDtype dtype, const std::byte* row, int64_t head_dim, float* out) {
+    decode_row(dtype, row, head_dim, out);
+  }
+
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
                    int64_t nt, int64_t head_dim, float scale, float* s, float* acc, float& run_max,
                    float& run_sum) {

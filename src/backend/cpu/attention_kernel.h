@@ -22,6 +22,8 @@
 //     acc[d] = fma(acc[d], alpha, (u_0[d] + u_1[d]) + (u_2[d] + u_3[d])); m = m'.
 //     (Four partial sums so that even a head_dim of 8 has independent FMA chains.)
 //   out[d] = acc[d] * (1 / l).
+// Keys and values are the values the cache's rows decode to (kv_codec.h's decode_kv_row: exact
+// for f32, f16, bf16 and fp8; one fma for int8), so the contract holds for every KV type.
 // Every operation of a query's result is fixed by the query's position and the shapes, so the
 // result does not depend on the batch, the chunking of the prompt, the block table or threads,
 // and the AVX2 and portable kernels agree bit for bit.
@@ -63,9 +65,11 @@ struct AttentionArgs {
 using AttentionKernel = void (*)(const AttentionArgs& args, int64_t begin, int64_t end,
                                  float* scratch);
 
-// Room for a token block's accumulators, running maxima and sums, and one tile's scores.
+// Room for a token block's accumulators, running maxima and sums, one tile's scores, and one
+// tile's keys and values decoded to f32 (caches of other types than f32).
 inline size_t attention_scratch_floats(int64_t group, int64_t head_dim) {
-  return static_cast<size_t>(kAttentionQueryBlock * group * (head_dim + 2) + kAttentionTile);
+  return static_cast<size_t>(kAttentionQueryBlock * group * (head_dim + 2) + kAttentionTile +
+                             2 * kAttentionTile * head_dim);
 }
 
 // The portable kernel (attention_scalar.cpp).

@@ -8,6 +8,7 @@
 #include "backend/cpu/attention_kernel.h"
 #include "backend/cpu/attention_walk.h"
 #include "backend/cpu/vec_exp.h"
+#include "backend/kv_codec.h"
 
 namespace vesper::backend::cpu {
 namespace {
@@ -29,6 +30,10 @@ float score(const float* q, const float* k, int64_t head_dim, float scale) {
 }
 
 struct ScalarTile {
+  static void decode(KvDtype dtype, const std::byte* row, int64_t head_dim, float* out) {
+    decode_kv_row(dtype, row, head_dim, out);
+  }
+
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
                    int64_t nt, int64_t head_dim, float scale, float* s, float* acc, float& run_max,
                    float& run_sum) {

@@ -23,7 +23,14 @@
 namespace vesper::backend::cpu {
 namespace {
 
+// Compressed caches: each tile's rows are decoded once into scratch (32 rows of keys and of
+// values, in L1) by the kernel's decoder and then serve every query and head that reaches the
+// tile, so memory traffic is the compressed bytes and the decode costs once per tile, not per
+// query head. f32 rows are used in place.
+//
 // Tile must provide:
+//   static void decode(KvDtype dtype, const std::byte* row, int64_t head_dim, float* out);
+//     out = decode_kv_row of the row (bit for bit; kv_codec.h).
 //   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
 //                    int64_t nt, int64_t head_dim, float scale, float* scores, float* acc,
 //                    float& run_max, float& run_sum);
@@ -34,6 +41,29 @@ namespace {
 // The rows [run_begin, run_end) of a tree sequence, one at a time: each row has keys of its own
 // past the context (its ancestors' slots), so rows cannot share tiles there. Trees are a few
 // rows, so this costs little; the arithmetic per row is the chain's (same tiles, same order).
+// Points k_rows / v_rows [0, nt) at the tile's rows as f32: in place for f32 rows, else decoded
+// into k_tile / v_tile ([kAttentionTile][head_dim]).
+template <class Tile>
+void load_tile(const KvCacheSpec& spec, const std::byte* const* k_src,
+               const std::byte* const* v_src, int64_t nt, const float** k_rows,
+               const float** v_rows, float* k_tile, float* v_tile) {
+  const int64_t hd = spec.head_dim;
+  for (int64_t i = 0; i < nt; ++i) {
+    if (spec.dtypes.k == KvDtype::kF32) {
+      k_rows[i] = reinterpret_cast<const float*>(k_src[i]);
+    } else {
+      Tile::decode(spec.dtypes.k, k_src[i], hd, k_tile + i * hd);
+      k_rows[i] = k_tile + i * hd;
+    }
+    if (spec.dtypes.v == KvDtype::kF32) {
+      v_rows[i] = reinterpret_cast<const float*>(v_src[i]);
+    } else {
+      Tile::decode(spec.dtypes.v, v_src[i], hd, v_tile + i * hd);
+      v_rows[i] = v_tile + i * hd;
+    }
+  }
+}
+
 template <class Tile>
 void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, int64_t g,
                      const int32_t* table, float* scratch) {
@@ -44,8 +74,13 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
   float* run_sum = run_max + kAttentionQueryBlock * group;
   float* scores = run_sum + kAttentionQueryBlock * group;
   float* acc = scores + kAttentionTile;
+  float* k_tile = acc + kAttentionQueryBlock * group * head_dim;
+  float* v_tile = k_tile + kAttentionTile * head_dim;
+  const std::byte* k_src[kAttentionTile];
+  const std::byte* v_src[kAttentionTile];
   const float* k_rows[kAttentionTile];
   const float* v_rows[kAttentionTile];
+  const int64_t k_row = shape.key_row_bytes(), v_row = shape.value_row_bytes();
   // The slots of the row's path from the root, by depth (thread-local: no allocation once warm).
   thread_local std::vector<int64_t> path;
   const int32_t seq = batch.token_seq[run_begin];
@@ -66,9 +101,10 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
         const int64_t j = j0 + i;
         const int64_t block = j < context ? table[j / bs] : path[j - context] / bs;
         const int64_t offset = j < context ? j % bs : path[j - context] % bs;
-        k_rows[i] = args.cache->key_block(args.layer, block, g) + offset * head_dim;
-        v_rows[i] = args.cache->value_block(args.layer, block, g) + offset * head_dim;
+        k_src[i] = args.cache->key_run(args.layer, block, g) + offset * k_row;
+        v_src[i] = args.cache->value_run(args.layer, block, g) + offset * v_row;
       }
+      load_tile<Tile>(shape, k_src, v_src, nt, k_rows, v_rows, k_tile, v_tile);
       for (int64_t h = 0; h < group; ++h)
         Tile::tile(q + h * head_dim, k_rows, v_rows, nt, head_dim, args.scale, scores,
                    acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
@@ -87,8 +123,13 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
   float* run_sum = run_max + kAttentionQueryBlock * group;  // [kAttentionQueryBlock * group]
   float* scores = run_sum + kAttentionQueryBlock * group;   // [kAttentionTile]
   float* acc = scores + kAttentionTile;  // [kAttentionQueryBlock * group][head_dim]
+  float* k_tile = acc + kAttentionQueryBlock * group * head_dim;  // [kAttentionTile][head_dim]
+  float* v_tile = k_tile + kAttentionTile * head_dim;             // [kAttentionTile][head_dim]
+  const std::byte* k_src[kAttentionTile];
+  const std::byte* v_src[kAttentionTile];
   const float* k_rows[kAttentionTile];
   const float* v_rows[kAttentionTile];
+  const int64_t k_row = shape.key_row_bytes(), v_row = shape.value_row_bytes();
 
   for (int64_t w = begin; w < end; ++w) {
     const int64_t block_begin = w / n_kv * kAttentionQueryBlock, g = w % n_kv;
@@ -115,18 +156,19 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
         // Walk the block table without a division per key (an integer division costs more than
         // a key's whole dot product at small head sizes).
         int64_t block = j0 / bs, offset = j0 % bs;
-        const float* k_run = args.cache->key_block(args.layer, table[block], g);
-        const float* v_run = args.cache->value_block(args.layer, table[block], g);
+        const std::byte* k_run = args.cache->key_run(args.layer, table[block], g);
+        const std::byte* v_run = args.cache->value_run(args.layer, table[block], g);
         for (int64_t i = 0; i < tile_keys; ++i) {
-          k_rows[i] = k_run + offset * head_dim;
-          v_rows[i] = v_run + offset * head_dim;
+          k_src[i] = k_run + offset * k_row;
+          v_src[i] = v_run + offset * v_row;
           if (++offset == bs && i + 1 < tile_keys) {
             offset = 0;
             ++block;
-            k_run = args.cache->key_block(args.layer, table[block], g);
-            v_run = args.cache->value_block(args.layer, table[block], g);
+            k_run = args.cache->key_run(args.layer, table[block], g);
+            v_run = args.cache->value_run(args.layer, table[block], g);
           }
         }
+        load_tile<Tile>(shape, k_src, v_src, tile_keys, k_rows, v_rows, k_tile, v_tile);
         for (int64_t t = run_begin; t < run_end; ++t) {
           const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
           if (n_ctx <= j0) continue;  // causal: this query's keys ended in an earlier tile

@@ -1,0 +1,148 @@
+#include "backend/kv_codec.h"
+
+#include <bit>
+#include <cmath>
+
+namespace vesper::backend {
+namespace {
+
+// The smallest f16 >= x (x finite, >= 0), clamped to the largest finite f16.
+uint16_t f16_round_up(float x) {
+  uint16_t h = f32_to_fp16(x);
+  if ((h & 0x7FFFu) >= 0x7C00u) return 0x7BFF;  // overflowed to infinity
+  if (fp16_to_f32(h) < x) ++h;                  // x >= 0: the next f16 up is one more
+  return h;
+}
+
+// The largest f16 <= x (x finite), clamped to the most negative finite f16.
+uint16_t f16_round_down(float x) {
+  if (x >= 0) {
+    uint16_t h = f32_to_fp16(x);
+    if ((h & 0x7FFFu) >= 0x7C00u) h = 0x7BFF;
+    if (fp16_to_f32(h) > x) --h;
+    return h;
+  }
+  return static_cast<uint16_t>(f16_round_up(-x) | 0x8000u);
+}
+
+void store_f16(std::byte* p, uint16_t h) {
+  std::memcpy(p, &h, sizeof(h));
+}
+
+// round(v) clamped to [lo, hi]; NaN gives lo.
+int clamp_round(float v, int lo, int hi) {
+  if (!(v > static_cast<float>(lo))) return lo;
+  if (!(v < static_cast<float>(hi))) return hi;
+  return static_cast<int>(std::nearbyint(v));
+}
+
+struct Fp8Format {
+  int mantissa_bits;
+  int min_normal_exp;  // exponent of the smallest normal value
+  float max;           // largest finite value
+  uint8_t max_code;    // its bits, without the sign
+};
+constexpr Fp8Format kE4M3{3, -6, 448.0f, 0x7E};
+constexpr Fp8Format kE5M2{2, -14, 57344.0f, 0x7B};
+
+// v in fp8, rounded to nearest even, saturating; NaN becomes 0. Normal values are rounded in
+// their f32 bits (the carry of a rounded-up mantissa moves into the exponent, as it should);
+// values below the smallest normal are counted in steps of the subnormal spacing.
+uint8_t encode_fp8(float v, const Fp8Format& f) {
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const float a = std::fabs(v);
+  if (std::isnan(a)) return 0;
+  if (a >= f.max) return sign | f.max_code;
+  const int m = f.mantissa_bits;
+  if (a < std::ldexp(1.0f, f.min_normal_exp)) {
+    // Subnormal: a in units of 2^(min_exp - m), exact, rounded; 2^m lands on the smallest normal.
+    return static_cast<uint8_t>(
+        sign | static_cast<int>(std::nearbyint(std::ldexp(a, m - f.min_normal_exp))));
+  }
+  const int shift = 23 - m;
+  uint32_t bits = std::bit_cast<uint32_t>(a);
+  bits += (1u << (shift - 1)) - 1 + ((bits >> shift) & 1u);  // round to nearest even
+  const int exp = static_cast<int>(bits >> 23) - 127;
+  const int code =
+      ((exp - f.min_normal_exp + 1) << m) | static_cast<int>((bits >> shift) & ((1u << m) - 1));
+  return static_cast<uint8_t>(sign | std::min<int>(code, f.max_code));
+}
+
+}  // namespace
+
+void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      std::memcpy(row, x, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case KvDtype::kF16:
+      for (int64_t i = 0; i < n; ++i) store_f16(row + 2 * i, f32_to_fp16(x[i]));
+      return;
+    case KvDtype::kBF16:
+      for (int64_t i = 0; i < n; ++i) store_f16(row + 2 * i, f32_to_bf16(x[i]));
+      return;
+    case KvDtype::kFp8E4M3:
+    case KvDtype::kFp8E5M2: {
+      const Fp8Format& f = dtype == KvDtype::kFp8E4M3 ? kE4M3 : kE5M2;
+      float amax = 0;
+      for (int64_t i = 0; i < n; ++i)
+        if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
+      const uint16_t scale_bits = f16_round_up(amax / f.max);
+      const float scale = fp16_to_f32(scale_bits);
+      for (int64_t i = 0; i < n; ++i)
+        row[i] = std::byte{scale == 0 ? uint8_t{0} : encode_fp8(x[i] / scale, f)};
+      store_f16(row + n, scale_bits);
+      return;
+    }
+    case KvDtype::kInt8: {
+      float lo = INFINITY, hi = -INFINITY;
+      for (int64_t i = 0; i < n; ++i)
+        if (std::isfinite(x[i])) {
+          lo = std::min(lo, x[i]);
+          hi = std::max(hi, x[i]);
+        }
+      if (lo > hi) lo = hi = 0;  // no finite element
+      const uint16_t zero_bits = f16_round_down(lo);
+      const float zero = fp16_to_f32(zero_bits);
+      const uint16_t scale_bits = f16_round_up((hi - zero) / 255.0f);
+      const float scale = fp16_to_f32(scale_bits);
+      for (int64_t i = 0; i < n; ++i)
+        row[i] = std::byte{
+            static_cast<uint8_t>(scale == 0 ? 0 : clamp_round((x[i] - zero) / scale, 0, 255))};
+      store_f16(row + n, scale_bits);
+      store_f16(row + n + 2, zero_bits);
+      return;
+    }
+  }
+}
+
+void decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n, float* out, int64_t begin) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      std::memcpy(out + begin, row + 4 * begin, static_cast<size_t>(n - begin) * sizeof(float));
+      return;
+    case KvDtype::kF16:
+    case KvDtype::kBF16:
+      for (int64_t i = begin; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, sizeof(h));
+        out[i] = dtype == KvDtype::kF16 ? fp16_to_f32(h) : bf16_to_f32(h);
+      }
+      return;
+    case KvDtype::kFp8E4M3:
+    case KvDtype::kFp8E5M2: {
+      const float scale = kv_row_meta(dtype, row, n, 0) * kv_fp8_f16_factor(dtype);
+      for (int64_t i = begin; i < n; ++i)
+        out[i] = fp16_to_f32(kv_fp8_to_f16_bits(dtype, static_cast<uint8_t>(row[i]))) * scale;
+      return;
+    }
+    case KvDtype::kInt8: {
+      const float scale = kv_row_meta(dtype, row, n, 0), zero = kv_row_meta(dtype, row, n, 1);
+      for (int64_t i = begin; i < n; ++i)
+        out[i] = std::fma(static_cast<float>(static_cast<uint8_t>(row[i])), scale, zero);
+      return;
+    }
+  }
+}
+
+}  // namespace vesper::backend

@@ -1,0 +1,54 @@
+// The KV cache's element codecs: how write_kv turns a token's f32 key or value row into the
+// cache's type (kv_cache_spec.h), and how attention reads it back. Attention kernels decode rows
+// tile by tile into L1 as they go (cpu/attention_walk.h), to exactly the values decode_kv_row
+// gives, so every kernel computes on the same numbers and a reference can recompute them.
+//
+// Encodings (one head's row of head_dim elements; metadata after the elements, little endian):
+//   f32, f16, bf16: the value rounded to nearest even (f16 overflows to infinity, as F16C does).
+//   fp8_e4m3 / fp8_e5m2: scale = amax / 448 (57344) rounded up to f16, so no element saturates;
+//     element = x / scale rounded to nearest even in the fp8 format (saturating at its largest
+//     finite value, NaN stored as 0). Decoding is exact: an fp8 value times an f16 scale fits in
+//     an f32 significand.
+//   int8: zero = min rounded down to f16, scale = (max - min) / 255 rounded up to f16,
+//     q = round((x - zero) / scale) clamped to 0..255; decoded as fma(q, scale, zero).
+// Scales are per token and head, so a row's encoding depends on that row alone: the same token
+// gives the same bytes however it was batched or chunked (batch invariance) and wherever its
+// slot is (copies move rows whole).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/kv_cache_spec.h"
+#include "core/fp16.h"
+
+namespace vesper::backend {
+
+// Writes x[0..n) as one row of `dtype` (kv_row_metadata_bytes(dtype) bytes of metadata follow
+// the n elements).
+void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row);
+
+// The portable decoder: out[i] = the value of the row's element i for i in [begin, n) (a row of n
+// elements); the reference for every kernel's decoder, and their tail.
+void decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n, float* out, int64_t begin = 0);
+
+// The row's f16 metadata word `i` (0: scale; 1: zero point), as f32.
+inline float kv_row_meta(KvDtype dtype, const std::byte* row, int64_t n, int i) {
+  uint16_t h;
+  std::memcpy(&h, row + n * kv_element_bytes(dtype) + 2 * i, sizeof(h));
+  return fp16_to_f32(h);
+}
+
+// fp8 element bits as the f16 bits whose value, times kv_fp8_f16_factor, is the fp8 value: e5m2
+// is the top byte of an f16; e4m3's exponent and mantissa sit 7 bits up in an f16, which
+// rebiases the exponent by 2^-8 (normal and subnormal values alike).
+inline uint16_t kv_fp8_to_f16_bits(KvDtype dtype, uint8_t b) {
+  if (dtype == KvDtype::kFp8E5M2) return static_cast<uint16_t>(b << 8);
+  return static_cast<uint16_t>(((b & 0x80u) << 8) | ((b & 0x7Fu) << 7));
+}
+inline float kv_fp8_f16_factor(KvDtype dtype) {
+  return dtype == KvDtype::kFp8E5M2 ? 1.0f : 256.0f;
+}
+
+}  // namespace vesper::backend

@@ -1,0 +1,157 @@
+// The KV cache types through the command line on a real model: `vesper perplexity` per type
+// (the accuracy each costs on held-out text in stories260K's domain), the KL divergence against
+// a saved f32 base, the capacity a fixed --kv-cache-memory holds per type, llama.cpp's -ctk /
+// -ctv spellings, and bad values named in the error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "cli_runner.h"
+
+namespace vesper {
+namespace {
+
+using testing_util::run_vesper;
+const std::string kModel = "../shared/models/stories260K-f32.gguf";
+const std::string kText = "../shared/data/tinystories-heldout.txt";
+
+double number_after(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern))) return NAN;
+  return std::stod(m[1].str());
+}
+
+// PPL on the first 60 chunks of 128 tokens (3,780 scored tokens).
+double perplexity(const std::string& kv_type) {
+  auto r = run_vesper({"perplexity", kModel, "-f", kText, "--ctx", "128", "--chunks", "60",
+                       "--kv-cache-dtype", kv_type});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return number_after(r.out, R"(PPL = ([0-9.]+))");
+}
+
+TEST(CliKvCache, PerplexityOfEachTypeStaysNearF32) {
+  const double f32 = perplexity("f32");
+  ASSERT_GT(f32, 2.0);
+  ASSERT_LT(f32, 10.0);
+  // Measured on the whole corpus (bench/RESULTS.md): f16 +0.00%, bf16 +0.005%, int8 +0.08%,
+  // fp8_e4m3 +1.0%, fp8_e5m2 +5.0% (head size 8: a scale per 8 elements).
+  const std::map<std::string, double> bound = {
+      {"f16", 0.001}, {"bf16", 0.003}, {"int8", 0.005}, {"fp8_e4m3", 0.02}, {"fp8_e5m2", 0.08}};
+  for (const auto& [type, tolerance] : bound) {
+    const double ppl = perplexity(type);
+    std::printf("  %-9s PPL %.4f (f32 %.4f, %+.3f%%)\n", type.c_str(), ppl, f32,
+                100 * (ppl / f32 - 1));
+    EXPECT_LT(std::fabs(ppl / f32 - 1), tolerance) << type;
+  }
+}
+
+TEST(CliKvCache, KlDivergenceAgainstAnF32Base) {
+  const std::string base = ::testing::TempDir() + "/stories-f32.kld";
+  auto saved = run_vesper({"perplexity", kModel, "-f", kText, "--ctx", "128", "--chunks", "20",
+                           "--kv-cache-dtype", "f32", "--kl-divergence-base", base});
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  // Against itself: zero divergence, the same top token everywhere.
+  auto same = run_vesper({"perplexity", kModel, "--ctx", "128", "--kv-cache-dtype", "f32",
+                          "--kl-divergence-base", base, "--kl-divergence"});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(0.0, number_after(same.out, R"(Mean KLD = ([0-9.]+))")) << same.out;
+  EXPECT_NE(same.out.find("Same top token: 100.000%"), std::string::npos) << same.out;
+  double previous = 0;
+  for (const std::string type : {"f16", "int8", "fp8_e4m3"}) {
+    auto r = run_vesper({"perplexity", kModel, "--ctx", "128", "--kv-cache-dtype", type,
+                         "--kl-divergence-base", base, "--kl-divergence"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const double kl = number_after(r.out, R"(Mean KLD = ([0-9.]+))");
+    const double top = number_after(r.out, R"(Same top token: ([0-9.]+)%)");
+    std::printf("  %-9s mean KLD %.6f, same top token %.2f%%\n", type.c_str(), kl, top);
+    EXPECT_GT(kl, previous) << type << ": coarser types diverge more";
+    EXPECT_LT(kl, 0.02) << type;
+    EXPECT_GT(top, type == "f16" ? 99.5 : type == "int8" ? 97.0 : 90.0) << type;
+    previous = kl;
+  }
+  // A base from another context length is refused, naming the flag.
+  auto wrong = run_vesper(
+      {"perplexity", kModel, "--ctx", "64", "--kl-divergence-base", base, "--kl-divergence"});
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.err.find("--kl-divergence-base"), std::string::npos) << wrong.err;
+  std::remove(base.c_str());
+}
+
+// Tokens of capacity a 1 MiB KV cache holds, from the startup log's memory plan.
+double capacity(const std::vector<std::string>& kv_flags, std::string* log = nullptr) {
+  std::vector<std::string> args = {"generate",          kModel, "--prompt",      "Once",
+                                   "--max-tokens",      "4",    "--temperature", "0",
+                                   "--kv-cache-memory", "1M"};
+  args.insert(args.end(), kv_flags.begin(), kv_flags.end());
+  auto r = run_vesper(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  if (log != nullptr) *log = r.err;
+  return number_after(r.err, R"(blocks = [0-9.]+ [KMG]iB \(([0-9]+) tokens)");
+}
+
+TEST(CliKvCache, SameMemoryHoldsMoreTokensOfSmallerTypes) {
+  const double f32 = capacity({"--kv-cache-dtype", "f32"});
+  ASSERT_GT(f32, 0);
+  EXPECT_EQ(2 * f32, capacity({"--kv-cache-dtype", "f16"}));
+  EXPECT_EQ(2 * f32, capacity({}));  // auto = f16
+  // Head size 8: an int8 row is 8 bytes + 4 of scale and zero point, against 32 in f32.
+  EXPECT_NEAR(32.0 / 12.0, capacity({"--kv-cache-dtype", "int8"}) / f32, 0.03);
+  EXPECT_NEAR(32.0 / 10.0, capacity({"--kv-cache-dtype", "fp8"}) / f32, 0.03);
+  // Keys and values apart, llama.cpp's spelling: (32 + 32) / (12 + 16).
+  std::string log;
+  EXPECT_NEAR(64.0 / 28.0, capacity({"-ctk", "int8", "-ctv", "f16"}, &log) / f32, 0.03);
+  EXPECT_NE(log.find("KV cache (k int8, v f16)"), std::string::npos) << log;
+}
+
+// Each type's greedy ids for a prompt alone equal its ids inside a batch with a tiny token budget
+// (chunked prefill beside decodes).
+TEST(CliKvCache, GreedyOutputPerTypeIsTheSameAloneAndBatched) {
+  auto ids = [](const std::string& out) {
+    std::vector<nlohmann::json> v;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) v.push_back(nlohmann::json::parse(line)["token_ids"]);
+    return v;
+  };
+  for (const std::string type : {"f16", "int8", "fp8_e5m2"}) {
+    auto alone = run_vesper({"generate", kModel, "--prompt", "Lily wanted a", "--max-tokens", "24",
+                             "--temperature", "0", "--json", "--kv-cache-dtype", type});
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    auto batched =
+        run_vesper({"generate", kModel, "--prompt", "One day, a big dog", "--prompt",
+                    "Lily wanted a", "--max-tokens", "24", "--temperature", "0", "--json",
+                    "--max-num-batched-tokens", "8", "--kv-cache-dtype", type});
+    ASSERT_EQ(batched.exit_code, 0) << batched.err;
+    const auto a = ids(alone.out), b = ids(batched.out);
+    ASSERT_EQ(1u, a.size());
+    ASSERT_EQ(2u, b.size());
+    EXPECT_EQ(a[0], b[1]) << type;
+  }
+}
+
+TEST(CliKvCache, BadTypesAreUsageErrorsNamingTheFlag) {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--kv-cache-dtype", "q4_0"},
+        std::vector<std::string>{"--kv-cache-dtype-k", "fp4"},
+        std::vector<std::string>{"-ctv", "F16"}}) {
+    std::vector<std::string> args = {"generate", kModel, "--prompt", "Once", "--max-tokens", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run_vesper(args);
+    EXPECT_NE(r.exit_code, 0) << flags[0];
+    EXPECT_NE(r.err.find(flags[0] == "-ctv" ? "--kv-cache-dtype-v" : flags[0]), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("fp8_e4m3"), std::string::npos) << "lists the choices: " << r.err;
+  }
+  auto r = run_vesper({"perplexity", kModel, "-f", kText, "--kv-cache-dtype", "int4"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--kv-cache-dtype"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace vesper
