@@ -28,7 +28,8 @@ struct LatencyOptions {
   std::vector<int64_t> decode_seqs;
   int64_t repetitions = 5;
   uint64_t seed = 0;
-  std::string prompt;  // --prompt: the tg tests start from this text instead of one random token
+  std::string prompt;   // --prompt: the tg tests start from this text instead of one random token
+  int64_t n_depth = 0;  // -d: the tg tests start after a random prompt of this many tokens
   bool json = false;
   bool budget_set = false;  // --max-num-batched-tokens given on the command line
   bool seqs_set = false;    // --max-num-seqs given on the command line
@@ -88,16 +89,18 @@ Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_pro
   return static_cast<double>(n_prompt) / secs;
 }
 
-// Starts n_seqs sequences from `prompt` (or a random token; prefilled together in an untimed first
-// step), then times the decode steps that generate n_gen more tokens each: n_gen steps, or fewer
-// with speculative decoding. Returns generated tokens/s over all sequences; counts the steps.
+// Starts n_seqs sequences from `prompt` (or a random prompt of `depth` tokens, at least one, each
+// its own; prefilled together in an untimed first step), then times the decode steps that generate
+// n_gen more tokens each: n_gen steps, or fewer with speculative decoding. Returns generated
+// tokens/s over all sequences; counts the steps.
 Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
-                          const std::vector<int32_t>& prompt, int64_t n_seqs, int64_t n_gen,
-                          int64_t run, int64_t& timed_steps) {
+                          const std::vector<int32_t>& prompt, int64_t depth, int64_t n_seqs,
+                          int64_t n_gen, int64_t run, int64_t& timed_steps) {
   const std::string prefix = "tg" + std::to_string(run) + "-";
   for (int64_t s = 0; s < n_seqs; ++s)
     if (auto st =
-            e.add_request({prefix + std::to_string(s), prompt.empty() ? tokens.prompt(1) : prompt,
+            e.add_request({prefix + std::to_string(s),
+                           prompt.empty() ? tokens.prompt(std::max<int64_t>(depth, 1)) : prompt,
                            greedy_params(n_gen + 1)});
         !st)
       return make_error("--n-gen " + std::to_string(n_gen) + ": " + st.error().message);
@@ -168,13 +171,16 @@ int run_latency(LatencyOptions& o) {
   for (int64_t n : o.decode_seqs) max_seqs = std::max(max_seqs, n);
   // The prompt must be one batch (as llama-bench's pp test with n_batch = n_ubatch >= n_prompt),
   // so the default token budget grows with --n-prompt; an explicit smaller one is an error.
-  if (o.budget_set && o.engine.max_num_batched_tokens < std::max(o.n_prompt, max_seqs))
+  // Likewise the tg tests' prompts (-d tokens each, all sequences at once).
+  if (o.n_depth > 0 && !o.prompt.empty()) return fail("--n-depth and --prompt exclude each other");
+  const int64_t tg_tokens = max_seqs * std::max<int64_t>(o.n_depth, 1);
+  if (o.budget_set && o.engine.max_num_batched_tokens < std::max(o.n_prompt, tg_tokens))
     return fail("--max-num-batched-tokens " + std::to_string(o.engine.max_num_batched_tokens) +
-                " is below --n-prompt / --decode-seqs (" +
-                std::to_string(std::max(o.n_prompt, max_seqs)) +
+                " is below --n-prompt / --decode-seqs x --n-depth (" +
+                std::to_string(std::max(o.n_prompt, tg_tokens)) +
                 "): the prompt must be prefilled in one step");
   o.engine.max_num_batched_tokens =
-      std::max({o.engine.max_num_batched_tokens, o.n_prompt, max_seqs});
+      std::max({o.engine.max_num_batched_tokens, o.n_prompt, tg_tokens});
   if (o.seqs_set && o.engine.max_num_seqs < max_seqs)
     return fail("--max-num-seqs " + std::to_string(o.engine.max_num_seqs) +
                 " is below --decode-seqs " + std::to_string(max_seqs));
@@ -191,9 +197,12 @@ int run_latency(LatencyOptions& o) {
   std::vector<Test> tests;
   if (o.n_prompt > 0) tests.push_back({"pp" + std::to_string(o.n_prompt), o.n_prompt, 0, {}});
   if (o.n_gen > 0) {
-    tests.push_back({"tg" + std::to_string(o.n_gen), 0, 1, {}});
+    // llama-bench's "@ dD" suffix, spelled _dD.
+    const std::string depth = o.n_depth > 0 ? "_d" + std::to_string(o.n_depth) : "";
+    tests.push_back({"tg" + std::to_string(o.n_gen) + depth, 0, 1, {}});
     for (int64_t n : o.decode_seqs)
-      tests.push_back({"tg" + std::to_string(o.n_gen) + "_seqs" + std::to_string(n), 0, n, {}});
+      tests.push_back(
+          {"tg" + std::to_string(o.n_gen) + "_seqs" + std::to_string(n) + depth, 0, n, {}});
   }
   int64_t run = 0;
   for (Test& t : tests) {
@@ -203,8 +212,9 @@ int run_latency(LatencyOptions& o) {
       const int64_t n_gen = r == 0 ? std::min<int64_t>(o.n_gen, 8) : o.n_gen;
       const engine::EngineStats before = e.stats();
       int64_t steps = 0;
-      auto rate = t.n_prompt > 0 ? run_prefill(e, tokens, t.n_prompt, run++)
-                                 : run_decode(e, tokens, prompt, t.n_seqs, n_gen, run++, steps);
+      auto rate = t.n_prompt > 0
+                      ? run_prefill(e, tokens, t.n_prompt, run++)
+                      : run_decode(e, tokens, prompt, o.n_depth, t.n_seqs, n_gen, run++, steps);
       if (!rate) return fail(t.name + ": " + rate.error().message);
       if (!std::isfinite(*rate) || *rate <= 0) return fail(t.name + ": the timer measured no time");
       if (r > 0) {
@@ -275,6 +285,8 @@ CommandRunner add_bench_latency_command(CLI::App& bench) {
       "                 generated tokens/s over the decode steps only\n"
       "  tgN_seqsS      S sequences (--decode-seqs) decoding together, one token each per step:\n"
       "                 total generated tokens/s\n"
+      "  tgN_dD         with -d D: the tg tests after a random D-token prompt per sequence "
+      "(tgN_seqsS_dD)\n"
       "With speculative decoding (--speculative-model) each tg test also reports its acceptance "
       "rate and the\n"
       "tokens each sequence gains per target pass.\n"
@@ -288,6 +300,10 @@ CommandRunner add_bench_latency_command(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-n,--n-gen", o->n_gen, "Decode steps of the tg tests (0: skip them)")
       ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-d,--n-depth", o->n_depth,
+                  "The tg tests start after a random prompt of this many tokens, prefilled "
+                  "untimed (llama-bench's -d): decoding at that context length")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--decode-seqs", o->decode_seqs,
                   "Also measure batched decoding with this many sequences at once (comma-separated "

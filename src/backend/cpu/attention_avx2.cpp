@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/cpu/attention_kernel.h"
@@ -109,62 +110,76 @@ void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, cons
   }
 }
 
-// One KV row decoded to f32, 8 elements a vector: the same values as decode_kv_row (every
-// conversion is exact or, for int8, the same single fma), which also decodes the tail.
-void decode_row(KvDtype dtype, const std::byte* row, int64_t n, float* out) {
-  const int64_t body = n / kLanes * kLanes;
-  const auto* p = reinterpret_cast<const unsigned char*>(row);
-  int64_t i = 0;
-  switch (dtype) {
-    case KvDtype::kF32:
-    case KvDtype::kF16:
-    case KvDtype::kBF16:
-      if (dtype == KvDtype::kF16) {
-        for (; i < body; i += kLanes)
-          _mm256_storeu_ps(
-              out + i,
-              _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
-      } else if (dtype == KvDtype::kBF16) {
-        for (; i < body; i += kLanes) {
-          const __m256i w =
-              _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
-          _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-        }
+// The row's f16 metadata word i (0: scale, 1: zero point) as f32, by F16C.
+float row_meta(const unsigned char* meta, int i) {
+  uint16_t h;
+  std::memcpy(&h, meta + 2 * i, sizeof(h));
+  return _cvtsh_ss(h);
+}
+
+// `rows` KV rows decoded to f32, 8 elements a vector, one type's loop over the whole tile (no
+// per-row dispatch): the same values as decode_kv_row (every conversion is exact or, for int8,
+// the same single fma), which also decodes the tails of head sizes that are not multiples of 8.
+template <KvDtype kType>
+void decode_rows(const std::byte* const* rows, int64_t n, int64_t head_dim, float* out) {
+  const int64_t body = head_dim / kLanes * kLanes;
+  const int64_t meta = head_dim * kv_element_bytes(kType);
+  for (int64_t r = 0; r < n; ++r, out += head_dim) {
+    const auto* p = reinterpret_cast<const unsigned char*>(rows[r]);
+    if constexpr (kType == KvDtype::kF16) {
+      for (int64_t i = 0; i < body; i += kLanes)
+        _mm256_storeu_ps(
+            out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
+    } else if constexpr (kType == KvDtype::kBF16) {
+      for (int64_t i = 0; i < body; i += kLanes) {
+        const __m256i w =
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
+        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
       }
-      break;
-    case KvDtype::kFp8E4M3:
-    case KvDtype::kFp8E5M2: {
-      const __m256 scale = _mm256_set1_ps(kv_row_meta(dtype, row, n, 0) * kv_fp8_f16_factor(dtype));
-      for (; i < body; i += kLanes) {
+    } else if constexpr (kType == KvDtype::kFp8E4M3 || kType == KvDtype::kFp8E5M2) {
+      const __m256 scale = _mm256_set1_ps(row_meta(p + meta, 0) * kv_fp8_f16_factor(kType));
+      for (int64_t i = 0; i < body; i += kLanes) {
         const __m128i b =
             _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)));
         // kv_fp8_to_f16_bits, 8 lanes at once.
         const __m128i h =
-            dtype == KvDtype::kFp8E5M2
+            kType == KvDtype::kFp8E5M2
                 ? _mm_slli_epi16(b, 8)
                 : _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
                                _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7));
         _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(h), scale));
       }
-      break;
-    }
-    case KvDtype::kInt8: {
-      const __m256 scale = _mm256_set1_ps(kv_row_meta(dtype, row, n, 0));
-      const __m256 zero = _mm256_set1_ps(kv_row_meta(dtype, row, n, 1));
-      for (; i < body; i += kLanes) {
+    } else if constexpr (kType == KvDtype::kInt8) {
+      const __m256 scale = _mm256_set1_ps(row_meta(p + meta, 0));
+      const __m256 zero = _mm256_set1_ps(row_meta(p + meta, 1));
+      for (int64_t i = 0; i < body; i += kLanes) {
         const __m256 q = _mm256_cvtepi32_ps(
             _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
         _mm256_storeu_ps(out + i, _mm256_fmadd_ps(q, scale, zero));
       }
-      break;
     }
+    if (body < head_dim) decode_kv_row(kType, rows[r], head_dim, out, body);
   }
-  decode_kv_row(dtype, row, n, out, i);  // the tail, or the whole row of an f32 cache
 }
 
 struct Avx2Tile {
-  static void decode(KvDtype dtype, const std::byte* row, int64_t head_dim, float* out) {
-    decode_row(dtype, row, head_dim, out);
+  static void decode(KvDtype dtype, const std::byte* const* rows, int64_t n, int64_t head_dim,
+                     float* out) {
+    switch (dtype) {
+      case KvDtype::kF16:
+        return decode_rows<KvDtype::kF16>(rows, n, head_dim, out);
+      case KvDtype::kBF16:
+        return decode_rows<KvDtype::kBF16>(rows, n, head_dim, out);
+      case KvDtype::kFp8E4M3:
+        return decode_rows<KvDtype::kFp8E4M3>(rows, n, head_dim, out);
+      case KvDtype::kFp8E5M2:
+        return decode_rows<KvDtype::kFp8E5M2>(rows, n, head_dim, out);
+      case KvDtype::kInt8:
+        return decode_rows<KvDtype::kInt8>(rows, n, head_dim, out);
+      case KvDtype::kF32:
+        break;
+    }
+    for (int64_t i = 0; i < n; ++i) decode_kv_row(dtype, rows[i], head_dim, out + i * head_dim);
   }
 
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,

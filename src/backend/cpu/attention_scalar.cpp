@@ -30,8 +30,9 @@ float score(const float* q, const float* k, int64_t head_dim, float scale) {
 }
 
 struct ScalarTile {
-  static void decode(KvDtype dtype, const std::byte* row, int64_t head_dim, float* out) {
-    decode_kv_row(dtype, row, head_dim, out);
+  static void decode(KvDtype dtype, const std::byte* const* rows, int64_t n, int64_t head_dim,
+                     float* out) {
+    for (int64_t i = 0; i < n; ++i) decode_kv_row(dtype, rows[i], head_dim, out + i * head_dim);
   }
 
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,

@@ -29,8 +29,9 @@ namespace {
 // query head. f32 rows are used in place.
 //
 // Tile must provide:
-//   static void decode(KvDtype dtype, const std::byte* row, int64_t head_dim, float* out);
-//     out = decode_kv_row of the row (bit for bit; kv_codec.h).
+//   static void decode(KvDtype dtype, const std::byte* const* rows, int64_t n, int64_t head_dim,
+//                      float* out);
+//     out[i * head_dim ..] = decode_kv_row of rows[i], i < n (bit for bit; kv_codec.h).
 //   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
 //                    int64_t nt, int64_t head_dim, float scale, float* scores, float* acc,
 //                    float& run_max, float& run_sum);
@@ -42,25 +43,23 @@ namespace {
 // past the context (its ancestors' slots), so rows cannot share tiles there. Trees are a few
 // rows, so this costs little; the arithmetic per row is the chain's (same tiles, same order).
 // Points k_rows / v_rows [0, nt) at the tile's rows as f32: in place for f32 rows, else decoded
-// into k_tile / v_tile ([kAttentionTile][head_dim]).
+// into k_tile / v_tile ([kAttentionTile][head_dim]) by the kernel's decoder, a tile at a time.
 template <class Tile>
 void load_tile(const KvCacheSpec& spec, const std::byte* const* k_src,
                const std::byte* const* v_src, int64_t nt, const float** k_rows,
                const float** v_rows, float* k_tile, float* v_tile) {
   const int64_t hd = spec.head_dim;
-  for (int64_t i = 0; i < nt; ++i) {
-    if (spec.dtypes.k == KvDtype::kF32) {
-      k_rows[i] = reinterpret_cast<const float*>(k_src[i]);
-    } else {
-      Tile::decode(spec.dtypes.k, k_src[i], hd, k_tile + i * hd);
-      k_rows[i] = k_tile + i * hd;
-    }
-    if (spec.dtypes.v == KvDtype::kF32) {
-      v_rows[i] = reinterpret_cast<const float*>(v_src[i]);
-    } else {
-      Tile::decode(spec.dtypes.v, v_src[i], hd, v_tile + i * hd);
-      v_rows[i] = v_tile + i * hd;
-    }
+  if (spec.dtypes.k == KvDtype::kF32) {
+    for (int64_t i = 0; i < nt; ++i) k_rows[i] = reinterpret_cast<const float*>(k_src[i]);
+  } else {
+    Tile::decode(spec.dtypes.k, k_src, nt, hd, k_tile);
+    for (int64_t i = 0; i < nt; ++i) k_rows[i] = k_tile + i * hd;
+  }
+  if (spec.dtypes.v == KvDtype::kF32) {
+    for (int64_t i = 0; i < nt; ++i) v_rows[i] = reinterpret_cast<const float*>(v_src[i]);
+  } else {
+    Tile::decode(spec.dtypes.v, v_src, nt, hd, v_tile);
+    for (int64_t i = 0; i < nt; ++i) v_rows[i] = v_tile + i * hd;
   }
 }
 
