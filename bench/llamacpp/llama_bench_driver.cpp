@@ -52,6 +52,11 @@ void usage(const char* argv0) {
       "  -r, --repetitions R    timed runs per test; the median is reported (default 5)\n"
       "  --seed N               seed of the random tokens (default 0)\n"
       "  --flash-attn on|off|auto   (default auto, llama.cpp's default)\n"
+      "  -ctk, --cache-type-k T  KV cache type of keys: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+      "                         q5_1, iq4_nl (default f16, llama.cpp's)\n"
+      "  -ctv, --cache-type-v T  the same for values\n"
+      "  -d, --n-depth D        the tg tests start after a random D-token prompt per sequence,\n"
+      "                         prefilled untimed (llama-bench's -d)\n"
       "  --cpu-variant NAME     force a libggml-cpu-NAME.so (default: the best this CPU runs)\n"
       "  --json                 print one JSON object: {\"pp512_tokens_per_s\": ..., "
       "\"tg128_tokens_per_s\": ...,\n"
@@ -98,9 +103,23 @@ struct Options {
   int repetitions = 5;
   unsigned seed = 0;
   llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
+  ggml_type type_k = GGML_TYPE_F16;
+  ggml_type type_v = GGML_TYPE_F16;
+  int n_depth = 0;
   std::string cpu_variant;
   bool json = false;
 };
+
+ggml_type parse_cache_type(const std::string& flag, const std::string& v) {
+  const std::pair<const char*, ggml_type> types[] = {
+      {"f32", GGML_TYPE_F32},   {"f16", GGML_TYPE_F16},   {"bf16", GGML_TYPE_BF16},
+      {"q8_0", GGML_TYPE_Q8_0}, {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1},
+      {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1}, {"iq4_nl", GGML_TYPE_IQ4_NL}};
+  for (const auto& [name, type] : types)
+    if (v == name) return type;
+  die("%s: unknown cache type \"%s\"", flag.c_str(), v.c_str());
+  return GGML_TYPE_F16;
+}
 
 int parse_int(const std::string& flag, const char* s, int min) {
   char* end = nullptr;
@@ -149,6 +168,12 @@ Options parse(int argc, char** argv) {
         o.flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
       else
         die("--flash-attn must be on, off or auto, got \"%s\"", v.c_str());
+    } else if (a == "-ctk" || a == "--cache-type-k") {
+      o.type_k = parse_cache_type(a, value());
+    } else if (a == "-ctv" || a == "--cache-type-v") {
+      o.type_v = parse_cache_type(a, value());
+    } else if (a == "-d" || a == "--n-depth") {
+      o.n_depth = parse_int(a, value(), 0);
     } else if (a == "--cpu-variant") {
       o.cpu_variant = value();
     } else if (a == "--json") {
@@ -186,6 +211,8 @@ llama_context* make_context(llama_model* model, const Options& o, int n_seqs, in
   c.n_threads = o.threads;
   c.n_threads_batch = o.threads;
   c.flash_attn_type = o.flash_attn;
+  c.type_k = o.type_k;
+  c.type_v = o.type_v;
   c.no_perf = true;
   llama_context* ctx = llama_init_from_model(model, c);
   if (!ctx) die("cannot create a llama context for %d sequences (run with --verbose)", n_seqs);
@@ -218,13 +245,27 @@ double run_prompt(llama_context* ctx, RandomTokens& tokens, int n_prompt) {
   return n_prompt / seconds_since(t0);
 }
 
-// n_seqs sequences, one token each per step; step 0 (position 0) is untimed.
-double run_decode(llama_context* ctx, RandomTokens& tokens, int n_seqs, int n_gen) {
+// n_seqs sequences, one token each per step; step 0 (positions 0..depth, a random prompt of
+// depth + 1 tokens per sequence) is untimed.
+double run_decode(llama_context* ctx, RandomTokens& tokens, int n_seqs, int n_gen, int depth) {
   llama_memory_clear(llama_get_memory(ctx), true);
-  llama_batch batch = llama_batch_init(n_seqs, 0, 1);
+  llama_batch batch = llama_batch_init(std::max(n_seqs * (depth + 1), n_seqs), 0, 1);
+  if (depth > 0) {
+    batch.n_tokens = 0;
+    for (int s = 0; s < n_seqs; ++s)
+      for (int pos = 0; pos < depth; ++pos) {
+        const int i = batch.n_tokens++;
+        batch.token[i] = pos == 0 ? tokens.first() : tokens.next();
+        batch.pos[i] = pos;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = s;
+        batch.logits[i] = false;
+      }
+    if (llama_decode(ctx, batch) != 0) die("llama_decode of the -d prompts failed");
+  }
   Clock::time_point t0;
-  for (int pos = 0; pos <= n_gen; ++pos) {
-    if (pos == 1) t0 = Clock::now();
+  for (int pos = depth; pos <= depth + n_gen; ++pos) {
+    if (pos == depth + 1) t0 = Clock::now();
     batch.n_tokens = n_seqs;
     for (int s = 0; s < n_seqs; ++s) {
       batch.token[s] = pos == 0 ? tokens.first() : tokens.next();
@@ -276,19 +317,23 @@ int main(int argc, char** argv) {
   std::vector<Test> tests;
   if (o.n_prompt > 0) tests.push_back({"pp" + std::to_string(o.n_prompt), o.n_prompt, 0, {}});
   if (o.n_gen > 0) {
-    tests.push_back({"tg" + std::to_string(o.n_gen), 0, 1, {}});
+    const std::string depth = o.n_depth > 0 ? "_d" + std::to_string(o.n_depth) : "";
+    tests.push_back({"tg" + std::to_string(o.n_gen) + depth, 0, 1, {}});
     for (int s : o.decode_seqs)
-      tests.push_back({"tg" + std::to_string(o.n_gen) + "_seqs" + std::to_string(s), 0, s, {}});
+      tests.push_back(
+          {"tg" + std::to_string(o.n_gen) + "_seqs" + std::to_string(s) + depth, 0, s, {}});
   }
   for (Test& t : tests) {
     llama_context* ctx = t.n_prompt > 0
                              ? make_context(model, o, 1, t.n_prompt, t.n_prompt, pool->get())
-                             : make_context(model, o, t.n_seqs, o.n_gen + 1, t.n_seqs, pool->get());
+                             : make_context(model, o, t.n_seqs, o.n_depth + o.n_gen + 1,
+                                            t.n_seqs * std::max(o.n_depth, 1), pool->get());
     for (int r = 0; r <= o.repetitions; ++r) {  // r == 0: warm-up
       // The warm-up of a decode test is short: a few steps page the weights in as well as N.
-      const double rate = t.n_prompt > 0 ? run_prompt(ctx, tokens, t.n_prompt)
-                                         : run_decode(ctx, tokens, t.n_seqs,
-                                                      r == 0 ? std::min(o.n_gen, 8) : o.n_gen);
+      const double rate = t.n_prompt > 0
+                              ? run_prompt(ctx, tokens, t.n_prompt)
+                              : run_decode(ctx, tokens, t.n_seqs,
+                                           r == 0 ? std::min(o.n_gen, 8) : o.n_gen, o.n_depth);
       if (r > 0) t.samples.push_back(rate);
     }
     llama_free(ctx);

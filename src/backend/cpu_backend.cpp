@@ -238,7 +238,7 @@ AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
 
 void CpuBackend::write_kv(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& k,
                           const Tensor& v) {
-  backend::write_kv(cache(kv), layer, attention_batch(in), ptr(k), ptr(v));
+  backend::write_kv(cache(kv), layer, attention_batch(in), ptr(k), ptr(v), *pool_);
 }
 
 void CpuBackend::paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in,

@@ -19,8 +19,8 @@ enum class KvDtype : uint8_t {
   kF32,      // 4 bytes an element
   kF16,      // 2 bytes, IEEE half (round to nearest even); the default ("auto")
   kBF16,     // 2 bytes, bfloat16 (round to nearest even)
-  kFp8E4M3,  // 1 byte (OCP e4m3fn, saturating) + an f16 scale per row: amax maps to 448
-  kFp8E5M2,  // 1 byte (e5m2, saturating) + an f16 scale per row: amax maps to 57344
+  kFp8E4M3,  // 1 byte (OCP e4m3fn, saturating) + an f16 scale per row (amax to 448 or 448/√2)
+  kFp8E5M2,  // 1 byte (e5m2, saturating) + an f16 scale per row (amax to 57344 or 57344/√2)
   kInt8,     // 1 byte, asymmetric: x = q * scale + zero, q in 0..255; f16 scale and zero per row
 };
 

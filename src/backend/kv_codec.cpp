@@ -38,34 +38,53 @@ int clamp_round(float v, int lo, int hi) {
 
 struct Fp8Format {
   int mantissa_bits;
-  int min_normal_exp;  // exponent of the smallest normal value
-  float max;           // largest finite value
-  uint8_t max_code;    // its bits, without the sign
+  int min_normal_exp;     // exponent of the smallest normal value
+  float max;              // largest finite value
+  uint8_t max_code;       // its bits, without the sign
+  float min_normal;       // 2^min_normal_exp
+  float subnormal_units;  // 2^(mantissa_bits - min_normal_exp): subnormal codes per unit
+  float subnormal_step;   // its inverse: the value of subnormal code 1
 };
-constexpr Fp8Format kE4M3{3, -6, 448.0f, 0x7E};
-constexpr Fp8Format kE5M2{2, -14, 57344.0f, 0x7B};
+constexpr Fp8Format kE4M3{3, -6, 448.0f, 0x7E, 0x1p-6f, 0x1p9f, 0x1p-9f};
+constexpr Fp8Format kE5M2{2, -14, 57344.0f, 0x7B, 0x1p-14f, 0x1p16f, 0x1p-16f};
 
 // v in fp8, rounded to nearest even, saturating; NaN becomes 0. Normal values are rounded in
 // their f32 bits (the carry of a rounded-up mantissa moves into the exponent, as it should);
-// values below the smallest normal are counted in steps of the subnormal spacing.
-uint8_t encode_fp8(float v, const Fp8Format& f) {
+// values below the smallest normal are counted in steps of the subnormal spacing. `value` gets
+// the code's value (exact in f32).
+uint8_t encode_fp8(float v, const Fp8Format& f, float& value) {
   const uint8_t sign = std::signbit(v) ? 0x80 : 0;
   const float a = std::fabs(v);
-  if (std::isnan(a)) return 0;
-  if (a >= f.max) return sign | f.max_code;
-  const int m = f.mantissa_bits;
-  if (a < std::ldexp(1.0f, f.min_normal_exp)) {
-    // Subnormal: a in units of 2^(min_exp - m), exact, rounded; 2^m lands on the smallest normal.
-    return static_cast<uint8_t>(
-        sign | static_cast<int>(std::nearbyint(std::ldexp(a, m - f.min_normal_exp))));
+  int code;
+  float magnitude;
+  if (std::isnan(a)) {
+    value = 0;
+    return 0;
   }
-  const int shift = 23 - m;
-  uint32_t bits = std::bit_cast<uint32_t>(a);
-  bits += (1u << (shift - 1)) - 1 + ((bits >> shift) & 1u);  // round to nearest even
-  const int exp = static_cast<int>(bits >> 23) - 127;
-  const int code =
-      ((exp - f.min_normal_exp + 1) << m) | static_cast<int>((bits >> shift) & ((1u << m) - 1));
-  return static_cast<uint8_t>(sign | std::min<int>(code, f.max_code));
+  if (a >= f.max) {
+    code = f.max_code;
+    magnitude = f.max;
+  } else if (a < f.min_normal) {
+    // Subnormal: a in units of the subnormal step (exact), rounded; 2^m lands on the smallest
+    // normal, whose code follows the subnormals'.
+    code = static_cast<int>(std::nearbyint(a * f.subnormal_units));
+    magnitude = static_cast<float>(code) * f.subnormal_step;
+  } else {
+    const int m = f.mantissa_bits, shift = 23 - m;
+    uint32_t bits = std::bit_cast<uint32_t>(a);
+    bits += (1u << (shift - 1)) - 1 + ((bits >> shift) & 1u);  // round to nearest even
+    bits &= ~((1u << shift) - 1);
+    const int exp = static_cast<int>(bits >> 23) - 127;
+    code =
+        ((exp - f.min_normal_exp + 1) << m) | static_cast<int>((bits >> shift) & ((1u << m) - 1));
+    magnitude = std::bit_cast<float>(bits);
+    if (code > f.max_code) {
+      code = f.max_code;
+      magnitude = f.max;
+    }
+  }
+  value = sign ? -magnitude : magnitude;
+  return static_cast<uint8_t>(sign | code);
 }
 
 }  // namespace
@@ -87,11 +106,41 @@ void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row) {
       float amax = 0;
       for (int64_t i = 0; i < n; ++i)
         if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
-      const uint16_t scale_bits = f16_round_up(amax / f.max);
-      const float scale = fp16_to_f32(scale_bits);
-      for (int64_t i = 0; i < n; ++i)
-        row[i] = std::byte{scale == 0 ? uint8_t{0} : encode_fp8(x[i] / scale, f)};
-      store_f16(row + n, scale_bits);
+      // Each candidate scale's codes and squared error; the best (first on ties) is kept.
+      // (An fp8 value times an f16 scale is exact in f32, so `value * scale` is the decoded
+      // element decode_kv_row gives.)
+      constexpr int64_t kKeep = 512;  // rows up to this long keep the best codes as they go
+      uint8_t codes[kKeep], best[kKeep];
+      double best_err = INFINITY;
+      uint16_t best_bits = 0;
+      for (const float step : kFp8ScaleSteps) {
+        const uint16_t bits = f16_round_up(amax / f.max * step);
+        const float scale = fp16_to_f32(bits);
+        if (scale == 0) break;  // an all-zero row: codes of 0, scale 0
+        double err = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          float value;
+          const uint8_t code = encode_fp8(x[i] / scale, f, value);
+          if (i < kKeep) codes[i] = code;
+          if (std::isfinite(x[i])) {
+            const double d = static_cast<double>(value * scale) - static_cast<double>(x[i]);
+            err += d * d;
+          }
+        }
+        if (err < best_err) {
+          best_err = err;
+          best_bits = bits;
+          std::memcpy(best, codes, static_cast<size_t>(std::min(n, kKeep)));
+        }
+      }
+      const float scale = fp16_to_f32(best_bits);
+      for (int64_t i = 0; i < n; ++i) {
+        float value;
+        row[i] = std::byte{scale == 0  ? uint8_t{0}
+                           : i < kKeep ? best[i]
+                                       : encode_fp8(x[i] / scale, f, value)};
+      }
+      store_f16(row + n, best_bits);
       return;
     }
     case KvDtype::kInt8: {

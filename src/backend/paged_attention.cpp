@@ -10,13 +10,14 @@
 
 namespace vesper::backend {
 
-void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
-              const float* v) {
+namespace {
+
+// Writes tokens [begin, end) of the batch.
+void write_tokens(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
+                  const float* v, int64_t begin, int64_t end) {
   const int64_t n = cache.spec().token_elements(), head_dim = cache.spec().head_dim;
-  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+  for (int64_t t = begin; t < end; ++t) {
     const int64_t slot = batch.slot_mapping[t];
-    VESPER_CHECK(slot >= 0 && slot < cache.num_slots(), "slot %lld out of range",
-                 static_cast<long long>(slot));
     // k and v hold a token's heads side by side; the cache keeps each head's rows apart, each
     // encoded in the cache's type with its own scales (kv_codec.h).
     for (int64_t h = 0; h < cache.spec().n_kv_heads; ++h) {
@@ -24,6 +25,36 @@ void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const 
       cache.write_value(layer, slot, h, v + t * n + h * head_dim);
     }
   }
+}
+
+}  // namespace
+
+void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
+              const float* v, ThreadPool& pool) {
+  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+    const int64_t slot = batch.slot_mapping[t];
+    VESPER_CHECK(slot >= 0 && slot < cache.num_slots(), "slot %lld out of range",
+                 static_cast<long long>(slot));
+  }
+  // f32 rows are copies, and a few tokens are less work than waking the pool.
+  const KvDtypes d = cache.spec().dtypes;
+  const bool copies = d.k == KvDtype::kF32 && d.v == KvDtype::kF32;
+  if (copies || batch.num_tokens < 8 || pool.num_threads() == 1) {
+    write_tokens(cache, layer, batch, k, v, 0, batch.num_tokens);
+    return;
+  }
+  // One pointer-sized capture, so std::function does not allocate.
+  struct Job {
+    KvCache* cache;
+    int64_t layer;
+    const AttentionBatch* batch;
+    const float *k, *v;
+  } job{&cache, layer, &batch, k, v};
+  pool.run([&job](int thread, int n_threads) {
+    const int64_t tokens = job.batch->num_tokens;
+    write_tokens(*job.cache, job.layer, *job.batch, job.k, job.v, tokens * thread / n_threads,
+                 tokens * (thread + 1) / n_threads);
+  });
 }
 
 namespace cpu {

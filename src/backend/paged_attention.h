@@ -38,9 +38,11 @@ struct AttentionBatch {
   const int32_t* query_start = nullptr;
 };
 
-// Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot.
+// Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot, encoded
+// in the cache's types (kv_codec.h). Tokens are split over the pool's threads when there are
+// enough of them to pay for it; every row's bytes are the same either way.
 void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
-              const float* v);
+              const float* v, ThreadPool& pool);
 
 // out[t] (n_heads x head_dim) = softmax(scale * q[t] . K) V over the token's context.
 // n_heads must be a multiple of the cache's n_kv_heads (grouped-query attention). Computed with

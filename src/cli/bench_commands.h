@@ -1,9 +1,21 @@
 // The `vesper bench` family: each benchmark registers itself on the `bench` subcommand.
 #pragma once
 
+#include <nlohmann/json.hpp>
+#include <string>
+
 #include "cli/commands.h"
+#include "engine/memory_plan.h"
 
 namespace vesper::cli {
+
+// The KV cache a benchmark ran with, as its JSON reports it: the element types, bytes per token
+// (scales included) and tokens of capacity.
+inline nlohmann::json kv_cache_json(const engine::MemoryPlan& plan) {
+  return {{"dtype", plan.kv_dtype},
+          {"bytes_per_token", plan.bytes_per_token},
+          {"tokens", plan.token_capacity()}};
+}
 
 CommandRunner add_bench_throughput_command(CLI::App& bench);
 CommandRunner add_bench_latency_command(CLI::App& bench);

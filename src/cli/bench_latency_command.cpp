@@ -232,8 +232,10 @@ int run_latency(LatencyOptions& o) {
   const int threads = o.engine.threads > 0 ? o.engine.threads : ThreadPool::hardware_threads();
   const bool speculating = o.engine.speculating();
   if (o.json) {
-    nlohmann::json j = {
-        {"model", o.engine.model_path}, {"threads", threads}, {"repetitions", o.repetitions}};
+    nlohmann::json j = {{"model", o.engine.model_path},
+                        {"threads", threads},
+                        {"repetitions", o.repetitions},
+                        {"kv_cache", kv_cache_json(e.memory_plan())}};
     for (const Test& t : tests) {
       j[t.name + "_tokens_per_s"] = median(t.samples);
       j["samples"][t.name] = t.samples;

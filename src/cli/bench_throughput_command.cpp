@@ -213,7 +213,8 @@ int run_throughput(const ThroughputOptions& o) {
                         {"num_steps", st.num_steps},
                         {"num_preemptions", st.num_preemptions},
                         {"max_num_batched_tokens", e.scheduler_config().max_num_batched_tokens},
-                        {"max_num_seqs", e.scheduler_config().max_num_seqs}};
+                        {"max_num_seqs", e.scheduler_config().max_num_seqs},
+                        {"kv_cache", kv_cache_json(e.memory_plan())}};
     if (o.engine.speculating())
       j["speculative"] = {{"acceptance_rate", acceptance},
                           {"draft_tokens", st.spec_num_draft_tokens},
@@ -226,11 +227,12 @@ int run_throughput(const ThroughputOptions& o) {
     std::printf(
         "scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked "
         "prefill %s, "
-        "KV blocks %lld x %lld tokens\n",
+        "KV blocks %lld x %lld tokens (%s, %lld bytes/token)\n",
         static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
         static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
         static_cast<long long>(e.memory_plan().num_blocks),
-        static_cast<long long>(e.memory_plan().block_size));
+        static_cast<long long>(e.memory_plan().block_size), e.memory_plan().kv_dtype.c_str(),
+        static_cast<long long>(e.memory_plan().bytes_per_token));
     std::printf(
         "requests: %lld, prompt tokens: %lld, output tokens: %lld, steps: %lld, preemptions: "
         "%lld\n",

@@ -20,7 +20,9 @@ int run_main(int argc, char** argv) {
       "Run `vesper COMMAND --help` for the options of a command."};
   app.require_subcommand(1);
   std::map<CLI::App*, CommandRunner> runners;
-  auto add = [&](CommandRunner runner) { runners[app.get_subcommands({}).back()] = std::move(runner); };
+  auto add = [&](CommandRunner runner) {
+    runners[app.get_subcommands({}).back()] = std::move(runner);
+  };
   add(add_serve_command(app));
   add(add_generate_command(app));
   add(add_inspect_command(app));
@@ -37,8 +39,9 @@ int run_main(int argc, char** argv) {
       names += (names.empty() ? "" : ", ") + sub->get_name();
     }
     if (!known) {
-      std::fprintf(stderr, "vesper: error: unknown command \"%s\"; commands: %s (see vesper --help)\n", argv[1],
-                   names.c_str());
+      std::fprintf(stderr,
+                   "vesper: error: unknown command \"%s\"; commands: %s (see vesper --help)\n",
+                   argv[1], names.c_str());
       return 2;
     }
   }
@@ -65,8 +68,8 @@ int run_main(int argc, char** argv) {
   }
   // The innermost chosen subcommand runs (e.g. `bench throughput`).
   CLI::App* chosen = nullptr;
-  for (CLI::App* sub = app.get_subcommands().empty() ? nullptr : app.get_subcommands()[0]; sub != nullptr;
-       sub = sub->get_subcommands().empty() ? nullptr : sub->get_subcommands()[0])
+  for (CLI::App* sub = app.get_subcommands().empty() ? nullptr : app.get_subcommands()[0];
+       sub != nullptr; sub = sub->get_subcommands().empty() ? nullptr : sub->get_subcommands()[0])
     chosen = sub;
   auto it = runners.find(chosen);
   return it == runners.end() ? 2 : it->second();

@@ -30,10 +30,12 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       "--kv-cache-memory", f.kv_cache_memory,
       "KV cache size, e.g. 512M or 2G (default: a quarter of available memory, at most 4G, "
       "no more than --max-num-seqs full-length sequences need)");
-  cmd->add_option("--kv-cache-dtype", f.kv_cache_dtype,
-                  "Element type of the cached keys and values: " + backend::kv_dtype_choices() +
-                      ". Quantized types keep a scale per token and head (fp8: amax maps to the "
-                      "format's largest value; int8: asymmetric, scale and zero point)")
+  cmd->add_option(
+         "--kv-cache-dtype", f.kv_cache_dtype,
+         "Element type of the cached keys and values: " + backend::kv_dtype_choices() +
+             ". Quantized types keep a scale per token and head, computed as each token is "
+             "written (fp8: the row's largest magnitude maps near the format's largest "
+             "value; int8: asymmetric, scale and zero point)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype-k,--cache-type-k", f.kv_cache_dtype_k,
                   "Element type of the cached keys alone (default: --kv-cache-dtype); "

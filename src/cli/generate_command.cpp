@@ -29,36 +29,54 @@ struct PromptJob {
 };
 
 // Per-prompt fields of a JSONL prompts file override the command-line sampling flags.
-Result<PromptJob> parse_job_line(const std::string& line, const sample::SamplingParams& defaults, size_t line_no,
-                                 const std::string& path) {
+Result<PromptJob> parse_job_line(const std::string& line, const sample::SamplingParams& defaults,
+                                 size_t line_no, const std::string& path) {
   const std::string where = path + ":" + std::to_string(line_no) + ": ";
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return make_error(where + "not a JSON object");
   PromptJob job;
   job.params = defaults;
   try {
-    if (!j.contains("prompt") || !j["prompt"].is_string()) return make_error(where + "field \"prompt\" (a string) is required");
+    if (!j.contains("prompt") || !j["prompt"].is_string())
+      return make_error(where + "field \"prompt\" (a string) is required");
     job.prompt = j["prompt"].get<std::string>();
     for (const auto& [key, value] : j.items()) {
       auto& p = job.params;
-      if (key == "prompt") continue;
-      else if (key == "max_tokens") p.max_tokens = value.get<int64_t>();
-      else if (key == "min_tokens") p.min_tokens = value.get<int64_t>();
-      else if (key == "temperature") p.temperature = value.get<float>();
-      else if (key == "top_p") p.top_p = value.get<float>();
-      else if (key == "top_k") p.top_k = value.get<int32_t>();
-      else if (key == "min_p") p.min_p = value.get<float>();
-      else if (key == "repetition_penalty") p.repetition_penalty = value.get<float>();
-      else if (key == "presence_penalty") p.presence_penalty = value.get<float>();
-      else if (key == "frequency_penalty") p.frequency_penalty = value.get<float>();
-      else if (key == "seed") p.seed = value.get<uint64_t>();
-      else if (key == "n") p.n = value.get<int32_t>();
-      else if (key == "ignore_eos") p.ignore_eos = value.get<bool>();
-      else if (key == "stop") p.stop = value.is_string() ? std::vector<std::string>{value.get<std::string>()}
-                                                         : value.get<std::vector<std::string>>();
-      else if (key == "stop_token_ids") p.stop_token_ids = value.get<std::vector<int32_t>>();
-      else if (key == "priority") job.priority = value.get<int32_t>();
-      else return make_error(where + "unknown field \"" + key + "\"");
+      if (key == "prompt")
+        continue;
+      else if (key == "max_tokens")
+        p.max_tokens = value.get<int64_t>();
+      else if (key == "min_tokens")
+        p.min_tokens = value.get<int64_t>();
+      else if (key == "temperature")
+        p.temperature = value.get<float>();
+      else if (key == "top_p")
+        p.top_p = value.get<float>();
+      else if (key == "top_k")
+        p.top_k = value.get<int32_t>();
+      else if (key == "min_p")
+        p.min_p = value.get<float>();
+      else if (key == "repetition_penalty")
+        p.repetition_penalty = value.get<float>();
+      else if (key == "presence_penalty")
+        p.presence_penalty = value.get<float>();
+      else if (key == "frequency_penalty")
+        p.frequency_penalty = value.get<float>();
+      else if (key == "seed")
+        p.seed = value.get<uint64_t>();
+      else if (key == "n")
+        p.n = value.get<int32_t>();
+      else if (key == "ignore_eos")
+        p.ignore_eos = value.get<bool>();
+      else if (key == "stop")
+        p.stop = value.is_string() ? std::vector<std::string>{value.get<std::string>()}
+                                   : value.get<std::vector<std::string>>();
+      else if (key == "stop_token_ids")
+        p.stop_token_ids = value.get<std::vector<int32_t>>();
+      else if (key == "priority")
+        job.priority = value.get<int32_t>();
+      else
+        return make_error(where + "unknown field \"" + key + "\"");
     }
   } catch (const nlohmann::json::exception& e) {
     return make_error(where + "a field has the wrong type: " + e.what());
@@ -86,7 +104,8 @@ Result<std::vector<PromptJob>> collect_jobs(const GenerateOptions& o) {
       }
     }
   }
-  if (jobs.empty()) return make_error("no prompt given: pass --prompt TEXT (repeatable) or --prompts-file FILE");
+  if (jobs.empty())
+    return make_error("no prompt given: pass --prompt TEXT (repeatable) or --prompts-file FILE");
   return jobs;
 }
 
@@ -100,7 +119,9 @@ nlohmann::json result_json(const PromptJob& job, const engine::RequestOutput& r)
   if (r.outputs.size() > 1) {
     nlohmann::json outs = nlohmann::json::array();
     for (const auto& c : r.outputs)
-      outs.push_back({{"index", c.index}, {"text", c.text}, {"token_ids", c.token_ids},
+      outs.push_back({{"index", c.index},
+                      {"text", c.text},
+                      {"token_ids", c.token_ids},
                       {"finish_reason", c.finish_reason.value_or("")}});
     j["outputs"] = outs;
   }
@@ -147,7 +168,9 @@ int run_generate(GenerateOptions& o) {
     for (; next_to_print < n && done[next_to_print]; ++next_to_print) {
       const auto& r = *done[next_to_print];
       if (o.json) {
-        std::printf("%s\n", result_json((*jobs)[next_to_print], r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        std::printf("%s\n", result_json((*jobs)[next_to_print], r)
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                                .c_str());
       } else if (stream) {
         std::printf("\n");
       } else {
@@ -165,32 +188,49 @@ int run_generate(GenerateOptions& o) {
 CommandRunner add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   o->params.max_tokens = 16;
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text for prompts offline, as one continuous batch");
+  CLI::App* cmd =
+      app.add_subcommand("generate", "Generate text for prompts offline, as one continuous batch");
   add_engine_flags(cmd, o->engine);
   cmd->add_option("-p,--prompt", o->prompts, "Prompt text; repeat for several prompts");
-  cmd->add_option("--prompts-file", o->prompts_file,
-                  "File of prompts: one per line, or JSONL objects with \"prompt\" and per-prompt sampling fields "
-                  "(max_tokens, temperature, top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, "
-                  "penalties, priority)");
+  cmd->add_option(
+      "--prompts-file", o->prompts_file,
+      "File of prompts: one per line, or JSONL objects with \"prompt\" and per-prompt sampling "
+      "fields "
+      "(max_tokens, temperature, top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, "
+      "penalties, priority)");
   auto& p = o->params;
   cmd->add_option("-n,--max-tokens", p.max_tokens, "Tokens to generate per prompt")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--min-tokens", p.min_tokens, "Generate at least this many tokens before EOS may end it")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", p.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", p.top_p, "Nucleus sampling: keep the smallest set of tokens with this mass")->capture_default_str();
-  cmd->add_option("--top-k", p.top_k, "Keep the k most likely tokens; -1 = off")->capture_default_str();
-  cmd->add_option("--min-p", p.min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
-  cmd->add_option("--repetition-penalty", p.repetition_penalty, "Penalty for tokens in the prompt or output (1 = off)")->capture_default_str();
-  cmd->add_option("--presence-penalty", p.presence_penalty, "Penalty for tokens already generated")->capture_default_str();
-  cmd->add_option("--frequency-penalty", p.frequency_penalty, "Penalty per occurrence in the output")->capture_default_str();
-  cmd->add_option("--n", p.n, "Parallel samples per prompt (sharing the prompt's KV blocks)")->check(CLI::PositiveNumber);
+  cmd->add_option("--min-tokens", p.min_tokens,
+                  "Generate at least this many tokens before EOS may end it")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", p.temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  cmd->add_option("--top-p", p.top_p,
+                  "Nucleus sampling: keep the smallest set of tokens with this mass")
+      ->capture_default_str();
+  cmd->add_option("--top-k", p.top_k, "Keep the k most likely tokens; -1 = off")
+      ->capture_default_str();
+  cmd->add_option("--min-p", p.min_p, "Drop tokens below min_p x the top probability")
+      ->capture_default_str();
+  cmd->add_option("--repetition-penalty", p.repetition_penalty,
+                  "Penalty for tokens in the prompt or output (1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", p.presence_penalty, "Penalty for tokens already generated")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", p.frequency_penalty,
+                  "Penalty per occurrence in the output")
+      ->capture_default_str();
+  cmd->add_option("--n", p.n, "Parallel samples per prompt (sharing the prompt's KV blocks)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--stop", p.stop, "Stop string; repeatable");
   cmd->add_flag("--ignore-eos", p.ignore_eos, "Keep generating after end-of-sequence tokens");
   cmd->add_option("--seed", o->seed, "Random seed for sampling (default: random)");
-  cmd->add_flag("--json", o->json,
-                "Print one JSON object per prompt: prompt, text, prompt_token_ids, token_ids, finish_reason "
-                "(and outputs[] when --n > 1)");
+  cmd->add_flag(
+      "--json", o->json,
+      "Print one JSON object per prompt: prompt, text, prompt_token_ids, token_ids, finish_reason "
+      "(and outputs[] when --n > 1)");
   return [o] { return run_generate(*o); };
 }
 

@@ -14,7 +14,9 @@ namespace vesper::cli {
 class ProgressBar {
  public:
   ProgressBar(std::string label, int64_t total)
-      : label_(std::move(label)), total_(total), enabled_(isatty(fileno(stderr)) != 0),
+      : label_(std::move(label)),
+        total_(total),
+        enabled_(isatty(fileno(stderr)) != 0),
         start_(std::chrono::steady_clock::now()) {}
 
   void update(int64_t done, int64_t tokens) {
@@ -27,8 +29,9 @@ class ProgressBar {
     const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
     std::string bar(filled, '#');
     bar.resize(width, '.');
-    std::fprintf(stderr, "\r%s [%s] %lld/%lld requests, %.1f tokens/s\033[K", label_.c_str(), bar.c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), secs > 0 ? tokens / secs : 0.0);
+    std::fprintf(stderr, "\r%s [%s] %lld/%lld requests, %.1f tokens/s\033[K", label_.c_str(),
+                 bar.c_str(), static_cast<long long>(done), static_cast<long long>(total_),
+                 secs > 0 ? tokens / secs : 0.0);
     if (done >= total_) std::fputc('\n', stderr);
     std::fflush(stderr);
   }

@@ -125,14 +125,12 @@ TEST(KvCodec, RoundTripErrorWithinEachTypesBound) {
             bound = std::ldexp(std::fabs(x[i]), -8);
             break;
           // Half a step: 3 (2) mantissa bits, and the subnormal step of the scaled format;
-          // the scale is at most 2^-10 above amax / max.
+          // the scale is at most 2^(1/2) (the last candidate) and 2^-10 (f16) above amax / max.
           case KvDtype::kFp8E4M3:
-            bound =
-                std::ldexp(std::fabs(x[i]), -4) + amax / 448.0 * (1 + 1e-3) * std::ldexp(1.0, -10);
+            bound = std::ldexp(std::fabs(x[i]), -4) + amax / 448.0 * 1.42 * std::ldexp(1.0, -10);
             break;
           case KvDtype::kFp8E5M2:
-            bound = std::ldexp(std::fabs(x[i]), -3) +
-                    amax / 57344.0 * (1 + 1e-3) * std::ldexp(1.0, -17);
+            bound = std::ldexp(std::fabs(x[i]), -3) + amax / 57344.0 * 1.42 * std::ldexp(1.0, -17);
             break;
           // Half a step of (hi - lo) / 255, the step rounded up to f16 and the zero point down.
           case KvDtype::kInt8:

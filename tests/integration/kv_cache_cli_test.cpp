@@ -40,9 +40,9 @@ TEST(CliKvCache, PerplexityOfEachTypeStaysNearF32) {
   ASSERT_GT(f32, 2.0);
   ASSERT_LT(f32, 10.0);
   // Measured on the whole corpus (bench/RESULTS.md): f16 +0.00%, bf16 +0.005%, int8 +0.08%,
-  // fp8_e4m3 +1.0%, fp8_e5m2 +5.0% (head size 8: a scale per 8 elements).
+  // fp8_e4m3 +0.79%, fp8_e5m2 +3.4% (head size 8: a scale per 8 elements).
   const std::map<std::string, double> bound = {
-      {"f16", 0.001}, {"bf16", 0.003}, {"int8", 0.005}, {"fp8_e4m3", 0.02}, {"fp8_e5m2", 0.08}};
+      {"f16", 0.001}, {"bf16", 0.003}, {"int8", 0.005}, {"fp8_e4m3", 0.015}, {"fp8_e5m2", 0.06}};
   for (const auto& [type, tolerance] : bound) {
     const double ppl = perplexity(type);
     std::printf("  %-9s PPL %.4f (f32 %.4f, %+.3f%%)\n", type.c_str(), ppl, f32,
