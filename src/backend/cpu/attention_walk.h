@@ -63,6 +63,21 @@ void load_tile(const KvCacheSpec& spec, const std::byte* const* k_src,
   }
 }
 
+// Prefetches the rows of keys [begin, end) of KV head g (a tile), K and V, through the table.
+inline void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const int32_t* table,
+                          int64_t begin, int64_t end) {
+  const KvCacheSpec& spec = cache.spec();
+  const int64_t bs = spec.block_size, k_row = spec.key_row_bytes(), v_row = spec.value_row_bytes();
+  for (int64_t b = begin / bs; b * bs < end; ++b) {
+    const int64_t first = std::max(b * bs, begin) - b * bs;
+    const int64_t last = std::min((b + 1) * bs, end) - b * bs;
+    const std::byte* kp = cache.key_run(layer, table[b], g);
+    const std::byte* vp = cache.value_run(layer, table[b], g);
+    for (int64_t at = first * k_row; at < last * k_row; at += 64) __builtin_prefetch(kp + at);
+    for (int64_t at = first * v_row; at < last * v_row; at += 64) __builtin_prefetch(vp + at);
+  }
+}
+
 template <class Tile>
 void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, int64_t g,
                      const int32_t* table, float* scratch) {
@@ -157,6 +172,9 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
         int64_t block = j0 / bs, offset = j0 % bs;
         const std::byte* k_run = args.cache->key_run(args.layer, table[block], g);
         const std::byte* v_run = args.cache->value_run(args.layer, table[block], g);
+        if (j0 + kAttentionTile < max_ctx)
+          prefetch_tile(*args.cache, args.layer, g, table, j0 + kAttentionTile,
+                        std::min(j0 + 2 * kAttentionTile, max_ctx));
         for (int64_t i = 0; i < tile_keys; ++i) {
           k_src[i] = k_run + offset * k_row;
           v_src[i] = v_run + offset * v_row;
