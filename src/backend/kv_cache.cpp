@@ -29,12 +29,6 @@ void KvCache::write_key(int64_t layer, int64_t slot, int64_t head, const float* 
 void KvCache::write_value(int64_t layer, int64_t slot, int64_t head, const float* x) {
   encode_kv_row(spec_.dtypes.v, x, spec_.head_dim, value_row(layer, slot, head));
 }
-void KvCache::read_key(int64_t layer, int64_t slot, int64_t head, float* out) const {
-  decode_kv_row(spec_.dtypes.k, key_row(layer, slot, head), spec_.head_dim, out);
-}
-void KvCache::read_value(int64_t layer, int64_t slot, int64_t head, float* out) const {
-  decode_kv_row(spec_.dtypes.v, value_row(layer, slot, head), spec_.head_dim, out);
-}
 
 void KvCache::copy_block_from(const KvCache& other, int64_t src, int64_t dst) {
   const KvCacheSpec& o = other.spec_;

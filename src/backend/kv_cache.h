@@ -56,9 +56,6 @@ class KvCache {
   // Stores x[0..head_dim) as the key (value) row of `head` in `slot`, encoded in the cache's type.
   void write_key(int64_t layer, int64_t slot, int64_t head, const float* x);
   void write_value(int64_t layer, int64_t slot, int64_t head, const float* x);
-  // The values a key (value) row holds, decoded to f32 (kv_codec.h's decode_kv_row).
-  void read_key(int64_t layer, int64_t slot, int64_t head, float* out) const;
-  void read_value(int64_t layer, int64_t slot, int64_t head, float* out) const;
 
   // Copies every layer's K and V of physical block `src` into block `dst` (copy-on-write).
   void copy_block(int64_t src, int64_t dst) { copy_block_from(*this, src, dst); }
