@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -120,8 +121,17 @@ int run_perplexity(const PerplexityOptions& o) {
     if (h.ctx != o.ctx)
       return fail("--kl-divergence-base " + o.kl_base + ": saved with --ctx " +
                   std::to_string(h.ctx) + ", this run has --ctx " + std::to_string(o.ctx));
-    if (h.n_chunks < 1 || h.n_chunks > (int64_t{1} << 20))
-      return fail("--kl-divergence-base " + o.kl_base + ": corrupt header");
+    // The file must hold exactly what its header promises (so a corrupt count is an error, not
+    // an allocation of its size): the chunks' ids, then a row per scored token.
+    std::error_code ec;
+    const auto file_bytes = static_cast<int64_t>(std::filesystem::file_size(o.kl_base, ec));
+    const int64_t scored_per_chunk = o.ctx - 1 - o.ctx / 2;
+    const bool sane = h.n_chunks >= 1 && h.n_chunks <= file_bytes / o.ctx;
+    if (ec || !sane ||
+        file_bytes != static_cast<int64_t>(sizeof(h)) + h.n_chunks * o.ctx * 4 +
+                          h.n_chunks * scored_per_chunk * n_vocab * 4)
+      return fail("--kl-divergence-base " + o.kl_base +
+                  ": corrupt or truncated (its size does not match its header)");
     n_chunks = o.chunks > 0 ? std::min(o.chunks, h.n_chunks) : h.n_chunks;
     tokens.resize(static_cast<size_t>(h.n_chunks * o.ctx));
     base_in.read(reinterpret_cast<char*>(tokens.data()),

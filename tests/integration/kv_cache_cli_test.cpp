@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -80,6 +83,24 @@ TEST(CliKvCache, KlDivergenceAgainstAnF32Base) {
       {"perplexity", kModel, "--ctx", "64", "--kl-divergence-base", base, "--kl-divergence"});
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.err.find("--kl-divergence-base"), std::string::npos) << wrong.err;
+  // A header that promises more than the file holds (a huge chunk count) is refused, not
+  // allocated; so is a file cut short.
+  {
+    std::ifstream in(base, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const int64_t huge = int64_t{1} << 40;
+    std::string lying = bytes;
+    std::memcpy(lying.data() + 24, &huge, sizeof(huge));  // n_chunks, after magic, ctx, n_vocab
+    for (const std::string& corrupt : {lying, bytes.substr(0, bytes.size() - 5)}) {
+      const std::string path = ::testing::TempDir() + "/corrupt.kld";
+      std::ofstream(path, std::ios::binary) << corrupt;
+      auto r = run_vesper(
+          {"perplexity", kModel, "--ctx", "128", "--kl-divergence-base", path, "--kl-divergence"});
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      EXPECT_NE(r.err.find("corrupt or truncated"), std::string::npos) << r.err;
+      std::remove(path.c_str());
+    }
+  }
   std::remove(base.c_str());
 }
 
