@@ -34,10 +34,10 @@ class KvCache {
   // Head `head`'s keys (values) of physical block `block`: block_size rows, the row of offset o
   // at + o * key_row_bytes() (value_row_bytes()).
   const std::byte* key_run(int64_t layer, int64_t block, int64_t head) const {
-    return k_[layer].get() + (block * spec_.n_kv_heads + head) * spec_.block_size * k_row_;
+    return k_[layer].get() + first_row(block, head) * k_row_;
   }
   const std::byte* value_run(int64_t layer, int64_t block, int64_t head) const {
-    return v_[layer].get() + (block * spec_.n_kv_heads + head) * spec_.block_size * v_row_;
+    return v_[layer].get() + first_row(block, head) * v_row_;
   }
   // Head `head`'s key (value) row in slot `slot`.
   std::byte* key_row(int64_t layer, int64_t slot, int64_t head) {
@@ -73,10 +73,12 @@ class KvCache {
 
  private:
   using Storage = std::unique_ptr<std::byte[], LargeBufferFree>;
-  // Index of one slot's row of a head, counted in rows.
+  // Index, counted in rows, of the first row of (block, head)'s run, and of one slot's row.
+  int64_t first_row(int64_t block, int64_t head) const {
+    return (block * spec_.n_kv_heads + head) * spec_.block_size;
+  }
   int64_t row(int64_t slot, int64_t head) const {
-    return (slot / spec_.block_size * spec_.n_kv_heads + head) * spec_.block_size +
-           slot % spec_.block_size;
+    return first_row(slot / spec_.block_size, head) + slot % spec_.block_size;
   }
 
   KvCacheSpec spec_;

@@ -8,6 +8,22 @@
 
 namespace vesper::cli {
 
+void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option(
+         "--kv-cache-dtype", f.kv_cache_dtype,
+         "Element type of the cached keys and values: " + backend::kv_dtype_choices() +
+             ". Quantized types keep a scale per token and head, computed as each token is "
+             "written (fp8: the row's largest magnitude maps near the format's largest "
+             "value; int8: asymmetric, scale and zero point)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype-k,--cache-type-k", f.kv_cache_dtype_k,
+                  "Element type of the cached keys alone (default: --kv-cache-dtype); "
+                  "llama.cpp's -ctk");
+  cmd->add_option("--kv-cache-dtype-v,--cache-type-v", f.kv_cache_dtype_v,
+                  "Element type of the cached values alone (default: --kv-cache-dtype); "
+                  "llama.cpp's -ctv");
+}
+
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("model", f.model_path, "GGUF model file")->required();
   cmd->add_option("-t,--threads", f.threads, "Compute threads (default: all cores)")
@@ -30,19 +46,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       "--kv-cache-memory", f.kv_cache_memory,
       "KV cache size, e.g. 512M or 2G (default: a quarter of available memory, at most 4G, "
       "no more than --max-num-seqs full-length sequences need)");
-  cmd->add_option(
-         "--kv-cache-dtype", f.kv_cache_dtype,
-         "Element type of the cached keys and values: " + backend::kv_dtype_choices() +
-             ". Quantized types keep a scale per token and head, computed as each token is "
-             "written (fp8: the row's largest magnitude maps near the format's largest "
-             "value; int8: asymmetric, scale and zero point)")
-      ->capture_default_str();
-  cmd->add_option("--kv-cache-dtype-k,--cache-type-k", f.kv_cache_dtype_k,
-                  "Element type of the cached keys alone (default: --kv-cache-dtype); "
-                  "llama.cpp's -ctk");
-  cmd->add_option("--kv-cache-dtype-v,--cache-type-v", f.kv_cache_dtype_v,
-                  "Element type of the cached values alone (default: --kv-cache-dtype); "
-                  "llama.cpp's -ctv");
+  add_kv_cache_dtype_flags(cmd, f);
   cmd->add_option("--num-gpu-blocks-override", f.num_gpu_blocks_override,
                   "Use exactly this many KV blocks (overrides --kv-cache-memory)")
       ->check(CLI::PositiveNumber);

@@ -51,6 +51,10 @@ struct EngineFlags {
 void add_engine_flags(CLI::App* cmd, EngineFlags& flags);
 
 // Checks the flags and builds the engine configuration; errors name the flag.
+// Registers --kv-cache-dtype, --kv-cache-dtype-k and -v alone (add_engine_flags includes them;
+// commands that run a model without the engine, such as perplexity, take just these).
+void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f);
+
 // The KV element types of --kv-cache-dtype, --kv-cache-dtype-k and -v; an error names the flag
 // and lists the choices.
 Result<backend::KvDtypes> parse_kv_dtypes(const EngineFlags& f);

@@ -30,6 +30,7 @@
 #include "cli/engine_flags.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
+#include "sample/logprobs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vesper::cli {
@@ -55,13 +56,9 @@ struct KlHeader {
   int64_t n_chunks;
 };
 
-// log-softmax of one row of logits, in f64 for the sums.
+// log-softmax of one row of logits (the normaliser the logprobs of the API use).
 void log_softmax(const float* logits, int64_t n, std::vector<float>& out) {
-  double max = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, static_cast<double>(logits[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
-  const double log_z = max + std::log(sum);
+  const double log_z = sample::log_normalizer({logits, static_cast<size_t>(n)});
   out.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(logits[i] - log_z);
 }
@@ -279,13 +276,7 @@ CommandRunner add_perplexity_command(CLI::App& app) {
   cmd->add_option("--block-size", o->engine.block_size, "Tokens per KV cache block")
       ->capture_default_str()
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
-  cmd->add_option("--kv-cache-dtype", o->engine.kv_cache_dtype,
-                  "Element type of the cached keys and values: " + backend::kv_dtype_choices())
-      ->capture_default_str();
-  cmd->add_option("--kv-cache-dtype-k,--cache-type-k", o->engine.kv_cache_dtype_k,
-                  "Element type of the cached keys alone (llama.cpp's -ctk)");
-  cmd->add_option("--kv-cache-dtype-v,--cache-type-v", o->engine.kv_cache_dtype_v,
-                  "Element type of the cached values alone (llama.cpp's -ctv)");
+  add_kv_cache_dtype_flags(cmd, o->engine);
   cmd->add_option("--kl-divergence-base", o->kl_base,
                   "Alone: save this run's log-probabilities of the scored tokens to FILE (the "
                   "base, e.g. with --kv-cache-dtype f32). With --kl-divergence: read them and "

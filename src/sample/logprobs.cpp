@@ -5,14 +5,18 @@
 
 namespace vesper::sample {
 
+double log_normalizer(std::span<const float> logits) {
+  float max_logit = -INFINITY;
+  for (float l : logits) max_logit = std::max(max_logit, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max_logit));
+  return static_cast<double>(max_logit) + std::log(sum);
+}
+
 LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t k,
                               LogprobScratch& scratch) {
   const auto n_vocab = static_cast<int64_t>(logits.size());
-  float max_logit = -INFINITY;
-  for (int64_t i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
-  const double log_z = static_cast<double>(max_logit) + std::log(sum);
+  const double log_z = log_normalizer(logits);
   LogprobEntry e;
   e.token = token;
   e.logprob = static_cast<float>(logits[token] - log_z);

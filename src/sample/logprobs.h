@@ -26,6 +26,10 @@ struct LogprobScratch {
   std::vector<int32_t> order;
 };
 
+// log(sum_i exp(logits[i])), the log-softmax normaliser: the sum in f64 over exp(logit - max), so
+// it does not depend on how a batch was laid out. log p(i) = logits[i] - log_normalizer(logits).
+double log_normalizer(std::span<const float> logits);
+
 // log softmax(logits)[token] and the top k entries (k may exceed the vocabulary). The
 // normaliser is a double sum, so the result does not depend on how a batch was laid out.
 LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t k,

@@ -39,28 +39,26 @@ namespace {
 //     (acc[head_dim], run_max, run_sum); scores has room for kAttentionTile floats.
 //   static void finish(const float* acc, float run_sum, int64_t head_dim, float* out);
 //     writes out[d] = acc[d] * (1 / run_sum).
-// The rows [run_begin, run_end) of a tree sequence, one at a time: each row has keys of its own
-// past the context (its ancestors' slots), so rows cannot share tiles there. Trees are a few
-// rows, so this costs little; the arithmetic per row is the chain's (same tiles, same order).
-// Points k_rows / v_rows [0, nt) at the tile's rows as f32: in place for f32 rows, else decoded
-// into k_tile / v_tile ([kAttentionTile][head_dim]) by the kernel's decoder, a tile at a time.
+// Points rows[0, nt) at a tile's rows of `dtype` (src) as f32: in place for f32, else decoded into
+// `tile` ([kAttentionTile][head_dim]) by the kernel's decoder, the whole tile in one call.
+template <class Tile>
+void load_rows(KvDtype dtype, const std::byte* const* src, int64_t nt, int64_t head_dim,
+               const float** rows, float* tile) {
+  if (dtype == KvDtype::kF32) {
+    for (int64_t i = 0; i < nt; ++i) rows[i] = reinterpret_cast<const float*>(src[i]);
+    return;
+  }
+  Tile::decode(dtype, src, nt, head_dim, tile);
+  for (int64_t i = 0; i < nt; ++i) rows[i] = tile + i * head_dim;
+}
+
+// A tile's keys and values as f32 rows (load_rows for each).
 template <class Tile>
 void load_tile(const KvCacheSpec& spec, const std::byte* const* k_src,
                const std::byte* const* v_src, int64_t nt, const float** k_rows,
                const float** v_rows, float* k_tile, float* v_tile) {
-  const int64_t hd = spec.head_dim;
-  if (spec.dtypes.k == KvDtype::kF32) {
-    for (int64_t i = 0; i < nt; ++i) k_rows[i] = reinterpret_cast<const float*>(k_src[i]);
-  } else {
-    Tile::decode(spec.dtypes.k, k_src, nt, hd, k_tile);
-    for (int64_t i = 0; i < nt; ++i) k_rows[i] = k_tile + i * hd;
-  }
-  if (spec.dtypes.v == KvDtype::kF32) {
-    for (int64_t i = 0; i < nt; ++i) v_rows[i] = reinterpret_cast<const float*>(v_src[i]);
-  } else {
-    Tile::decode(spec.dtypes.v, v_src, nt, hd, v_tile);
-    for (int64_t i = 0; i < nt; ++i) v_rows[i] = v_tile + i * hd;
-  }
+  load_rows<Tile>(spec.dtypes.k, k_src, nt, spec.head_dim, k_rows, k_tile);
+  load_rows<Tile>(spec.dtypes.v, v_src, nt, spec.head_dim, v_rows, v_tile);
 }
 
 // Prefetches the rows of keys [begin, end) of KV head g (a tile), K and V, through the table.
@@ -78,6 +76,9 @@ inline void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const 
   }
 }
 
+// The rows [run_begin, run_end) of a tree sequence, one at a time: each row has keys of its own
+// past the context (its ancestors' slots), so rows cannot share tiles there. Trees are a few
+// rows, so this costs little; the arithmetic per row is the chain's (same tiles, same order).
 template <class Tile>
 void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, int64_t g,
                      const int32_t* table, float* scratch) {
