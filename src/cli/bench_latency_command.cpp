@@ -103,7 +103,8 @@ Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
                            prompt.empty() ? tokens.prompt(std::max<int64_t>(depth, 1)) : prompt,
                            greedy_params(n_gen + 1)});
         !st)
-      return make_error("--n-gen " + std::to_string(n_gen) + ": " + st.error().message);
+      return make_error((depth > 0 ? "--n-depth " + std::to_string(depth) + " / " : "") +
+                        "--n-gen " + std::to_string(n_gen) + ": " + st.error().message);
   const int64_t preemptions = e.stats().num_preemptions;
   int64_t first = 0;
   for (const auto& out : e.step())

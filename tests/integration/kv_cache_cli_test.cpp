@@ -130,6 +130,37 @@ TEST(CliKvCache, SameMemoryHoldsMoreTokensOfSmallerTypes) {
   EXPECT_NE(log.find("KV cache (k int8, v f16)"), std::string::npos) << log;
 }
 
+// `vesper inspect` states a model's KV bytes per token in every type (stories260K: 5 layers x 4 KV
+// heads x 8, keys and values: f32 1,280 bytes, f16 640, int8 5 x 4 x 2 x (8 + 4) = 480).
+TEST(CliKvCache, InspectListsTheKvCostOfEveryType) {
+  auto r = run_vesper({"inspect", kModel, "--no-tensors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("KV cache per token"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(f32 +1.25 KiB/token +838861 tokens per GiB)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(f16 +640 B/token .*\(auto\))"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(int8 +480 B/token)"))) << r.out;
+}
+
+// bench latency -d decodes after a prompt of that many tokens and names its tests as llama-bench
+// does; its JSON states the KV cache it ran with.
+TEST(CliKvCache, BenchLatencyAtDepthReportsTheKvCache) {
+  auto r =
+      run_vesper({"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "64", "--decode-seqs",
+                  "2", "-r", "1", "-t", "1", "--kv-cache-dtype", "int8", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j.value("tg4_d64_tokens_per_s", 0.0), 0) << r.out;
+  EXPECT_GT(j.value("tg4_seqs2_d64_tokens_per_s", 0.0), 0) << r.out;
+  EXPECT_EQ(j["kv_cache"]["dtype"], "int8") << r.out;
+  EXPECT_EQ(j["kv_cache"]["bytes_per_token"], 480) << r.out;
+  // A depth beyond the context length is an error, not a crash.
+  auto deep = run_vesper(
+      {"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "100000", "-r", "1", "--json"});
+  EXPECT_NE(deep.exit_code, 0);
+  EXPECT_NE(deep.err.find("--n-depth 100000"), std::string::npos) << deep.err;
+}
+
 // Each type's greedy ids for a prompt alone equal its ids inside a batch with a tiny token budget
 // (chunked prefill beside decodes).
 TEST(CliKvCache, GreedyOutputPerTypeIsTheSameAloneAndBatched) {
