@@ -121,6 +121,27 @@ struct MatmulGroupTarget {
   Tensor y;
 };
 
+// One module's low-rank delta (an adapter's LoRA or VeRA product; backend/low_rank.h gives
+// the formula and its numeric contract) held in backend buffers: a [rank x n_in] (rows a_stride
+// apart), b [n_out x rank] (rows b_stride apart), optional lambda_d [rank] and lambda_b [n_out].
+struct LowRankModule {
+  Tensor a, b, lambda_d, lambda_b;
+  int64_t a_stride = 0;
+  int64_t b_stride = 0;
+  int64_t rank = 0;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  float scale = 1.0f;
+  int64_t permute_head_dim = 0;
+};
+
+// Rows [row_begin, row_end) of a batch and the modules they add, in order.
+struct LowRankSegment {
+  int64_t row_begin = 0;
+  int64_t row_end = 0;
+  std::span<const LowRankModule> modules;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -188,6 +209,9 @@ class Backend {
   virtual void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in,
                                const Tensor& q, int64_t n_heads, float scale,
                                const Tensor& out) = 0;
+  // y[r] += each module's low-rank delta of x[r], for the rows of each segment (adapters).
+  virtual void add_low_rank(std::span<const LowRankSegment> segments, const Tensor& x,
+                            const Tensor& y) = 0;
   // dst[i] = src[rows[i]] (rows: int32).
   virtual void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) = 0;
 

@@ -180,6 +180,43 @@ void CpuBackend::matmul_group(std::span<const MatmulGroupTarget> targets, const 
   backend::matmul_group(t, static_cast<int>(targets.size()), x.cols, ptr(x), x.rows, *pool_);
 }
 
+void CpuBackend::add_low_rank(std::span<const LowRankSegment> segments, const Tensor& x,
+                              const Tensor& y) {
+  low_rank_deltas_.clear();
+  low_rank_runs_.clear();
+  for (const LowRankSegment& s : segments) {
+    VESPER_CHECK(
+        s.row_begin >= 0 && s.row_begin <= s.row_end && s.row_end <= x.rows && x.rows == y.rows,
+        "add_low_rank: rows out of range");
+    for (const LowRankModule& m : s.modules) {
+      VESPER_CHECK(m.n_in == x.cols && m.n_out == y.cols && m.rank > 0 && m.rank <= kMaxLowRank,
+                   "add_low_rank: a module's shape does not match the activations");
+      LowRankDelta d;
+      d.a = ptr(m.a);
+      d.a_stride = m.a_stride;
+      d.b = ptr(m.b);
+      d.b_stride = m.b_stride;
+      d.rank = m.rank;
+      d.n_in = m.n_in;
+      d.n_out = m.n_out;
+      d.scale = m.scale;
+      d.lambda_d = m.lambda_d.buffer.valid() ? ptr(m.lambda_d) : nullptr;
+      d.lambda_b = m.lambda_b.buffer.valid() ? ptr(m.lambda_b) : nullptr;
+      d.permute_head_dim = m.permute_head_dim;
+      low_rank_deltas_.push_back(d);
+    }
+  }
+  // Spans into low_rank_deltas_ once it no longer grows.
+  size_t next = 0;
+  for (const LowRankSegment& s : segments) {
+    low_rank_runs_.push_back(LowRankRun{
+        s.row_begin, s.row_end,
+        std::span<const LowRankDelta>(low_rank_deltas_).subspan(next, s.modules.size())});
+    next += s.modules.size();
+  }
+  backend::add_low_rank(low_rank_runs_, ptr(x), x.cols, ptr(y), y.cols, *pool_);
+}
+
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) {
   VESPER_CHECK(weight.numel() == x.cols && y.cols == x.cols && y.rows == x.rows,
                "rms_norm: shapes do not match");

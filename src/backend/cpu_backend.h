@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/kv_cache.h"
+#include "backend/low_rank.h"
 #include "backend/packed_weights.h"
 #include "backend/paged_attention.h"
 #include "core/large_buffer.h"
@@ -50,6 +51,8 @@ class CpuBackend final : public Backend {
   void get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) override;
   void matmul(WeightHandle w, const Tensor& x, const Tensor& y) override;
   void matmul_group(std::span<const MatmulGroupTarget> targets, const Tensor& x) override;
+  void add_low_rank(std::span<const LowRankSegment> segments, const Tensor& x,
+                    const Tensor& y) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) override;
   void rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim, float eps) override;
   void add_bias(const Tensor& x, const Tensor& bias) override;
@@ -86,6 +89,9 @@ class CpuBackend final : public Backend {
   AttentionBatch attention_batch(const AttentionInputs& in) const;
 
   std::unique_ptr<ThreadPool> pool_;
+  // add_low_rank's segments with their buffers resolved (reused every call).
+  std::vector<LowRankDelta> low_rank_deltas_;
+  std::vector<LowRankRun> low_rank_runs_;
   std::vector<Allocation> buffers_;               // index id - 1; released entries are empty
   std::vector<CpuWeight> weights_;                // index id - 1
   std::vector<std::unique_ptr<KvCache>> caches_;  // index id - 1

@@ -1,6 +1,7 @@
 #include "cli/engine_flags.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -116,7 +117,96 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
                   f.typical_acceptance_posterior_alpha, "Typical acceptance: the alpha above")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--enable-lora", f.enable_lora,
+                "Serve LoRA / VeRA adapters: a request picks one by its \"model\" name");
+  cmd->add_option(
+      "--lora-modules", f.lora_modules,
+      "Adapters by name: name=path (a llama.cpp GGUF LoRA, or a PEFT directory with "
+      "adapter_config.json: LoRA or VeRA), or vLLM's JSON {\"name\": ..., \"path\": ..., "
+      "\"base_model_name\": ...}; several may follow the flag");
+  cmd->add_option("--max-loras", f.max_loras,
+                  "Most distinct adapters among running requests; requests for others wait")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--max-lora-rank", f.max_lora_rank,
+                  "Largest adapter rank accepted (an adapter of higher rank is refused)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{512}));
+  cmd->add_option("--max-cpu-loras", f.max_cpu_loras,
+                  "Adapters kept loaded in memory; the least recently used one no request holds is "
+                  "dropped and read again from its path when next named (default: --max-loras)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--lora", f.lora,
+                  "llama.cpp's flag: an adapter (GGUF or PEFT) applied to every request at scale 1")
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--lora-scaled", f.lora_scaled,
+                  "llama.cpp's flag: FILE SCALE, an adapter applied to every request at SCALE");
 }
+
+namespace {
+
+// One --lora-modules value: name=path or vLLM's JSON object.
+Result<lora::LoraModuleSpec> parse_lora_module(const std::string& text) {
+  lora::LoraModuleSpec m;
+  if (!text.empty() && text.front() == '{') {
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return make_error("--lora-modules " + text + ": not a JSON object");
+    for (const auto& [key, value] : j.items()) {
+      if (!value.is_string())
+        return make_error("--lora-modules " + text + ": \"" + key + "\" must be a string");
+      if (key == "name")
+        m.name = value.get<std::string>();
+      else if (key == "path")
+        m.path = value.get<std::string>();
+      else if (key == "base_model_name")
+        m.base_model_name = value.get<std::string>();
+      else
+        return make_error("--lora-modules " + text + ": unknown key \"" + key +
+                          "\" (name, path, base_model_name)");
+    }
+  } else {
+    const size_t eq = text.find('=');
+    if (eq != std::string::npos) {
+      m.name = text.substr(0, eq);
+      m.path = text.substr(eq + 1);
+    }
+  }
+  if (m.name.empty() || m.path.empty())
+    return make_error("--lora-modules " + text +
+                      ": expected name=path or {\"name\": ..., \"path\": ...}");
+  return m;
+}
+
+Status lora_config(const EngineFlags& f, lora::LoraConfig& c) {
+  c.enable_lora = f.enable_lora;
+  c.max_loras = f.max_loras;
+  c.max_lora_rank = f.max_lora_rank;
+  c.max_cpu_loras = f.max_cpu_loras;
+  c.runtime_updating = f.enable_lora_runtime_updating;
+  for (const std::string& text : f.lora_modules) {
+    VESPER_ASSIGN_OR_RETURN(lora::LoraModuleSpec m, parse_lora_module(text));
+    for (const lora::LoraModuleSpec& other : c.modules)
+      if (other.name == m.name)
+        return make_error("--lora-modules: the name '" + m.name + "' is given twice");
+    c.modules.push_back(std::move(m));
+  }
+  if (!c.enable_lora && !c.modules.empty()) return make_error("--lora-modules needs --enable-lora");
+  if (!c.enable_lora && c.runtime_updating)
+    return make_error("--enable-lora-runtime-updating needs --enable-lora");
+  for (const std::string& path : f.lora) c.merged.push_back(lora::MergedAdapterSpec{path, 1.0f});
+  for (const auto& [path, scale_text] : f.lora_scaled) {
+    char* end = nullptr;
+    const double scale = std::strtod(scale_text.c_str(), &end);
+    if (scale_text.empty() || *end != '\0' || !std::isfinite(scale))
+      return make_error("--lora-scaled " + path + " " + scale_text +
+                        ": the scale must be a number");
+    c.merged.push_back(lora::MergedAdapterSpec{path, static_cast<float>(scale)});
+  }
+  return {};
+}
+
+}  // namespace
 
 namespace {
 
@@ -310,6 +400,7 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.scheduler.preemption_mode = f.preemption_mode == "swap" ? sched::PreemptionMode::kSwap
                                                             : sched::PreemptionMode::kRecompute;
   VESPER_TRY(speculative_config(f, c.speculative));
+  VESPER_TRY(lora_config(f, c.lora));
   return c;
 }
 

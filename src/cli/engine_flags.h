@@ -4,11 +4,15 @@
 // --num-gpu-blocks-override, --swap-space, --preemption-mode, --(no-)enable-chunked-prefill,
 // -t/--threads, and speculative decoding: --speculative-model, --num-speculative-tokens,
 // --ngram-prompt-lookup-min/-max, --speculative-disable-by-batch-size, --speculative-config,
-// --spec-decoding-acceptance-method, --typical-acceptance-sampler-posterior-threshold/-alpha.
+// --spec-decoding-acceptance-method, --typical-acceptance-sampler-posterior-threshold/-alpha,
+// and adapters: --enable-lora, --lora-modules, --max-loras, --max-lora-rank, --max-cpu-loras,
+// llama.cpp's --lora and --lora-scaled.
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/result.h"
 #include "engine/engine_config.h"
@@ -41,6 +45,15 @@ struct EngineFlags {
   std::string spec_decoding_acceptance_method = "rejection_sampler";
   double typical_acceptance_posterior_threshold = 0.09;
   double typical_acceptance_posterior_alpha = 0.3;
+  // Adapters (LoRA, VeRA).
+  bool enable_lora = false;
+  std::vector<std::string> lora_modules;  // name=path, or vLLM's JSON object
+  int64_t max_loras = 1;
+  int64_t max_lora_rank = 16;
+  int64_t max_cpu_loras = 0;                                     // 0: --max-loras
+  std::vector<std::string> lora;                                 // --lora FILE
+  std::vector<std::pair<std::string, std::string>> lora_scaled;  // --lora-scaled FILE SCALE
+  bool enable_lora_runtime_updating = false;                     // serve only
 
   // Whether speculative decoding was asked for (the bench commands report it then, even when
   // `auto` proposed nothing).

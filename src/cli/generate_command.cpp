@@ -2,6 +2,7 @@
 // engine as one continuous batch and prints the results in input order: the continuation text
 // (streamed as it comes for a single prompt), or with --json one object per prompt.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@ struct PromptJob {
   std::string prompt;
   sample::SamplingParams params;
   int32_t priority = 0;
+  std::string model = {};  // an adapter's name (--lora-modules), or empty / the base model's
 };
 
 // Per-prompt fields of a JSONL prompts file override the command-line sampling flags.
@@ -75,6 +77,8 @@ Result<PromptJob> parse_job_line(const std::string& line, const sample::Sampling
         p.stop_token_ids = value.get<std::vector<int32_t>>();
       else if (key == "priority")
         job.priority = value.get<int32_t>();
+      else if (key == "model")
+        job.model = value.get<std::string>();
       else
         return make_error(where + "unknown field \"" + key + "\"");
     }
@@ -143,7 +147,12 @@ int run_generate(GenerateOptions& o) {
   for (size_t i = 0; i < n; ++i) {
     const PromptJob& job = (*jobs)[i];
     auto ids = e.tokenizer().encode(job.prompt, /*add_special=*/true, /*parse_special=*/false);
-    if (auto st = e.add_request({std::to_string(i), std::move(ids), job.params, job.priority}); !st)
+    // "model": an adapter's name, or the base model's (its file name, as `serve` calls it).
+    const std::string base = std::filesystem::path(o.engine.model_path).stem().string();
+    const std::string lora_name = job.model == base ? std::string() : job.model;
+    if (auto st =
+            e.add_request({std::to_string(i), std::move(ids), job.params, job.priority, lora_name});
+        !st)
       return fail("prompt " + std::to_string(i + 1) + ": " + st.error().message);
   }
   // Results are printed in input order: each as soon as it and all before it are done.

@@ -77,6 +77,7 @@ int run_serve(ServeOptions& o) {
   o.server.max_body_bytes = static_cast<size_t>(*body_limit);
   if (o.server.served_model_name.empty())
     o.server.served_model_name = std::filesystem::path(o.engine.model_path).stem().string();
+  o.server.enable_lora_runtime_updating = o.engine.enable_lora_runtime_updating;
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
   auto created = engine::Engine::create(*config);
@@ -96,8 +97,10 @@ int run_serve(ServeOptions& o) {
   log_info(
       "serving \"%s\" on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions, "
       "/v1/models; "
-      "also /health, /metrics, /tokenize, /detokenize)",
-      o.server.served_model_name.c_str(), o.server.host.c_str(), http.port());
+      "also /health, /metrics, /tokenize, /detokenize%s)",
+      o.server.served_model_name.c_str(), o.server.host.c_str(), http.port(),
+      o.server.enable_lora_runtime_updating ? ", /v1/load_lora_adapter, /v1/unload_lora_adapter"
+                                            : "");
   http.run();
   log_info("server stopped");
   return 0;
@@ -133,6 +136,9 @@ CommandRunner add_serve_command(CLI::App& app) {
                   "Seconds in-flight requests get to finish on SIGINT/SIGTERM")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--enable-lora-runtime-updating", o->engine.enable_lora_runtime_updating,
+                "Allow POST /v1/load_lora_adapter {lora_name, lora_path} and "
+                "/v1/unload_lora_adapter {lora_name} while serving (needs --enable-lora)");
   cmd->add_option("--max-request-body", o->max_request_body,
                   "Largest request body accepted (e.g. 32M)")
       ->capture_default_str();

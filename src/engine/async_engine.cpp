@@ -14,6 +14,7 @@ double now_s() {
 
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
   stats_ = engine_->stats();
+  snapshot_adapters();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -21,14 +22,15 @@ AsyncEngine::~AsyncEngine() {
   shutdown(0);
 }
 
-void AsyncEngine::add_request(EngineRequest request, OutputCallback on_output, ErrorCallback on_error) {
+void AsyncEngine::add_request(EngineRequest request, OutputCallback on_output,
+                              ErrorCallback on_error) {
   bool refused = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || draining_) {
       refused = true;
     } else {
-      Command c{Command::kAdd, std::move(request), std::move(on_output), std::move(on_error)};
+      Command c{Command::kAdd, std::move(request), std::move(on_output), std::move(on_error), {}};
       commands_.push_back(std::move(c));
       pending_.fetch_add(1);
     }
@@ -55,10 +57,31 @@ int64_t AsyncEngine::num_waiting() const {
 void AsyncEngine::abort(const std::string& request_id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Command c{Command::kAbort, EngineRequest{request_id, {}, {}, 0}, {}, {}};
+    Command c{Command::kAbort, EngineRequest{}, {}, {}, {}};
+    c.request.request_id = request_id;
     commands_.push_back(std::move(c));
   }
   wake_.notify_one();
+}
+
+void AsyncEngine::post(std::function<void(Engine&)> task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    commands_.push_back(Command{Command::kTask, EngineRequest{}, {}, {}, std::move(task)});
+  }
+  wake_.notify_one();
+}
+
+std::vector<lora::AdapterRegistry::Info> AsyncEngine::adapters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return adapters_;
+}
+
+void AsyncEngine::snapshot_adapters() {
+  std::vector<lora::AdapterRegistry::Info> list;
+  if (const lora::AdapterRegistry* r = engine_->adapters()) list = r->list();
+  std::lock_guard<std::mutex> lock(mutex_);
+  adapters_ = std::move(list);
 }
 
 EngineStats AsyncEngine::stats() const {
@@ -73,6 +96,11 @@ void AsyncEngine::set_step_observer(
 }
 
 void AsyncEngine::apply(Command& cmd) {
+  if (cmd.kind == Command::kTask) {
+    cmd.task(*engine_);
+    snapshot_adapters();
+    return;
+  }
   const std::string id = cmd.request.request_id;
   if (cmd.kind == Command::kAbort) {
     if (engine_->abort(id)) unfinished_.fetch_sub(1);

@@ -51,6 +51,12 @@ class AsyncEngine {
   // after that step. No further callbacks are made for it once the abort is processed.
   void abort(const std::string& request_id);
 
+  // Thread-safe. Runs `task` on the engine thread, in order with requests and aborts, before the
+  // next step (what must not race with a step: adapter loads and unloads). It must not block.
+  void post(std::function<void(Engine&)> task);
+  // The adapters registered, as of the last step or posted task (empty without adapters).
+  std::vector<lora::AdapterRegistry::Info> adapters() const;
+
   // Requests submitted that will wait for a sequence slot: those queued here or waiting in the
   // scheduler, less the slots (--max-num-seqs) free at the last step. Requests the engine thread
   // has not picked up yet are not waiting in this sense when slots are free for them: under a
@@ -82,11 +88,13 @@ class AsyncEngine {
 
  private:
   struct Command {
-    enum Kind { kAdd, kAbort } kind;
+    enum Kind { kAdd, kAbort, kTask } kind;
     EngineRequest request;  // kAbort: only request_id
     OutputCallback on_output;
     ErrorCallback on_error;
+    std::function<void(Engine&)> task;  // kTask
   };
+  void snapshot_adapters();
 
   void loop();
   void apply(Command& cmd);
@@ -105,7 +113,8 @@ class AsyncEngine {
   double drain_deadline_ = 0;
   std::unordered_map<std::string, OutputCallback> callbacks_;  // engine thread only
   std::function<void(const std::vector<RequestOutput>&, const EngineStats&)> observer_;
-  EngineStats stats_;  // under mutex_
+  EngineStats stats_;                                  // under mutex_
+  std::vector<lora::AdapterRegistry::Info> adapters_;  // under mutex_
   std::atomic<int64_t> pending_{0};
   std::atomic<int64_t> waiting_{0};
   std::atomic<int64_t> running_{0};

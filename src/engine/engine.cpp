@@ -38,6 +38,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   int64_t weight_bytes = 0;
   for (const auto& t : e->model_->file().tensors())
     weight_bytes += static_cast<int64_t>(t.size_bytes);
+  if (config.lora.any()) {
+    e->adapters_ = std::make_unique<lora::AdapterRegistry>(config.lora, mc, *e->backend_);
+    VESPER_TRY(e->adapters_->init());
+    e->model_->set_adapters(e->adapters_.get());
+    sc.max_loras = config.lora.max_loras;
+  }
   const SpeculativeConfig& spec_config = e->config_.speculative;
   if (spec_config.method == SpeculativeConfig::Method::kDraftModel) {
     VESPER_ASSIGN_OR_RETURN(
@@ -100,8 +106,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                              e->plan_.num_swap_blocks);
   if (e->draft_) {
-    e->draft_->allocate(kv_specs[1], e->plan_.num_blocks, e->plan_.num_swap_blocks,
-                        capacity.tokens, capacity.seqs, capacity.table_entries);
+    e->draft_->allocate(kv_specs[1], e->plan_.num_blocks, e->plan_.num_swap_blocks, capacity.tokens,
+                        capacity.seqs, capacity.table_entries);
     e->runner_->add_companion_storage(e->draft_->device_kv(), e->draft_->host_kv());
   }
   e->outputs_ = std::make_unique<OutputProcessor>(*e->tokenizer_, sc.max_model_len);
@@ -291,6 +297,12 @@ Status Engine::add_request(EngineRequest request) {
       return make_error("allowed_token_ids: token id " + std::to_string(t) +
                         " is outside the vocabulary " + vocab_range);
   tokenize_bad_words(request.params);
+  if (!request.lora_name.empty() &&
+      (adapters_ == nullptr || !adapters_->contains(request.lora_name)))
+    return make_error(adapters_ == nullptr || !adapters_->config().enable_lora
+                          ? "adapters are not enabled (--enable-lora); no adapter '" +
+                                request.lora_name + "'"
+                          : "no adapter named '" + request.lora_name + "'");
   const double now = now_seconds();
   const auto prompt_len = static_cast<int64_t>(request.prompt_token_ids.size());
   if (params.max_tokens == 0) {
@@ -312,7 +324,16 @@ Status Engine::add_request(EngineRequest request) {
   seq.arrival = next_arrival_;
   seq.cache_salt = params.cache_salt;
   seq.skip_prefix_cache_read = params.skip_reading_prefix_cache;
-  VESPER_TRY(scheduler_->add(std::move(seq)));
+  if (!request.lora_name.empty()) {
+    VESPER_ASSIGN_OR_RETURN(const lora::AdapterUse use, adapters_->acquire(request.lora_name));
+    seq.adapter = use.slot;
+    seq.adapter_id = use.id;
+  }
+  const int32_t adapter_slot = seq.adapter;
+  if (Status added = scheduler_->add(std::move(seq)); !added) {
+    if (adapters_) adapters_->release(adapter_slot);
+    return added;
+  }
   ++next_arrival_;
   outputs_->add(std::move(request), next_seq_id_++, now);
   totals_.prompt_tokens += prompt_len;
@@ -413,6 +434,8 @@ void Engine::propose_with_medusa(int64_t k) {
 }
 
 void Engine::remove_sequence(sched::SeqId id) {
+  if (adapters_)
+    if (const sched::Sequence* seq = scheduler_->find(id)) adapters_->release(seq->adapter);
   scheduler_->remove(id);
   if (draft_) draft_->forget(id);
   if (medusa_) medusa_->forget(id);
@@ -508,6 +531,7 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
       for (int32_t k = 1; k < n; ++k) {
         const sched::SeqId child = next_seq_id_++;
         scheduler_->fork(s.id, child);
+        if (adapters_) adapters_->retain(scheduler_->find(s.id)->adapter);
         child_ids_.push_back(child);
       }
       outputs_->fork(*request, child_ids_);
@@ -589,6 +613,20 @@ EngineStats Engine::stats() const {
   s.kv_blocks_total = kv_->device_pool().num_blocks();
   s.kv_blocks_used = kv_->device_pool().num_used();
   s.swap_blocks_used = kv_->host_pool().num_used();
+  if (adapters_) {
+    s.lora_enabled = true;
+    s.max_loras = adapters_->config().max_loras;
+    s.adapter_loads = adapters_->num_loads();
+    scheduler_->for_each_sequence([&](const sched::Sequence& seq) {
+      if (seq.adapter < 0) return;
+      auto& names =
+          seq.status == sched::SeqStatus::kRunning ? s.running_adapters : s.waiting_adapters;
+      const std::string& name = adapters_->slot_name(seq.adapter);
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    });
+    std::sort(s.running_adapters.begin(), s.running_adapters.end());
+    std::sort(s.waiting_adapters.begin(), s.waiting_adapters.end());
+  }
   return s;
 }
 

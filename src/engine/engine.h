@@ -26,6 +26,7 @@
 #include "engine/request_output.h"
 #include "engine/speculation_policy.h"
 #include "kv/kv_cache_manager.h"
+#include "lora/adapter_registry.h"
 #include "model/model.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
@@ -68,6 +69,13 @@ struct EngineStats {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_pos;
+  // Adapters (vLLM's lora_requests_info): whether they are enabled, --max-loras, the names
+  // running and waiting sequences use (sorted, each once), and adapter files read so far.
+  bool lora_enabled = false;
+  int64_t max_loras = 0;
+  std::vector<std::string> running_adapters;
+  std::vector<std::string> waiting_adapters;
+  int64_t adapter_loads = 0;
 
   double kv_usage() const {
     return kv_blocks_total ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0;
@@ -107,6 +115,11 @@ class Engine {
   Phase phase(const std::string& request_id) const;
   EngineStats stats() const;
 
+  // Adapters (null unless --enable-lora or --lora): names, loads and unloads go through here,
+  // on the engine's thread.
+  lora::AdapterRegistry* adapters() { return adapters_.get(); }
+  const lora::AdapterRegistry* adapters() const { return adapters_.get(); }
+
   // For tests: checks the scheduler's and KV manager's invariants (aborts when broken).
   void check_invariants() const;
   const sched::Scheduler& scheduler() const { return *scheduler_; }
@@ -136,6 +149,7 @@ class Engine {
   EngineConfig config_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Model> model_;
+  std::unique_ptr<lora::AdapterRegistry> adapters_;  // with adapters
   std::optional<tokenizer::Tokenizer> tokenizer_;
   MemoryPlan plan_;
   std::unique_ptr<kv::KvCacheManager> kv_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/kv_cache_spec.h"
+#include "lora/adapter_registry.h"
 #include "sample/speculative_acceptance.h"
 #include "sched/scheduler.h"
 #include "spec/ngram_proposer.h"
@@ -54,6 +55,7 @@ struct EngineConfig {
   CacheConfig cache;
   sched::SchedulerConfig scheduler;  // scheduler.max_model_len 0 = the model's context length
   SpeculativeConfig speculative;
+  lora::LoraConfig lora;
 };
 
 }  // namespace vesper::engine

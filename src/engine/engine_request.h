@@ -16,6 +16,9 @@ struct EngineRequest {
   std::vector<int32_t> prompt_token_ids;
   sample::SamplingParams params;
   int32_t priority = 0;  // lower is served first (vLLM)
+  // The adapter (a name registered with --lora-modules or /v1/load_lora_adapter) the request
+  // runs with; empty: the base model (plus any --lora adapters merged into every request).
+  std::string lora_name = {};
 };
 
 }  // namespace vesper::engine

@@ -75,7 +75,7 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
                                  : static_cast<int32_t>(committed) + p);
     }
     batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, block_size_,
-                        s.num_logits_rows, -1, parents_);
+                        s.num_logits_rows, e.adapter, parents_);
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }

@@ -17,7 +17,8 @@ namespace vesper::engine {
 
 class SequenceOutput {
  public:
-  SequenceOutput(const tokenizer::Tokenizer& tokenizer, const sample::SamplingParams& params, int32_t index);
+  SequenceOutput(const tokenizer::Tokenizer& tokenizer, const sample::SamplingParams& params,
+                 int32_t index);
 
   // Adds a generated token (with its logprobs when asked). `at_length_limit` says the sequence
   // has reached max_model_len. Finishes the sequence when a stop condition holds.
@@ -45,8 +46,9 @@ class SequenceOutput {
   int32_t index_;
   tokenizer::IncrementalDetokenizer detok_;
   std::string text_;
-  size_t emitted_ = 0;      // bytes of text_ already reported
-  size_t stop_checked_ = 0; // text_ before this offset holds no stop string start that could still match
+  size_t emitted_ = 0;  // bytes of text_ already reported
+  size_t stop_checked_ =
+      0;  // text_ before this offset holds no stop string start that could still match
   std::vector<int32_t> token_ids_;
   std::vector<LogprobEntry> logprobs_;
   size_t pending_tokens_ = 0;

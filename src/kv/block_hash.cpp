@@ -18,10 +18,16 @@ BlockHash sha256(const uint8_t* data, size_t size) {
 
 }  // namespace
 
-BlockHash root_block_hash(std::string_view salt) {
-  std::vector<uint8_t> buf(kRootDomain.size() + salt.size());
-  std::memcpy(buf.data(), kRootDomain.data(), kRootDomain.size());
-  if (!salt.empty()) std::memcpy(buf.data() + kRootDomain.size(), salt.data(), salt.size());
+BlockHash root_block_hash(std::string_view salt, uint64_t adapter) {
+  // The domain, then (only with an adapter, so plain requests keep their roots) the byte 0xff
+  // and the adapter id as 8 little-endian bytes, then the salt. No salt can imitate an adapter:
+  // salts are UTF-8 text, which never holds the byte 0xff.
+  std::vector<uint8_t> buf(kRootDomain.begin(), kRootDomain.end());
+  if (adapter != 0) {
+    buf.push_back(0xff);
+    for (int i = 0; i < 8; ++i) buf.push_back(static_cast<uint8_t>(adapter >> (8 * i)));
+  }
+  buf.insert(buf.end(), salt.begin(), salt.end());
   return sha256(buf.data(), buf.size());
 }
 

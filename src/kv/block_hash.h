@@ -2,8 +2,8 @@
 //
 // A block's K/V depend on every token before it, so its key is a hash chain: the hash of the
 // parent block's hash and this block's token ids. The chain starts from a root hash of
-// everything else that changes the KV for the same tokens (a request's cache salt today, a
-// LoRA adapter id later), so requests only share blocks when their KV would be identical.
+// everything else that changes the KV for the same tokens (a request's cache salt and its
+// adapter), so requests only share blocks when their KV would be identical.
 //
 // SHA-256 (OpenSSL): two different prefixes never share a key in practice, so a cache hit
 // cannot silently serve another prefix's KV. The block pool additionally keeps each cached
@@ -36,7 +36,9 @@ struct BlockHashHasher {
 
 // The chain's root for requests that share KV when their tokens agree: `salt` is whatever
 // else the KV depends on (empty for a plain request).
-BlockHash root_block_hash(std::string_view salt);
+// `adapter` identifies the LoRA / VeRA adapter the KV is computed with (0: the base model):
+// each adapter has a chain of its own.
+BlockHash root_block_hash(std::string_view salt, uint64_t adapter = 0);
 
 // The hash of a full block holding `tokens`, following the block whose hash is `parent`
 // (or the root hash for the first block).

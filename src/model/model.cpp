@@ -264,6 +264,24 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
 
   b.get_rows(weights_.token_embd.handle, ids, x);
 
+  // Runs of consecutive sequences with the same adapter slot: each gets its modules at once.
+  adapter_runs_.clear();
+  if (adapters_ != nullptr && adapters_->any()) {
+    for (int64_t s = 0; s < batch.num_seqs(); ++s) {
+      const int32_t slot = s < static_cast<int64_t>(batch.seq_adapter.size())
+                               ? batch.seq_adapter[static_cast<size_t>(s)]
+                               : -1;
+      const int64_t begin = batch.query_start[static_cast<size_t>(s)];
+      const int64_t end = batch.query_start[static_cast<size_t>(s) + 1];
+      if (begin == end) continue;
+      if (!adapter_runs_.empty() && adapter_runs_.back().slot == slot &&
+          adapter_runs_.back().row_end == begin)
+        adapter_runs_.back().row_end = end;
+      else
+        adapter_runs_.push_back(AdapterRun{begin, end, slot});
+    }
+  }
+
   backend::RopeConfig rope;
   rope.style = c.arch.rope_style;
   rope.rope_dims = c.rope_dims;
@@ -278,6 +296,9 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     b.rms_norm(x, t.attn_norm, c.rms_eps, xn);
     const backend::MatmulGroupTarget qkv[] = {{l.wq.handle, q}, {l.wk.handle, k}, {l.wv.handle, v}};
     b.matmul_group(qkv, xn);
+    add_adapter_deltas(il, Projection::kQ, xn, q);
+    add_adapter_deltas(il, Projection::kK, xn, k);
+    add_adapter_deltas(il, Projection::kV, xn, v);
     if (t.bq.buffer.valid()) b.add_bias(q, t.bq);
     if (t.bk.buffer.valid()) b.add_bias(k, t.bk);
     if (t.bv.buffer.valid()) b.add_bias(v, t.bv);
@@ -288,13 +309,17 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     b.write_kv(kv, il, in, k, v);
     b.paged_attention(kv, il, in, q, c.n_head, kq_scale, attn);
     b.matmul(l.wo.handle, attn, tmp);
+    add_adapter_deltas(il, Projection::kO, attn, tmp);
     b.add(x, tmp);
 
     b.rms_norm(x, t.ffn_norm, c.rms_eps, xn);
     const backend::MatmulGroupTarget gate_up[] = {{l.w_gate.handle, gate}, {l.w_up.handle, up}};
     b.matmul_group(gate_up, xn);
+    add_adapter_deltas(il, Projection::kGate, xn, gate);
+    add_adapter_deltas(il, Projection::kUp, xn, up);
     b.silu_mul(gate, up);
     b.matmul(l.w_down.handle, gate, tmp);
+    add_adapter_deltas(il, Projection::kDown, gate, tmp);
     b.add(x, tmp);
   }
 
@@ -306,6 +331,18 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   b.synchronize();
   hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
   return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * c.n_vocab)};
+}
+
+void Model::add_adapter_deltas(int64_t layer, Projection p, const backend::Tensor& x,
+                               const backend::Tensor& y) {
+  if (adapter_runs_.empty()) return;
+  adapter_segments_.clear();
+  for (const AdapterRun& run : adapter_runs_) {
+    const std::span<const backend::LowRankModule> modules = adapters_->modules(run.slot, layer, p);
+    if (!modules.empty())
+      adapter_segments_.push_back(backend::LowRankSegment{run.row_begin, run.row_end, modules});
+  }
+  if (!adapter_segments_.empty()) backend_.add_low_rank(adapter_segments_, x, y);
 }
 
 }  // namespace vesper::model

@@ -24,6 +24,7 @@
 #include "backend/kv_cache_spec.h"
 #include "core/result.h"
 #include "gguf/gguf.h"
+#include "model/adapter_source.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 
@@ -103,6 +104,10 @@ class Model {
   // tree description attend as forward_batch.h says.
   std::span<const float> forward(const ForwardBatch& batch, backend::KvHandle kv);
 
+  // The adapters the forward pass applies by each sequence's seq_adapter slot (none: the base
+  // model alone, whatever the slots say). The source must outlive the model or be unset.
+  void set_adapters(const AdapterSource* adapters) { adapters_ = adapters; }
+
   // The last forward's final hidden state (after the output norm: the input of the output
   // matrix) of each of its logits rows, [logits_rows.size() x n_embd], valid until the next
   // forward. What Medusa heads read.
@@ -131,6 +136,18 @@ class Model {
       logits_rows_;
   backend::Tensor tree_parents_, query_start_;
   std::span<const float> hidden_;
+
+  // Adapters: the source, and per forward the batch's runs of rows sharing a slot and the
+  // segments of one projection (reused).
+  struct AdapterRun {
+    int64_t row_begin, row_end;
+    int32_t slot;
+  };
+  void add_adapter_deltas(int64_t layer, Projection p, const backend::Tensor& x,
+                          const backend::Tensor& y);
+  const AdapterSource* adapters_ = nullptr;
+  std::vector<AdapterRun> adapter_runs_;
+  std::vector<backend::LowRankSegment> adapter_segments_;
 };
 
 }  // namespace vesper::model

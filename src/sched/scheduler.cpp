@@ -49,7 +49,8 @@ Status Scheduler::add(Sequence seq) {
   seq.status = SeqStatus::kWaiting;
   seq.num_computed_tokens = 0;
   seq.spec_in_flight.clear();
-  if (kv_.prefix_caching_enabled()) seq.prefix_root = kv::root_block_hash(seq.cache_salt);
+  if (kv_.prefix_caching_enabled())
+    seq.prefix_root = kv::root_block_hash(seq.cache_salt, seq.adapter_id);
   sequences_.emplace(seq.id, std::move(seq));
   return {};
 }
@@ -199,10 +200,31 @@ SchedulerOutput Scheduler::schedule() {
     }
   }
 
+  // Adapters of the running sequences, for --max-loras: a sequence may start (or come back)
+  // when its adapter is among them or there is room for one more.
+  std::vector<uint64_t> active_adapters;
+  for (const auto& [id, seq] : sequences_)
+    if (seq.status == SeqStatus::kRunning && seq.adapter_id != 0 &&
+        std::find(active_adapters.begin(), active_adapters.end(), seq.adapter_id) ==
+            active_adapters.end())
+      active_adapters.push_back(seq.adapter_id);
+  auto adapter_fits = [&](const Sequence& seq) {
+    return seq.adapter_id == 0 || config_.max_loras <= 0 ||
+           std::find(active_adapters.begin(), active_adapters.end(), seq.adapter_id) !=
+               active_adapters.end() ||
+           static_cast<int64_t>(active_adapters.size()) < config_.max_loras;
+  };
+  auto note_adapter = [&](const Sequence& seq) {
+    if (seq.adapter_id != 0 && std::find(active_adapters.begin(), active_adapters.end(),
+                                         seq.adapter_id) == active_adapters.end())
+      active_adapters.push_back(seq.adapter_id);
+  };
+
   // 3: swapped sequences come back in order while blocks allow (not in a step that preempted).
   if (out.preempted.empty()) {
     for (SeqId id : ordered(SeqStatus::kSwapped)) {
       Sequence& seq = get(id);
+      if (!adapter_fits(seq)) break;
       const int64_t num_new = std::min(seq.num_uncomputed(), room());
       if (num_new <= 0 || !seats()) break;
       if (!config_.enable_chunked_prefill && num_new < seq.num_uncomputed()) break;
@@ -213,6 +235,7 @@ SchedulerOutput Scheduler::schedule() {
       auto moves = kv_.swap_in(id);
       out.swap_in.insert(out.swap_in.end(), moves.begin(), moves.end());
       seq.status = SeqStatus::kRunning;
+      note_adapter(seq);
       auto granted =
           kv_.allocate_slots(id, seq.num_computed_tokens, num_new, config_.num_lookahead_slots);
       VESPER_CHECK(granted.has_value(), "no blocks for swapped-in sequence %lld",
@@ -231,8 +254,13 @@ SchedulerOutput Scheduler::schedule() {
     return entry.second.status == SeqStatus::kSwapped;
   });
   if (out.preempted.empty() && !any_swapped && kv_.num_free_device_blocks() > 0) {
+    bool adapter_waits = false;  // an adapter sequence waits for --max-loras: later ones too
     for (SeqId id : ordered(SeqStatus::kWaiting)) {
       Sequence& seq = get(id);
+      if (seq.adapter_id != 0 && (adapter_waits || !adapter_fits(seq))) {
+        adapter_waits = true;
+        continue;
+      }
       kv::PrefixMatch match;
       if (!seq.skip_prefix_cache_read) match = kv_.match_prefix(seq.tokens, seq.prefix_root);
       const int64_t start = match.num_tokens;
@@ -250,6 +278,7 @@ SchedulerOutput Scheduler::schedule() {
         totals_.prefix_cache_hits += start;
       }
       seq.status = SeqStatus::kRunning;
+      note_adapter(seq);
       schedule_tokens(seq, num_new, 0, out);
     }
   }
@@ -263,7 +292,7 @@ void Scheduler::describe_for_runner(SchedulerOutput& out) {
     const std::vector<kv::BlockId>& table = kv_.block_table(s.id);
     auto it = runner_.find(s.id);
     if (it == runner_.end()) {
-      out.new_sequences.push_back(NewSequenceData{s.id, seq.tokens, table});
+      out.new_sequences.push_back(NewSequenceData{s.id, seq.tokens, table, seq.adapter});
       runner_.emplace(s.id, RunnerView{seq.num_tokens(), table});
       continue;
     }

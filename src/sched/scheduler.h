@@ -58,6 +58,10 @@ struct SchedulerConfig {
   // KV slots reserved past what a step computes, for tokens proposed later (vLLM's lookahead
   // slots); 0 without speculative decoding.
   int64_t num_lookahead_slots = 0;
+  // --max-loras: distinct adapters among running sequences (0: no limit). A waiting sequence
+  // whose adapter would exceed it waits, and so do the adapter sequences after it (first come,
+  // first served among adapters, so none starves); sequences without an adapter go ahead.
+  int64_t max_loras = 0;
 };
 
 struct SchedulerStats {
@@ -120,6 +124,11 @@ class Scheduler {
   void for_each_running(Fn&& fn) const {
     for (const auto& [id, seq] : sequences_)
       if (seq.status == SeqStatus::kRunning) fn(seq);
+  }
+  // Calls fn(const Sequence&) for every sequence in any state, in id order.
+  template <class Fn>
+  void for_each_sequence(Fn&& fn) const {
+    for (const auto& [id, seq] : sequences_) fn(seq);
   }
   bool has_unfinished() const { return !sequences_.empty(); }
   SchedulerStats stats() const;

@@ -1,11 +1,13 @@
 #include "sched/scheduler_output.h"
 
+#include <cstdint>
+
 #include "core/byte_stream.h"
 
 namespace vesper::sched {
 namespace {
 
-constexpr uint64_t kMagic = 0x56535032;  // "VSP2": the format's version
+constexpr uint64_t kMagic = 0x56535033;  // "VSP3": the format's version (3: adapter slots)
 
 #define VESPER_READ(var, expr)                    \
   auto var##_result = (expr);                     \
@@ -41,6 +43,7 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.i64(n.id);
     w.ints<int32_t>(n.token_ids);
     w.ints<kv::BlockId>(n.block_table);
+    w.i64(n.adapter);
   }
   w.u64(cached_sequences.size());
   for (const auto& c : cached_sequences) {
@@ -97,6 +100,9 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     n.id = id;
     VESPER_TRY(r.ints(n.token_ids));
     VESPER_TRY(r.ints(n.block_table));
+    VESPER_READ(adapter, r.i64());
+    if (adapter < -1 || adapter > INT32_MAX) return make_error("adapter slot out of range");
+    n.adapter = static_cast<int32_t>(adapter);
   }
   VESPER_READ(num_cached, r.count());
   out.cached_sequences.resize(num_cached);
@@ -169,7 +175,8 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
 }
 
 bool operator==(const NewSequenceData& a, const NewSequenceData& b) {
-  return a.id == b.id && a.token_ids == b.token_ids && a.block_table == b.block_table;
+  return a.id == b.id && a.token_ids == b.token_ids && a.block_table == b.block_table &&
+         a.adapter == b.adapter;
 }
 bool operator==(const BlockTableEntry& a, const BlockTableEntry& b) {
   return a.index == b.index && a.block == b.block;

@@ -32,6 +32,7 @@ struct NewSequenceData {
   SeqId id = 0;
   std::vector<int32_t> token_ids;  // every committed token: the prompt, then outputs so far
   std::vector<kv::BlockId> block_table;
+  int32_t adapter = -1;  // the adapter slot its rows use (model/forward_batch.h); -1: none
 };
 
 // A block-table entry that now points at another block (copy-on-write moved it).

@@ -40,7 +40,12 @@ struct Sequence {
   // cache_salt: e.g. per tenant, so one cannot probe another's prompts through timing).
   std::string cache_salt;
   bool skip_prefix_cache_read = false;  // compute every token; the blocks are still cached
-  kv::BlockHash prefix_root;            // root of the block hash chain (set by Scheduler::add)
+  // The adapter (LoRA / VeRA) the sequence runs with: the slot the forward pass reads (-1: the
+  // base model) and its id (0: none), which roots the prefix cache's chain and counts toward
+  // SchedulerConfig::max_loras.
+  int32_t adapter = -1;
+  uint64_t adapter_id = 0;
+  kv::BlockHash prefix_root;  // root of the block hash chain (set by Scheduler::add)
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }

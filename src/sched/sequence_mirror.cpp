@@ -7,7 +7,7 @@ namespace vesper::sched {
 Status SequenceMirror::apply(const SchedulerOutput& plan) {
   for (SeqId id : plan.dropped) seqs_.erase(id);
   for (const NewSequenceData& n : plan.new_sequences) {
-    auto [it, inserted] = seqs_.try_emplace(n.id, Entry{n.token_ids, n.block_table});
+    auto [it, inserted] = seqs_.try_emplace(n.id, Entry{n.token_ids, n.block_table, n.adapter});
     if (!inserted)
       return make_error("the plan adds sequence " + std::to_string(n.id) +
                         ", which the runner holds");

@@ -18,6 +18,7 @@ class SequenceMirror {
   struct Entry {
     std::vector<int32_t> tokens;
     std::vector<kv::BlockId> block_table;
+    int32_t adapter = -1;  // adapter slot (NewSequenceData::adapter)
   };
 
   // Applies a plan's dropped, new and cached parts, in that order. An error (with the mirror

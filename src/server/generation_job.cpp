@@ -63,7 +63,7 @@ json GenerationJob::usage_json() const {
           {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
-void GenerationJob::start(int32_t priority) {
+void GenerationJob::start(int32_t priority, const std::string& lora_name) {
   auto self = shared_from_this();
   sink_->on_disconnect([self] { self->abort_all(); });
   if (stream_) {
@@ -90,8 +90,8 @@ void GenerationJob::start(int32_t priority) {
     }
   }
   for (size_t p = 0; p < prompts_.size(); ++p) {
-    engine::EngineRequest request{id_ + "-" + std::to_string(p), prompts_[p].ids, params_,
-                                  priority};
+    engine::EngineRequest request{id_ + "-" + std::to_string(p), prompts_[p].ids, params_, priority,
+                                  lora_name};
     engine_.add_request(
         std::move(request),
         // On the engine thread: hand the output over to the connection, nothing more.

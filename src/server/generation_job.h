@@ -31,8 +31,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
                 std::vector<JobPrompt> prompts, std::shared_ptr<ResponseSink> sink,
                 engine::AsyncEngine& engine);
 
-  // Sends the stream headers (and the chat role chunks) and submits every prompt.
-  void start(int32_t priority);
+  // Sends the stream headers (and the chat role chunks) and submits every prompt, with the
+  // adapter `lora_name` (empty: the base model).
+  void start(int32_t priority, const std::string& lora_name = {});
 
  private:
   void on_output(size_t prompt_index, const engine::RequestOutput& out);

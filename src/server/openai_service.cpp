@@ -108,13 +108,16 @@ void OpenAiService::fail(const ApiError& error, const std::shared_ptr<ResponseSi
   sink->send_json(error.status, error.to_json());
 }
 
-std::optional<ApiError> OpenAiService::check_model(const std::string& model) const {
-  if (model.empty() || model == config_.served_model_name) return std::nullopt;
-  ApiError e{404,
-             "The model `" + model + "` does not exist; this server serves `" +
-                 config_.served_model_name + "`",
-             "invalid_request_error", std::string("model"), std::string("model_not_found")};
-  return e;
+std::variant<std::string, ApiError> OpenAiService::resolve_model(const std::string& model) const {
+  if (model.empty() || model == config_.served_model_name) return std::string();
+  const auto adapters = engine_.adapters();
+  std::string names = "`" + config_.served_model_name + "`";
+  for (const auto& a : adapters) {
+    if (a.name == model) return model;
+    names += ", `" + a.name + "`";
+  }
+  return ApiError{404, "The model `" + model + "` does not exist; this server serves " + names,
+                  "invalid_request_error", std::string("model"), std::string("model_not_found")};
 }
 
 std::optional<ApiError> OpenAiService::check_length(size_t prompt_tokens, int64_t max_tokens,
@@ -144,13 +147,69 @@ std::optional<ApiError> OpenAiService::check_length(size_t prompt_tokens, int64_
 }
 
 json OpenAiService::models_json() const {
-  return {{"object", "list"},
-          {"data", json::array({{{"id", config_.served_model_name},
-                                 {"object", "model"},
-                                 {"created", created_},
-                                 {"owned_by", "vesper"},
-                                 {"root", config_.served_model_name},
-                                 {"max_model_len", engine_.scheduler_config().max_model_len}}})}};
+  const int64_t max_model_len = engine_.scheduler_config().max_model_len;
+  json data = json::array({{{"id", config_.served_model_name},
+                            {"object", "model"},
+                            {"created", created_},
+                            {"owned_by", "vesper"},
+                            {"root", config_.served_model_name},
+                            {"parent", nullptr},
+                            {"max_model_len", max_model_len}}});
+  // Adapters as vLLM lists them: their path as root, the base model as parent.
+  for (const auto& a : engine_.adapters())
+    data.push_back({{"id", a.name},
+                    {"object", "model"},
+                    {"created", created_},
+                    {"owned_by", "vesper"},
+                    {"root", a.path},
+                    {"parent", config_.served_model_name},
+                    {"max_model_len", max_model_len}});
+  return {{"object", "list"}, {"data", data}};
+}
+
+void OpenAiService::load_lora_adapter(const json& body, const std::shared_ptr<ResponseSink>& sink) {
+  std::string name, path;
+  for (const auto& [key, out] : {std::pair<const char*, std::string*>{"lora_name", &name},
+                                 std::pair<const char*, std::string*>{"lora_path", &path}}) {
+    if (!body.contains(key) || !body[key].is_string() || body[key].get<std::string>().empty())
+      return fail(bad_request(std::string("'") + key + "' must be a non-empty string", key), sink);
+    *out = body[key].get<std::string>();
+  }
+  // Read and registered on the engine thread, between steps; the answer goes back to the
+  // connection's executor.
+  engine_.post([this, name, path, sink](engine::Engine& engine) {
+    lora::AdapterRegistry* registry = engine.adapters();
+    Status added = registry ? registry->add(name, path)
+                            : Status(make_error("adapters are not enabled (--enable-lora)"));
+    sink->post([this, name, added, sink] {
+      if (!added)
+        return fail(bad_request("Failed to load adapter '" + name + "': " + added.error().message,
+                                "lora_path"),
+                    sink);
+      sink->send(200, "text/plain; charset=utf-8",
+                 "Success: LoRA adapter '" + name + "' added successfully.");
+    });
+  });
+}
+
+void OpenAiService::unload_lora_adapter(const json& body,
+                                        const std::shared_ptr<ResponseSink>& sink) {
+  if (!body.contains("lora_name") || !body["lora_name"].is_string())
+    return fail(bad_request("'lora_name' must be a string", "lora_name"), sink);
+  const std::string name = body["lora_name"].get<std::string>();
+  engine_.post([this, name, sink](engine::Engine& engine) {
+    lora::AdapterRegistry* registry = engine.adapters();
+    const bool removed = registry != nullptr && registry->remove(name);
+    sink->post([this, name, removed, sink] {
+      if (!removed)
+        return fail(
+            ApiError{404, "The adapter '" + name + "' is not loaded", "invalid_request_error",
+                     std::string("lora_name"), std::string("model_not_found")},
+            sink);
+      sink->send(200, "text/plain; charset=utf-8",
+                 "Success: LoRA adapter '" + name + "' removed successfully.");
+    });
+  });
 }
 
 void OpenAiService::handle(HttpRequest request, const std::shared_ptr<ResponseSink>& sink) {
@@ -165,16 +224,29 @@ void OpenAiService::route(HttpRequest& req, const std::shared_ptr<ResponseSink>&
     bool needs_body;
   };
   static const Route kRoutes[] = {
-      {"/v1/completions", "POST", true}, {"/v1/chat/completions", "POST", true},
-      {"/tokenize", "POST", true},       {"/detokenize", "POST", true},
-      {"/v1/models", "GET", false},      {"/health", "GET", false},
-      {"/metrics", "GET", false},        {"/version", "GET", false},
+      {"/v1/completions", "POST", true},
+      {"/v1/chat/completions", "POST", true},
+      {"/tokenize", "POST", true},
+      {"/detokenize", "POST", true},
+      {"/v1/models", "GET", false},
+      {"/health", "GET", false},
+      {"/metrics", "GET", false},
+      {"/version", "GET", false},
+      {"/v1/load_lora_adapter", "POST", true},
+      {"/v1/unload_lora_adapter", "POST", true},
   };
   const Route* route = nullptr;
   for (const Route& r : kRoutes)
     if (path == r.path) route = &r;
   if (route == nullptr)
     return fail(ApiError{404, "Not found: " + path, "not_found_error", std::nullopt, std::nullopt},
+                sink);
+  if (path.find("lora_adapter") != std::string::npos && !config_.enable_lora_runtime_updating)
+    return fail(ApiError{404,
+                         "Not found: " + path +
+                             " (loading and unloading adapters while serving needs "
+                             "--enable-lora-runtime-updating)",
+                         "not_found_error", std::nullopt, std::nullopt},
                 sink);
   if (req.method != route->method && !(req.method == "HEAD" && std::string(route->method) == "GET"))
     return fail(
@@ -212,6 +284,8 @@ void OpenAiService::handle_body(const HttpRequest& req, const std::string& path,
   if (path == "/v1/completions") return completions(body, sink);
   if (path == "/v1/chat/completions") return chat_completions(body, sink);
   if (path == "/tokenize") return tokenize(body, sink);
+  if (path == "/v1/load_lora_adapter") return load_lora_adapter(body, sink);
+  if (path == "/v1/unload_lora_adapter") return unload_lora_adapter(body, sink);
   return detokenize(body, sink);
 }
 
@@ -219,7 +293,9 @@ void OpenAiService::completions(const json& body, const std::shared_ptr<Response
   auto parsed = parse_completion_request(body, limits_);
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
   CompletionRequest r = std::move(std::get<CompletionRequest>(parsed));
-  if (auto e = check_model(r.model)) return fail(*e, sink);
+  auto resolved = resolve_model(r.model);
+  if (auto* e = std::get_if<ApiError>(&resolved)) return fail(*e, sink);
+  const std::string lora_name = std::get<std::string>(resolved);
   const auto& tok = engine_.tokenizer();
   std::vector<JobPrompt> prompts;
   for (auto& p : r.prompts) {
@@ -239,16 +315,18 @@ void OpenAiService::completions(const json& body, const std::shared_ptr<Response
   if (auto e = check_admission(prompts.size())) return fail(*e, sink);
   auto job = std::make_shared<GenerationJob>(
       GenerationJob::Kind::kCompletion, "cmpl-" + std::to_string(next_id_.fetch_add(1)),
-      config_.served_model_name, unix_now(), r.stream, r.include_usage, r.echo, r.params,
-      std::move(prompts), sink, engine_);
-  job->start(r.priority);
+      lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
+      r.include_usage, r.echo, r.params, std::move(prompts), sink, engine_);
+  job->start(r.priority, lora_name);
 }
 
 void OpenAiService::chat_completions(const json& body, const std::shared_ptr<ResponseSink>& sink) {
   auto parsed = parse_chat_request(body, limits_);
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
   ChatRequest r = std::move(std::get<ChatRequest>(parsed));
-  if (auto e = check_model(r.model)) return fail(*e, sink);
+  auto resolved = resolve_model(r.model);
+  if (auto* e = std::get_if<ApiError>(&resolved)) return fail(*e, sink);
+  const std::string lora_name = std::get<std::string>(resolved);
   auto rendered = chat_template_.render(r.messages, r.add_generation_prompt, bos_text_, eos_text_,
                                         r.chat_template_kwargs);
   if (!rendered)
@@ -272,9 +350,9 @@ void OpenAiService::chat_completions(const json& body, const std::shared_ptr<Res
   prompts.push_back(std::move(jp));
   auto job = std::make_shared<GenerationJob>(
       GenerationJob::Kind::kChat, "chatcmpl-" + std::to_string(next_id_.fetch_add(1)),
-      config_.served_model_name, unix_now(), r.stream, r.include_usage, false, r.params,
-      std::move(prompts), sink, engine_);
-  job->start(r.priority);
+      lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
+      r.include_usage, false, r.params, std::move(prompts), sink, engine_);
+  job->start(r.priority, lora_name);
 }
 
 void OpenAiService::tokenize(const json& body, const std::shared_ptr<ResponseSink>& sink) {

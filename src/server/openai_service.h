@@ -58,7 +58,11 @@ class OpenAiService {
   nlohmann::json models_json() const;
 
   // Checks the model field, prompt lengths against --max-model-len and the KV capacity.
-  std::optional<ApiError> check_model(const std::string& model) const;
+  // The adapter a request's "model" names ("" for the base model), or a 404 model_not_found.
+  std::variant<std::string, ApiError> resolve_model(const std::string& model) const;
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (--enable-lora-runtime-updating).
+  void load_lora_adapter(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
+  void unload_lora_adapter(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
   std::optional<ApiError> check_length(size_t prompt_tokens, int64_t max_tokens,
                                        const char* what) const;
 

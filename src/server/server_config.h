@@ -7,15 +7,18 @@
 namespace vesper::server {
 
 struct ServerConfig {
-  std::string host = "127.0.0.1";   // --host
-  int port = 8000;                   // --port
-  std::string api_key;               // --api-key: when set, requests need "Authorization: Bearer <key>"
-  std::string served_model_name;     // --served-model-name (default: the model file's name)
-  int64_t max_num_waiting = 1024;    // --max-num-waiting: beyond this many queued requests, 503
-  size_t max_body_bytes = 32u << 20; // --max-request-body: larger bodies get 413
-  int io_threads = 1;                // --io-threads
-  double shutdown_timeout_s = 30;    // --shutdown-timeout: in-flight requests get this long on SIGTERM
-  std::string chat_template_path;    // --chat-template: a Jinja file overriding the GGUF's template
+  std::string host = "127.0.0.1";  // --host
+  int port = 8000;                 // --port
+  std::string api_key;  // --api-key: when set, requests need "Authorization: Bearer <key>"
+  std::string served_model_name;      // --served-model-name (default: the model file's name)
+  int64_t max_num_waiting = 1024;     // --max-num-waiting: beyond this many queued requests, 503
+  size_t max_body_bytes = 32u << 20;  // --max-request-body: larger bodies get 413
+  int io_threads = 1;                 // --io-threads
+  double shutdown_timeout_s =
+      30;  // --shutdown-timeout: in-flight requests get this long on SIGTERM
+  std::string chat_template_path;  // --chat-template: a Jinja file overriding the GGUF's template
+  // --enable-lora-runtime-updating: POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+  bool enable_lora_runtime_updating = false;
 };
 
 }  // namespace vesper::server

@@ -1,0 +1,212 @@
+#include "lora/adapter_registry.h"
+
+#include <algorithm>
+
+#include "backend/low_rank.h"
+#include "core/logging.h"
+
+namespace vesper::lora {
+
+AdapterRegistry::AdapterRegistry(const LoraConfig& config, const model::ModelConfig& model,
+                                 backend::Backend& backend)
+    : config_(config), model_(model), backend_(backend) {}
+
+AdapterRegistry::~AdapterRegistry() = default;
+
+int64_t AdapterRegistry::cpu_limit() const {
+  return std::max<int64_t>(config_.max_cpu_loras > 0 ? config_.max_cpu_loras : config_.max_loras,
+                           1);
+}
+
+Result<std::unique_ptr<Adapter>> AdapterRegistry::load(const std::string& path, float scale) const {
+  VESPER_ASSIGN_OR_RETURN(HostAdapter host,
+                          read_adapter(path, model_, config_.max_lora_rank, scale));
+  return Adapter::upload(host, backend_);
+}
+
+Status AdapterRegistry::init() {
+  if (config_.max_loras < 1)
+    return make_error("--max-loras must be at least 1, got " + std::to_string(config_.max_loras));
+  if (config_.max_lora_rank < 1 || config_.max_lora_rank > backend::kMaxLowRank)
+    return make_error("--max-lora-rank must be in 1.." + std::to_string(backend::kMaxLowRank) +
+                      ", got " + std::to_string(config_.max_lora_rank));
+  if (config_.max_cpu_loras != 0 && config_.max_cpu_loras < config_.max_loras)
+    return make_error("--max-cpu-loras " + std::to_string(config_.max_cpu_loras) +
+                      " is less than --max-loras " + std::to_string(config_.max_loras));
+  if (!config_.enable_lora && !config_.modules.empty())
+    return make_error("--lora-modules needs --enable-lora");
+  const size_t layer_modules = static_cast<size_t>(model_.n_layer * model::kNumProjections);
+  merged_modules_.assign(layer_modules, {});
+  for (const MergedAdapterSpec& m : config_.merged) {
+    auto loaded = load(m.path, m.scale);
+    if (!loaded) return make_error("--lora: " + loaded.error().message);
+    const Adapter& a = **loaded;
+    for (int64_t l = 0; l < model_.n_layer; ++l)
+      for (int32_t p = 0; p < model::kNumProjections; ++p) {
+        const backend::LowRankModule& mod = a.module(l, static_cast<model::Projection>(p));
+        if (mod.rank > 0)
+          merged_modules_[static_cast<size_t>(l * model::kNumProjections + p)].push_back(mod);
+      }
+    log_info("adapter %s (%s, rank %lld, %.2f MiB) merged into every request at scale %g",
+             m.path.c_str(), kind_name(a.kind()), static_cast<long long>(a.max_rank()),
+             a.bytes() / 1048576.0, m.scale);
+    merged_.push_back(std::move(*loaded));
+  }
+  for (const LoraModuleSpec& m : config_.modules) {
+    Status added = add(m.name, m.path);
+    if (!added) return make_error("--lora-modules " + m.name + ": " + added.error().message);
+  }
+  return {};
+}
+
+int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, const std::string& name,
+                                 uint64_t id) {
+  int32_t slot = -1;
+  for (size_t i = 0; i < slots_.size(); ++i)
+    if (!slots_[i].adapter) {
+      slot = static_cast<int32_t>(i);
+      break;
+    }
+  if (slot < 0) {
+    slots_.emplace_back();
+    slot = static_cast<int32_t>(slots_.size()) - 1;
+  }
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  s.adapter = std::move(adapter);
+  s.id = id;
+  s.name = name;
+  s.refs = 0;
+  s.last_use = ++clock_;
+  s.modules.assign(merged_modules_.size(), {});
+  for (int64_t l = 0; l < model_.n_layer; ++l)
+    for (int32_t p = 0; p < model::kNumProjections; ++p) {
+      const size_t i = static_cast<size_t>(l * model::kNumProjections + p);
+      const backend::LowRankModule& mod = s.adapter->module(l, static_cast<model::Projection>(p));
+      if (mod.rank > 0) s.modules[i].push_back(mod);
+      s.modules[i].insert(s.modules[i].end(), merged_modules_[i].begin(), merged_modules_[i].end());
+    }
+  ++num_loads_;
+  return slot;
+}
+
+void AdapterRegistry::free_slot(int32_t slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (!s.name.empty()) {
+    auto it = names_.find(s.name);
+    if (it != names_.end() && it->second.slot == slot) it->second.slot = -1;
+  }
+  s = Slot{};
+}
+
+void AdapterRegistry::evict_beyond_limit() {
+  while (num_loaded() > cpu_limit()) {
+    int32_t victim = -1;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      if (s.adapter && s.refs == 0 &&
+          (victim < 0 || s.last_use < slots_[static_cast<size_t>(victim)].last_use))
+        victim = static_cast<int32_t>(i);
+    }
+    if (victim < 0) return;  // every loaded adapter is in use
+    free_slot(victim);
+  }
+}
+
+Status AdapterRegistry::add(const std::string& name, const std::string& path) {
+  if (name.empty()) return make_error("an adapter name must not be empty");
+  if (names_.count(name)) return make_error("an adapter named '" + name + "' is already loaded");
+  VESPER_ASSIGN_OR_RETURN(std::unique_ptr<Adapter> adapter, load(path, 1.0f));
+  log_info("adapter '%s': %s (%s, rank %lld, %.2f MiB)", name.c_str(), path.c_str(),
+           kind_name(adapter->kind()), static_cast<long long>(adapter->max_rank()),
+           adapter->bytes() / 1048576.0);
+  const uint64_t id = next_id_++;
+  const int32_t slot = install(std::move(adapter), name, id);
+  names_[name] = Name{path, id, slot};
+  evict_beyond_limit();
+  return {};
+}
+
+bool AdapterRegistry::remove(const std::string& name) {
+  auto it = names_.find(name);
+  if (it == names_.end()) return false;
+  const int32_t slot = it->second.slot;
+  names_.erase(it);
+  if (slot >= 0) {
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    s.name.clear();  // orphaned: freed with its last release
+    if (s.refs == 0) free_slot(slot);
+  }
+  return true;
+}
+
+std::vector<AdapterRegistry::Info> AdapterRegistry::list() const {
+  std::vector<Info> out;
+  for (const auto& [name, n] : names_) out.push_back(Info{name, n.path, n.slot >= 0});
+  return out;
+}
+
+Result<AdapterUse> AdapterRegistry::acquire(const std::string& name) {
+  auto it = names_.find(name);
+  if (it == names_.end()) return make_error("no adapter named '" + name + "'");
+  Name& n = it->second;
+  if (n.slot < 0) {
+    VESPER_ASSIGN_OR_RETURN(std::unique_ptr<Adapter> adapter, load(n.path, 1.0f));
+    n.slot = install(std::move(adapter), name, n.id);
+  }
+  Slot& s = slots_[static_cast<size_t>(n.slot)];
+  if (s.refs++ == 0) ++num_in_use_;
+  s.last_use = ++clock_;
+  const AdapterUse use{n.slot, n.id};
+  evict_beyond_limit();
+  return use;
+}
+
+void AdapterRegistry::retain(int32_t slot) {
+  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) return;
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.adapter && s.refs++ == 0) ++num_in_use_;
+}
+
+void AdapterRegistry::release(int32_t slot) {
+  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) return;
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (!s.adapter || s.refs <= 0) return;
+  if (--s.refs == 0) {
+    --num_in_use_;
+    if (s.name.empty())
+      free_slot(slot);
+    else
+      evict_beyond_limit();
+  }
+}
+
+const std::string& AdapterRegistry::slot_name(int32_t slot) const {
+  static const std::string kNone;
+  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) return kNone;
+  return slots_[static_cast<size_t>(slot)].name;
+}
+
+int64_t AdapterRegistry::num_loaded() const {
+  return std::count_if(slots_.begin(), slots_.end(),
+                       [](const Slot& s) { return s.adapter != nullptr; });
+}
+
+int64_t AdapterRegistry::loaded_bytes() const {
+  int64_t bytes = 0;
+  for (const Slot& s : slots_)
+    if (s.adapter) bytes += s.adapter->bytes();
+  for (const auto& m : merged_) bytes += m->bytes();
+  return bytes;
+}
+
+std::span<const backend::LowRankModule> AdapterRegistry::modules(int32_t slot, int64_t layer,
+                                                                 model::Projection p) const {
+  const size_t i = static_cast<size_t>(layer * model::kNumProjections + static_cast<int32_t>(p));
+  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size()) ||
+      !slots_[static_cast<size_t>(slot)].adapter)
+    return i < merged_modules_.size() ? std::span<const backend::LowRankModule>(merged_modules_[i])
+                                      : std::span<const backend::LowRankModule>();
+  return slots_[static_cast<size_t>(slot)].modules[i];
+}
+
+}  // namespace vesper::lora

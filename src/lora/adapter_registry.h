@@ -1,0 +1,138 @@
+// AdapterRegistry: the adapters a server or batch can use, by name (vLLM's --lora-modules and
+// /v1/load_lora_adapter), the ones merged into every request (llama.cpp's --lora /
+// --lora-scaled), and the loaded copies the forward pass reads (model::AdapterSource).
+//
+// Names map to paths. A request names an adapter; acquire() gives its sequences a slot (the
+// index ForwardBatch::seq_adapter carries) and holds it loaded until release(). Loaded copies
+// beyond --max-cpu-loras that no request holds are dropped, least recently used first, and
+// read again from their path when next named. Removing a name lets the requests that hold it
+// finish: its copy is freed with the last release.
+//
+// Not thread-safe: the engine loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/result.h"
+#include "lora/adapter.h"
+#include "model/adapter_source.h"
+#include "model/model_config.h"
+
+namespace vesper::lora {
+
+// An adapter given a name (--lora-modules name=path).
+struct LoraModuleSpec {
+  std::string name;
+  std::string path;
+  std::string base_model_name;  // vLLM's JSON form; informational
+};
+
+// An adapter applied to every request (--lora FILE = scale 1, --lora-scaled FILE SCALE).
+struct MergedAdapterSpec {
+  std::string path;
+  float scale = 1.0f;
+};
+
+struct LoraConfig {
+  bool enable_lora = false;               // --enable-lora
+  std::vector<LoraModuleSpec> modules;    // --lora-modules
+  std::vector<MergedAdapterSpec> merged;  // --lora, --lora-scaled
+  int64_t max_loras = 1;                  // --max-loras: distinct adapters in one step
+  int64_t max_lora_rank = 16;             // --max-lora-rank
+  int64_t max_cpu_loras = 0;              // --max-cpu-loras: loaded copies kept (0: max_loras)
+  bool runtime_updating = false;          // --enable-lora-runtime-updating
+
+  bool any() const { return enable_lora || !merged.empty(); }
+};
+
+// What a request's sequences carry: the slot the forward pass reads, and the adapter's id (the
+// prefix cache's root; unique per registered name and path, never reused).
+struct AdapterUse {
+  int32_t slot = -1;
+  uint64_t id = 0;
+};
+
+class AdapterRegistry final : public model::AdapterSource {
+ public:
+  AdapterRegistry(const LoraConfig& config, const model::ModelConfig& model,
+                  backend::Backend& backend);
+  ~AdapterRegistry() override;
+
+  // Loads the merged adapters and checks every named one by loading it (keeping up to
+  // --max-cpu-loras of them). Errors name the flag, the adapter and the file.
+  Status init();
+
+  // Registers `name` for the adapter at `path`, read and checked now. An error (nothing
+  // registered) for a name already registered, a bad file, or a rank over --max-lora-rank.
+  Status add(const std::string& name, const std::string& path);
+  // Forgets `name`; requests holding it finish with it. False for an unknown name.
+  bool remove(const std::string& name);
+  bool contains(const std::string& name) const { return names_.count(name) > 0; }
+
+  struct Info {
+    std::string name;
+    std::string path;
+    bool loaded = false;
+  };
+  std::vector<Info> list() const;
+
+  // A request for adapter `name` starts: its slot, loaded now if it was not. Errors: an unknown
+  // name, or a file that no longer reads.
+  Result<AdapterUse> acquire(const std::string& name);
+  // One more holder of an acquired slot (a forked sequence).
+  void retain(int32_t slot);
+  // A holder of `slot` is done with it.
+  void release(int32_t slot);
+
+  // The name a loaded slot serves ("" for a free slot or a removed name).
+  const std::string& slot_name(int32_t slot) const;
+  int64_t num_loaded() const;
+  int64_t loaded_bytes() const;
+  int64_t num_loads() const { return num_loads_; }  // files read, reloads included
+  const LoraConfig& config() const { return config_; }
+
+  // model::AdapterSource
+  std::span<const backend::LowRankModule> modules(int32_t slot, int64_t layer,
+                                                  model::Projection p) const override;
+  bool any() const override { return num_in_use_ > 0 || !merged_.empty(); }
+
+ private:
+  struct Name {
+    std::string path;
+    uint64_t id = 0;
+    int32_t slot = -1;  // loaded in this slot, or -1
+  };
+  struct Slot {
+    std::unique_ptr<Adapter> adapter;  // null: a free slot
+    uint64_t id = 0;
+    std::string name;       // empty once the name was removed
+    int64_t refs = 0;       // requests holding it
+    uint64_t last_use = 0;  // for least-recently-used eviction
+    // [layer * kNumProjections + projection]: the adapter's module, then the merged ones.
+    std::vector<std::vector<backend::LowRankModule>> modules;
+  };
+  Result<std::unique_ptr<Adapter>> load(const std::string& path, float scale) const;
+  int32_t install(std::unique_ptr<Adapter> adapter, const std::string& name, uint64_t id);
+  void free_slot(int32_t slot);
+  void evict_beyond_limit();
+  int64_t cpu_limit() const;
+
+  LoraConfig config_;
+  model::ModelConfig model_;
+  backend::Backend& backend_;
+  std::map<std::string, Name> names_;
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<Adapter>> merged_;
+  std::vector<std::vector<backend::LowRankModule>> merged_modules_;  // slot -1
+  uint64_t next_id_ = 1;
+  uint64_t clock_ = 0;
+  int64_t num_loads_ = 0;
+  int64_t num_in_use_ = 0;  // slots with refs > 0
+};
+
+}  // namespace vesper::lora
