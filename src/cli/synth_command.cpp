@@ -1,6 +1,7 @@
 // `vesper synth`: writes a random-weight llama-family model of any shape and weight type, with a
 // real tokenizer copied from a donor GGUF: benchmark inputs at realistic sizes (never committed).
 #include "cli/commands.h"
+#include "lora/synth_adapter.h"
 #include "model/synth.h"
 #include "model/widen.h"
 #include "spec/medusa_widen.h"
@@ -11,14 +12,40 @@ namespace {
 struct SynthOptions {
   model::SynthSpec spec;
   std::string type = "f32";
+  bool type_given = false;
   std::string out;
   int threads = 0;
   std::string
       widen_from;  // --widen-from: widen this trained model instead of writing random weights
   std::string widen_medusa;  // --widen-medusa: pad these Medusa heads to --n-embd
+  // A LoRA adapter for --base instead of a model: --lora-rank, --lora-targets, --lora-alpha.
+  std::string lora_base;
+  int64_t lora_rank = 0;
+  std::string lora_targets = "q,k,v,o";
+  float lora_alpha = 32.0f;
 };
 
 int run_synth(SynthOptions& o) {
+  if (o.lora_rank > 0 || !o.lora_base.empty()) {
+    if (o.lora_base.empty() || o.lora_rank <= 0)
+      return fail("a synthetic adapter needs both --base MODEL.gguf and --lora-rank R");
+    lora::SynthAdapterSpec a;
+    a.base_model = o.lora_base;
+    a.rank = o.lora_rank;
+    a.alpha = o.lora_alpha;
+    a.seed = o.spec.seed;
+    auto targets = lora::parse_lora_targets(o.lora_targets);
+    if (!targets) return fail(targets.error().message);
+    a.targets = *targets;
+    auto type = tensor::parse_type_name(o.type == "f32" && !o.type_given ? "f16" : o.type);
+    if (!type || !(*type == tensor::GgmlType::kF32 || *type == tensor::GgmlType::kF16 ||
+                   *type == tensor::GgmlType::kBF16 || *type == tensor::GgmlType::kQ8_0))
+      return fail("--type \"" + o.type + "\": an adapter's tensors are f32, f16, bf16 or q8_0");
+    a.type = *type;
+    if (auto st = lora::write_synthetic_adapter(a, o.out); !st) return fail(st.error().message);
+    std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+    return 0;
+  }
   if (!o.widen_medusa.empty()) {
     if (auto st = spec::widen_medusa(o.widen_medusa, o.spec.n_embd, o.out); !st)
       return fail(st.error().message);
@@ -76,7 +103,19 @@ CommandRunner add_synth_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--vocab-from", s.vocab_from, "Donor GGUF whose tokenizer is copied");
-  cmd->add_option("--type", o->type, "Weight type (q4_0, q8_0, q4_k, f16, ...)")
+  cmd->add_option("--type", o->type,
+                  "Weight type (q4_0, q8_0, q4_k, f16, ...); an adapter's: f16 (default), f32, "
+                  "bf16 or q8_0")
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->type_given = true; });
+  cmd->add_option("--base", o->lora_base,
+                  "Write a random LoRA adapter (llama.cpp GGUF) for this model instead of a model");
+  cmd->add_option("--lora-rank", o->lora_rank, "The adapter's rank (with --base)")
+      ->check(CLI::Range(int64_t{1}, int64_t{512}));
+  cmd->add_option("--lora-targets", o->lora_targets,
+                  "Projections the adapter targets: q, k, v, o, gate, up, down, or all")
+      ->capture_default_str();
+  cmd->add_option("--lora-alpha", o->lora_alpha, "The adapter's alpha (scale alpha / rank)")
       ->capture_default_str();
   cmd->add_option("--seed", s.seed, "Random seed")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::PositiveNumber);

@@ -57,7 +57,7 @@ std::string models_path(const std::string& endpoint) {
 
 std::string request_body(const BenchConfig& c, ApiKind kind, const std::string& model,
                          const BenchRequest& r, int64_t max_tokens) {
-  json j = {{"model", model},
+  json j = {{"model", r.model.empty() ? model : r.model},
             {"max_tokens", max_tokens},
             {"stream", true},
             {"stream_options", {{"include_usage", true}}},
@@ -275,6 +275,9 @@ Result<BenchResult> run_benchmark(const BenchConfig& config) {
     result.requests =
         random_requests(config.num_prompts, config.input_len, config.output_len, config.seed);
   }
+  if (!config.lora_modules.empty())
+    for (size_t i = 0; i < result.requests.size(); ++i)
+      result.requests[i].model = config.lora_modules[i % config.lora_modules.size()];
   result.outputs.resize(result.requests.size());
   const ApiKind kind = api_kind(config.endpoint);
   result.backend = kind == ApiKind::kChatCompletions ? "openai-chat" : "openai";

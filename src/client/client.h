@@ -28,6 +28,9 @@ struct BenchConfig {
   std::string base_url = "http://127.0.0.1:8000";
   std::string endpoint = "/v1/completions";  // ".../chat/completions" sends chat messages instead
   std::string model;                         // empty: the first model of GET /v1/models
+  // --lora-modules: adapter names requests go to in turn (request i: lora_modules[i % n]), as
+  // vLLM's benchmark_serving spreads requests over adapters; empty: every request to `model`.
+  std::vector<std::string> lora_modules;
   std::string api_key;                       // sent as "Authorization: Bearer KEY" when set
   int64_t num_prompts = 1000;
   double request_rate = std::numeric_limits<double>::infinity();  // requests/s; inf: all at once

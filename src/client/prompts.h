@@ -21,6 +21,7 @@ struct BenchRequest {
   std::string prompt;
   int64_t prompt_len = 0;  // estimated tokens: words in the prompt
   int64_t output_len = 0;  // max_tokens
+  std::string model = {};  // the "model" to request (an adapter); empty: the run's model
 };
 
 // `num_requests` prompts of `input_len` random common words each, different per request;

@@ -4,6 +4,8 @@
 // the KV contents the step would read.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -740,6 +742,43 @@ TEST(Scheduler, AcceptingSomethingOffThePathIsRefused) {
   s.schedule();
   const std::vector<int32_t> not_a_path = {1, 2};  // 2's parent is 0, not 1
   EXPECT_DEATH(s.accept_spec_path(1, not_a_path), "does not continue the path");
+}
+
+}  // namespace
+}  // namespace vesper::sched
+
+namespace vesper::sched {
+namespace {
+
+// --max-loras: at most that many distinct adapters among running sequences; a sequence whose
+// adapter does not fit waits, and adapter sequences after it wait too (first come, first served
+// among adapters), while sequences without an adapter go ahead. Each step's runner plan carries
+// the sequence's adapter slot.
+TEST(Scheduler, MaxLorasBoundsDistinctAdaptersAndServesAdaptersInArrivalOrder) {
+  SchedulerConfig config = make_config(64, 8, 64, true);
+  config.max_loras = 2;
+  Driver d(config, 64, 0, 4);
+  const std::map<SeqId, uint64_t> adapter = {{1, 11}, {2, 12}, {3, 13}, {4, 0}, {5, 11}};
+  for (const auto& [id, a] : adapter) ASSERT_TRUE(d.add(id, 6, 14, 0, std::nullopt, a).ok());
+  std::map<SeqId, int64_t> first_step;
+  while (d.sched().has_unfinished()) {
+    const SchedulerOutput out = d.step();
+    for (const NewSequenceData& n : out.new_sequences)
+      EXPECT_EQ(n.adapter, adapter.at(n.id) == 0 ? -1 : static_cast<int32_t>(adapter.at(n.id)));
+    for (const ScheduledSequence& s : out.scheduled) first_step.try_emplace(s.id, d.steps());
+    std::set<uint64_t> running;
+    d.sched().for_each_running([&](const Sequence& seq) {
+      if (seq.adapter_id != 0) running.insert(seq.adapter_id);
+    });
+    EXPECT_LE(running.size(), 2u);
+    ASSERT_LT(d.steps(), 200);
+  }
+  // 1, 2 and the plain 4 start at once; 3 (a third adapter) waits, and 5 (adapter 11, running)
+  // waits behind it rather than overtake.
+  EXPECT_EQ(first_step[1], first_step[2]);
+  EXPECT_EQ(first_step[4], first_step[1]);
+  EXPECT_GT(first_step[3], first_step[1]);
+  EXPECT_GE(first_step[5], first_step[3]);
 }
 
 }  // namespace
