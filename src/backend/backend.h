@@ -25,7 +25,7 @@
 
 namespace vesper::backend {
 
-enum class DType : uint8_t { kF32, kI32, kI64 };
+enum class DType : uint8_t { kF32, kI32, kI64, kF16 };
 int64_t dtype_bytes(DType dtype);
 
 // Where a buffer lives: on the device, or in host memory the device can also use (pinned memory
@@ -123,7 +123,8 @@ struct MatmulGroupTarget {
 
 // One module's low-rank delta (an adapter's LoRA or VeRA product; backend/low_rank.h gives
 // the formula and its numeric contract) held in backend buffers: a [rank x n_in] (rows a_stride
-// apart), b [n_out x rank] (rows b_stride apart), optional lambda_d [rank] and lambda_b [n_out].
+// apart), b [n_out x rank] (rows b_stride apart), both f32 or both f16 (an adapter stored in f16
+// is read as such: half the bytes per step), optional f32 lambda_d [rank] and lambda_b [n_out].
 struct LowRankModule {
   Tensor a, b, lambda_d, lambda_b;
   int64_t a_stride = 0;

@@ -16,6 +16,8 @@ int64_t dtype_bytes(DType dtype) {
       return 4;
     case DType::kI64:
       return 8;
+    case DType::kF16:
+      return 2;
   }
   return 0;
 }
@@ -191,10 +193,14 @@ void CpuBackend::add_low_rank(std::span<const LowRankSegment> segments, const Te
     for (const LowRankModule& m : s.modules) {
       VESPER_CHECK(m.n_in == x.cols && m.n_out == y.cols && m.rank > 0 && m.rank <= kMaxLowRank,
                    "add_low_rank: a module's shape does not match the activations");
+      VESPER_CHECK(m.a.dtype == m.b.dtype &&
+                       (m.a.dtype == DType::kF32 || m.a.dtype == DType::kF16),
+                   "add_low_rank: A and B must both be f32 or both f16");
       LowRankDelta d;
-      d.a = ptr(m.a);
+      d.f16 = m.a.dtype == DType::kF16;
+      d.a = ptr<std::byte>(m.a);
       d.a_stride = m.a_stride;
-      d.b = ptr(m.b);
+      d.b = ptr<std::byte>(m.b);
       d.b_stride = m.b_stride;
       d.rank = m.rank;
       d.n_in = m.n_in;

@@ -16,6 +16,8 @@
 // (a product, then an add; never fused), from +0, combined as ((d0+d1)+(d2+d3))+((d4+d5)+(d6+d7)),
 // then the n % 8 tail added in order. t_j = dot(A_j, x) * scale (* ld[j]);
 // y[g] += dot(B_src, t) (* lb[src]). A row's result depends on its own x and its deltas only.
+// fp16 weights are widened to f32 exactly before the products, so they change nothing above; the
+// AVX2 kernel (F16C, a multiply then an add per lane) computes the portable one's bits.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +33,11 @@ inline constexpr int64_t kMaxLowRank = 512;
 // One module's delta for the CPU kernel: host pointers (Backend::add_low_rank's LowRankModule,
 // with its buffers resolved).
 struct LowRankDelta {
-  const float* a = nullptr;  // rank rows of n_in, a_stride apart
+  const void* a = nullptr;  // rank rows of n_in, a_stride apart (f32, or fp16 with f16)
   int64_t a_stride = 0;
-  const float* b = nullptr;  // n_out rows (source order) of rank, b_stride apart
+  const void* b = nullptr;  // n_out rows (source order) of rank, b_stride apart
   int64_t b_stride = 0;
+  bool f16 = false;  // a and b hold IEEE fp16 (widened exactly: the contract is unchanged)
   int64_t rank = 0;
   int64_t n_in = 0;
   int64_t n_out = 0;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/fp16.h"
 #include "core/json_nesting.h"
 #include "gguf/gguf.h"
 #include "gguf/safetensors.h"
@@ -179,6 +180,7 @@ Result<HostAdapter> read_gguf_lora(const std::string& path, const model::ModelCo
     m.rank = rank;
     m.n_in = n_in;
     m.n_out = n_out;
+    if (t.type != tensor::GgmlType::kF16) a.f16_exact = false;
     if (is_a) {
       VESPER_ASSIGN_OR_RETURN(m.a, append_f32(a.data, t.type, t.data, rank * n_in, n_in, where));
       m.a_stride = n_in;
@@ -313,6 +315,7 @@ Result<HostAdapter> read_peft(const std::string& dir, const model::ModelConfig& 
   HostAdapter a;
   a.path = dir;
   a.kind = vera ? AdapterKind::kVera : AdapterKind::kLora;
+  a.f16_exact = !vera;  // VeRA's lambdas stay f32
   a.modules.resize(static_cast<size_t>(c.n_layer * kNumProjections));
   int64_t vera_a = -1, vera_b = -1, vera_in = 0, vera_out = 0;
   if (vera) {
@@ -349,6 +352,7 @@ Result<HostAdapter> read_peft(const std::string& dir, const model::ModelConfig& 
       return make_error(where + ": layer " + std::to_string(name->layer) + " but the model has " +
                         std::to_string(c.n_layer));
     const bool is_a = name->rest == want_a;
+    if (t.type != tensor::GgmlType::kF16) a.f16_exact = false;
     const auto [n_in, n_out] = projection_shape(c, name->proj->p);
     const size_t index =
         static_cast<size_t>(name->layer * kNumProjections + static_cast<int32_t>(name->proj->p));
@@ -427,12 +431,19 @@ std::unique_ptr<Adapter> Adapter::upload(const HostAdapter& host, backend::Backe
   a->kind_ = host.kind;
   a->max_rank_ = host.max_rank;
   const auto n = static_cast<int64_t>(host.data.size());
-  a->bytes_ = n * static_cast<int64_t>(sizeof(float));
-  a->buffer_ = backend.allocate(backend::DType::kF32, 1, std::max<int64_t>(n, 1),
-                                backend::MemoryKind::kDevice);
-  if (n > 0) backend.copy_to_device(a->buffer_, host.data.data());
+  const backend::DType dtype = host.f16_exact ? backend::DType::kF16 : backend::DType::kF32;
+  a->bytes_ = n * backend::dtype_bytes(dtype);
+  a->buffer_ =
+      backend.allocate(dtype, 1, std::max<int64_t>(n, 1), backend::MemoryKind::kDevice);
+  if (n > 0 && host.f16_exact) {
+    std::vector<uint16_t> half(static_cast<size_t>(n));
+    for (size_t i = 0; i < half.size(); ++i) half[i] = f32_to_fp16(host.data[i]);  // exact
+    backend.copy_to_device(a->buffer_, half.data());
+  } else if (n > 0) {
+    backend.copy_to_device(a->buffer_, host.data.data());
+  }
   auto view = [&](int64_t offset, int64_t count) {
-    return backend::Tensor{a->buffer_.buffer, backend::DType::kF32, offset, 1, count};
+    return backend::Tensor{a->buffer_.buffer, dtype, offset, 1, count};
   };
   for (const HostAdapter::Module& m : host.modules) {
     backend::LowRankModule d;

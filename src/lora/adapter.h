@@ -46,6 +46,9 @@ struct HostAdapter {
   std::string path;
   AdapterKind kind = AdapterKind::kLora;
   int64_t max_rank = 0;  // the largest module rank
+  // Every value came from an fp16 tensor (and there are no lambdas): the backend keeps the
+  // adapter in fp16, half the bytes a step reads, with the same values.
+  bool f16_exact = true;
   std::vector<float> data;
   std::vector<Module> modules;  // [layer * kNumProjections + projection]
 };
