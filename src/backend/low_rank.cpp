@@ -34,6 +34,24 @@ void low_rank_dot_scalar(const void* w, bool f16, const float* x, int64_t x_stri
   }
 }
 
+void low_rank_expand_scalar(const void* b, bool f16, int64_t b_stride, int64_t rank, int64_t n_out,
+                            int64_t permute_head_dim, const float* lambda_b, const float* t,
+                            int64_t t_stride, int rows, float* y, int64_t y_stride) {
+  const size_t elem = f16 ? 2 : 4;
+  float out[4];
+  for (int64_t g = 0; g < n_out; ++g) {
+    const int64_t src = low_rank_source(g, permute_head_dim);
+    low_rank_dot_scalar(
+        static_cast<const std::byte*>(b) + static_cast<size_t>(src * b_stride) * elem, f16, t,
+        t_stride, rank, rows, out);
+    for (int r = 0; r < rows; ++r) {
+      float v = out[r];
+      if (lambda_b != nullptr) v = v * lambda_b[src];
+      y[r * y_stride + g] = y[r * y_stride + g] + v;
+    }
+  }
+}
+
 }  // namespace cpu
 
 namespace {
@@ -42,44 +60,42 @@ namespace {
 // of a row is the same whichever group it is in (the numeric contract of low_rank.h).
 constexpr int kRowGroup = 4;
 
-cpu::LowRankDotFn select_dot() {
-  return cpu::isa_available(cpu::Isa::kAvx2) ? cpu::low_rank_dot_avx2 : cpu::low_rank_dot_scalar;
+struct Kernels {
+  cpu::LowRankDotFn dot;
+  cpu::LowRankExpandFn expand;
+};
+
+Kernels select_kernels() {
+  if (cpu::isa_available(cpu::Isa::kAvx2))
+    return {cpu::low_rank_dot_avx2, cpu::low_rank_expand_avx2};
+  return {cpu::low_rank_dot_scalar, cpu::low_rank_expand_scalar};
 }
 
 // Applies one delta to `rows` consecutive rows.
 void apply_delta(const LowRankDelta& d, const float* x, int64_t x_cols, float* y, int64_t y_cols,
-                 int rows, cpu::LowRankDotFn dot) {
+                 int rows, const Kernels& k) {
   const size_t elem = d.f16 ? 2 : 4;
   const auto* a = static_cast<const std::byte*>(d.a);
-  const auto* b = static_cast<const std::byte*>(d.b);
   // t[r * kMaxLowRank + j]: row r's shrink product, scaled.
   std::array<float, kRowGroup * kMaxLowRank> t;
   float out[kRowGroup];
   for (int64_t j = 0; j < d.rank; ++j) {
-    dot(a + static_cast<size_t>(j * d.a_stride) * elem, d.f16, x, x_cols, d.n_in, rows, out);
+    k.dot(a + static_cast<size_t>(j * d.a_stride) * elem, d.f16, x, x_cols, d.n_in, rows, out);
     for (int r = 0; r < rows; ++r) {
       float v = out[r] * d.scale;
       if (d.lambda_d != nullptr) v = v * d.lambda_d[j];
       t[static_cast<size_t>(r * kMaxLowRank + j)] = v;
     }
   }
-  for (int64_t g = 0; g < d.n_out; ++g) {
-    const int64_t src = low_rank_source_row(d, g);
-    dot(b + static_cast<size_t>(src * d.b_stride) * elem, d.f16, t.data(), kMaxLowRank, d.rank,
-        rows, out);
-    for (int r = 0; r < rows; ++r) {
-      float v = out[r];
-      if (d.lambda_b != nullptr) v = v * d.lambda_b[src];
-      y[r * y_cols + g] = y[r * y_cols + g] + v;
-    }
-  }
+  k.expand(d.b, d.f16, d.b_stride, d.rank, d.n_out, d.permute_head_dim, d.lambda_b, t.data(),
+           kMaxLowRank, rows, y, y_cols);
 }
 
 }  // namespace
 
 void add_low_rank(std::span<const LowRankRun> runs, const float* x, int64_t x_cols, float* y,
                   int64_t y_cols, ThreadPool& pool) {
-  static const cpu::LowRankDotFn dot = select_dot();
+  static const Kernels kernels = select_kernels();
   // Tasks: groups of up to kRowGroup rows of one run.
   struct Task {
     int64_t run, row;
@@ -100,7 +116,7 @@ void add_low_rank(std::span<const LowRankRun> runs, const float* x, int64_t x_co
         VESPER_CHECK(d.rank > 0 && d.rank <= kMaxLowRank && d.n_in == x_cols && d.n_out == y_cols,
                      "add_low_rank: delta shape does not match");
         apply_delta(d, x + task.row * x_cols, x_cols, y + task.row * y_cols, y_cols, task.rows,
-                    dot);
+                    kernels);
       }
     }
   });

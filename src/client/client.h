@@ -31,7 +31,7 @@ struct BenchConfig {
   // --lora-modules: adapter names requests go to in turn (request i: lora_modules[i % n]), as
   // vLLM's benchmark_serving spreads requests over adapters; empty: every request to `model`.
   std::vector<std::string> lora_modules;
-  std::string api_key;                       // sent as "Authorization: Bearer KEY" when set
+  std::string api_key;  // sent as "Authorization: Bearer KEY" when set
   int64_t num_prompts = 1000;
   double request_rate = std::numeric_limits<double>::infinity();  // requests/s; inf: all at once
   double burstiness = 1.0;      // gamma shape of the arrival gaps; 1: Poisson

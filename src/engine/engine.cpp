@@ -96,8 +96,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     kv_specs.push_back(e->draft_->kv_spec(config.cache.block_size, config.cache.kv_dtypes));
     activation_bytes += model::Model::activation_bytes(e->draft_->model().config(), capacity);
   }
-  VESPER_ASSIGN_OR_RETURN(e->plan_, plan_memory(kv_specs, weight_bytes, activation_bytes,
-                                                config.cache, sc.max_model_len, sc.max_num_seqs));
+  const int64_t adapter_bytes = e->adapters_ ? e->adapters_->budget_bytes() : 0;
+  VESPER_ASSIGN_OR_RETURN(
+      e->plan_, plan_memory(kv_specs, weight_bytes + adapter_bytes, activation_bytes, config.cache,
+                            sc.max_model_len, sc.max_num_seqs));
+  e->plan_.adapter_bytes = adapter_bytes;
   e->model_->reserve(capacity);
   e->kv_ =
       std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks,

@@ -23,13 +23,15 @@ std::string gib(double bytes) {
 }  // namespace
 
 std::string MemoryPlan::describe() const {
-  char buf[768];
+  char buf[896];
+  const std::string adapters =
+      adapter_bytes > 0 ? " (adapters " + gib(static_cast<double>(adapter_bytes)) + ")" : "";
   std::snprintf(
       buf, sizeof(buf),
-      "memory plan: weights %s; activations %s; KV cache (%s) %lld bytes/token, block %lld "
+      "memory plan: weights %s%s; activations %s; KV cache (%s) %lld bytes/token, block %lld "
       "tokens = %s, %lld blocks = %s (%lld tokens, %.2f sequences of max-model-len %lld at "
       "once); swap space %lld blocks = %s",
-      gib(static_cast<double>(weight_bytes)).c_str(),
+      gib(static_cast<double>(weight_bytes)).c_str(), adapters.c_str(),
       gib(static_cast<double>(activation_bytes)).c_str(), kv_dtype.c_str(),
       static_cast<long long>(bytes_per_token), static_cast<long long>(block_size),
       gib(static_cast<double>(bytes_per_block)).c_str(), static_cast<long long>(num_blocks),

@@ -17,6 +17,9 @@ namespace vesper::engine {
 
 struct MemoryPlan {
   int64_t weight_bytes = 0;
+  // Of weight_bytes: the adapters' pool (--lora merged adapters, and --max-cpu-loras copies of
+  // the largest named adapter).
+  int64_t adapter_bytes = 0;
   int64_t activation_bytes = 0;  // the forward pass's buffers for the largest step
   std::string kv_dtype;          // the KV cache's element type
   int64_t bytes_per_token = 0;   // KvCacheSpec::bytes_per_token

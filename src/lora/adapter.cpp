@@ -433,8 +433,7 @@ std::unique_ptr<Adapter> Adapter::upload(const HostAdapter& host, backend::Backe
   const auto n = static_cast<int64_t>(host.data.size());
   const backend::DType dtype = host.f16_exact ? backend::DType::kF16 : backend::DType::kF32;
   a->bytes_ = n * backend::dtype_bytes(dtype);
-  a->buffer_ =
-      backend.allocate(dtype, 1, std::max<int64_t>(n, 1), backend::MemoryKind::kDevice);
+  a->buffer_ = backend.allocate(dtype, 1, std::max<int64_t>(n, 1), backend::MemoryKind::kDevice);
   if (n > 0 && host.f16_exact) {
     std::vector<uint16_t> half(static_cast<size_t>(n));
     for (size_t i = 0; i < half.size(); ++i) half[i] = f32_to_fp16(host.data[i]);  // exact

@@ -72,6 +72,7 @@ int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, const std::st
     slot = static_cast<int32_t>(slots_.size()) - 1;
   }
   Slot& s = slots_[static_cast<size_t>(slot)];
+  largest_bytes_ = std::max(largest_bytes_, adapter->bytes());
   s.adapter = std::move(adapter);
   s.id = id;
   s.name = name;
@@ -195,6 +196,12 @@ int64_t AdapterRegistry::loaded_bytes() const {
   int64_t bytes = 0;
   for (const Slot& s : slots_)
     if (s.adapter) bytes += s.adapter->bytes();
+  for (const auto& m : merged_) bytes += m->bytes();
+  return bytes;
+}
+
+int64_t AdapterRegistry::budget_bytes() const {
+  int64_t bytes = cpu_limit() * largest_bytes_;
   for (const auto& m : merged_) bytes += m->bytes();
   return bytes;
 }

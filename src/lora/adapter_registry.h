@@ -93,6 +93,9 @@ class AdapterRegistry final : public model::AdapterSource {
   const std::string& slot_name(int32_t slot) const;
   int64_t num_loaded() const;
   int64_t loaded_bytes() const;
+  // The pool the memory plan counts: the merged adapters and --max-cpu-loras copies of the
+  // largest named adapter read so far.
+  int64_t budget_bytes() const;
   int64_t num_loads() const { return num_loads_; }  // files read, reloads included
   const LoraConfig& config() const { return config_; }
 
@@ -132,7 +135,8 @@ class AdapterRegistry final : public model::AdapterSource {
   uint64_t next_id_ = 1;
   uint64_t clock_ = 0;
   int64_t num_loads_ = 0;
-  int64_t num_in_use_ = 0;  // slots with refs > 0
+  int64_t num_in_use_ = 0;     // slots with refs > 0
+  int64_t largest_bytes_ = 0;  // the largest named adapter read so far
 };
 
 }  // namespace vesper::lora

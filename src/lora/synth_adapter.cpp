@@ -17,8 +17,8 @@ struct TargetName {
   const char* gguf;
 };
 constexpr TargetName kTargets[] = {
-    {model::Projection::kQ, "q", "attn_q"},          {model::Projection::kK, "k", "attn_k"},
-    {model::Projection::kV, "v", "attn_v"},          {model::Projection::kO, "o", "attn_output"},
+    {model::Projection::kQ, "q", "attn_q"},         {model::Projection::kK, "k", "attn_k"},
+    {model::Projection::kV, "v", "attn_v"},         {model::Projection::kO, "o", "attn_output"},
     {model::Projection::kGate, "gate", "ffn_gate"}, {model::Projection::kUp, "up", "ffn_up"},
     {model::Projection::kDown, "down", "ffn_down"},
 };
@@ -55,8 +55,8 @@ Status write_synthetic_adapter(const SynthAdapterSpec& spec, const std::string& 
   gguf::GgufWriter w;
   w.set("general.architecture", gguf::Value::string(c.arch.name));
   w.set("general.type", gguf::Value::string("adapter"));
-  w.set("general.name", gguf::Value::string(c.name + "-synthetic-lora-r" +
-                                            std::to_string(spec.rank)));
+  w.set("general.name",
+        gguf::Value::string(c.name + "-synthetic-lora-r" + std::to_string(spec.rank)));
   w.set("adapter.type", gguf::Value::string("lora"));
   w.set("adapter.lora.alpha", gguf::Value::f32(spec.alpha));
   std::mt19937_64 rng(spec.seed);
@@ -96,8 +96,8 @@ Status write_synthetic_adapter(const SynthAdapterSpec& spec, const std::string& 
           break;
       }
       const std::string prefix = "blk." + std::to_string(l) + "." + t.gguf + ".weight.";
-      VESPER_TRY(tensor(prefix + "lora_a", n_in, spec.rank,
-                        1.0f / std::sqrt(static_cast<float>(n_in))));
+      VESPER_TRY(
+          tensor(prefix + "lora_a", n_in, spec.rank, 1.0f / std::sqrt(static_cast<float>(n_in))));
       // B: small, so that scale * B A x stays a modest fraction of W x.
       VESPER_TRY(tensor(prefix + "lora_b", spec.rank, n_out,
                         0.1f / std::sqrt(static_cast<float>(spec.rank))));

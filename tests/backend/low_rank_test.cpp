@@ -125,18 +125,18 @@ TEST_P(LowRankShapes, MatchesTheF64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(
     OddSizes, LowRankShapes,
-    ::testing::Values(Shape{64, 64, 8, 0, 0, false, 8},      // stories260K attn_q, LoRA r8
-                      Shape{64, 32, 4, 0, 0, false, 8},      // attn_k, rank 4
-                      Shape{172, 64, 8, 0, 0, false, 0},     // ffn_down
-                      Shape{64, 32, 32, 108, 140, true, 8},  // VeRA k: slices of 172 x 172
-                      Shape{13, 17, 3, 2, 5, true, 0},       // odd everything
-                      Shape{7, 6, 1, 0, 0, false, 2},        // rank 1, tail-only dots
-                      Shape{300, 40, 64, 0, 0, false, 0},    // rank over a row group
-                      Shape{64, 64, 8, 0, 0, false, 8, true},  // fp16 storage
-                      Shape{13, 17, 3, 0, 0, false, 2, true},  // fp16, odd sizes
+    ::testing::Values(Shape{64, 64, 8, 0, 0, false, 8},               // stories260K attn_q, LoRA r8
+                      Shape{64, 32, 4, 0, 0, false, 8},               // attn_k, rank 4
+                      Shape{172, 64, 8, 0, 0, false, 0},              // ffn_down
+                      Shape{64, 32, 32, 108, 140, true, 8},           // VeRA k: slices of 172 x 172
+                      Shape{13, 17, 3, 2, 5, true, 0},                // odd everything
+                      Shape{7, 6, 1, 0, 0, false, 2},                 // rank 1, tail-only dots
+                      Shape{300, 40, 64, 0, 0, false, 0},             // rank over a row group
+                      Shape{64, 64, 8, 0, 0, false, 8, true},         // fp16 storage
+                      Shape{13, 17, 3, 0, 0, false, 2, true},         // fp16, odd sizes
                       Shape{2048, 512, 16, 0, 0, false, 64, true}));  // a 1B model's attn_k
 
-TEST(LowRank, Avx2AndPortableDotsGiveTheSameBits) {
+TEST(LowRank, Avx2AndPortableKernelsGiveTheSameBits) {
   if (!cpu::isa_available(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   for (const int64_t n : {1, 7, 8, 9, 16, 31, 64, 172, 2048})
     for (const bool f16 : {false, true})
@@ -152,6 +152,29 @@ TEST(LowRank, Avx2AndPortableDotsGiveTheSameBits) {
           EXPECT_EQ(std::bit_cast<uint32_t>(a[r]), std::bit_cast<uint32_t>(b[r]))
               << "n " << n << " f16 " << f16 << " row " << r << " of " << rows;
       }
+  // The expand step: every output row, permuted or not, with and without lambda_b.
+  for (const int64_t rank : {1, 7, 8, 16, 33})
+    for (const bool f16 : {false, true})
+      for (const int64_t permute : {0, 4})
+        for (int rows = 1; rows <= 4; ++rows) {
+          const int64_t n_out = 12, t_stride = 40;
+          const std::vector<float> b = random_floats(static_cast<size_t>(n_out * rank), 7 + rank);
+          const std::vector<uint16_t> b16 = to_fp16(b);
+          const std::vector<float> t = random_floats(static_cast<size_t>(4 * t_stride), 8 + rank);
+          const std::vector<float> lambda = random_floats(static_cast<size_t>(n_out), 9);
+          const void* bp = f16 ? static_cast<const void*>(b16.data()) : b.data();
+          for (const float* lb : {static_cast<const float*>(nullptr), lambda.data()}) {
+            std::vector<float> ya = random_floats(static_cast<size_t>(4 * n_out), 10), yb = ya;
+            cpu::low_rank_expand_scalar(bp, f16, rank, rank, n_out, permute, lb, t.data(), t_stride,
+                                        rows, ya.data(), n_out);
+            cpu::low_rank_expand_avx2(bp, f16, rank, rank, n_out, permute, lb, t.data(), t_stride,
+                                      rows, yb.data(), n_out);
+            for (size_t i = 0; i < ya.size(); ++i)
+              ASSERT_EQ(std::bit_cast<uint32_t>(ya[i]), std::bit_cast<uint32_t>(yb[i]))
+                  << "rank " << rank << " f16 " << f16 << " permute " << permute << " rows " << rows
+                  << " element " << i;
+          }
+        }
 }
 
 TEST(LowRank, BatchInvariantAcrossRunsSplitsAndThreads) {

@@ -41,9 +41,10 @@ TEST(CliLora, GenerateMixesAdaptersByEachPromptsModel) {
                 R"({"prompt": "One day, a little girl named", "model": "bim"})",
                 R"({"prompt": "One day, a little girl named", "model": "stories260K"})",
                 R"({"prompt": "One day, a little girl named"})"});
-  const std::vector<std::string> common = {"generate", kModel, "--enable-lora", "--max-loras", "2",
-                                           "--lora-modules", "zed=" + kZed, "bim=" + kBim,
-                                           "--temperature", "0", "-n", "12", "--json"};
+  const std::vector<std::string> common = {
+      "generate",    kModel,        "--enable-lora", "--max-loras", "2",  "--lora-modules",
+      "zed=" + kZed, "bim=" + kBim, "--temperature", "0",           "-n", "12",
+      "--json"};
   std::vector<std::string> args = common;
   args.insert(args.end(), {"--prompts-file", prompts});
   const auto r = run_vesper(args, "mixed");
@@ -56,8 +57,9 @@ TEST(CliLora, GenerateMixesAdaptersByEachPromptsModel) {
   EXPECT_EQ(out[3]["text"], out[2]["text"]);
   // Each alone gives the same.
   for (const std::string model : {"zed", "bim"}) {
-    const std::string one = write_prompts(
-        "one_" + model, {R"({"prompt": "One day, a little girl named", "model": ")" + model + "\"}"});
+    const std::string one =
+        write_prompts("one_" + model,
+                      {R"({"prompt": "One day, a little girl named", "model": ")" + model + "\"}"});
     std::vector<std::string> a = common;
     a.insert(a.end(), {"--prompts-file", one});
     const auto alone = run_vesper(a, "one");
@@ -75,9 +77,9 @@ TEST(CliLora, MergedAdaptersAndSyntheticOnes) {
   EXPECT_NE(zed.err.find("merged into every request at scale 1"), std::string::npos) << zed.err;
 
   const std::string synth = ::testing::TempDir() + "vesper_synth_lora.gguf";
-  const auto w = run_vesper({"synth", "--base", kModel, "--lora-rank", "4", "--lora-targets",
-                             "q,v,down", "-o", synth},
-                            "synth");
+  const auto w = run_vesper(
+      {"synth", "--base", kModel, "--lora-rank", "4", "--lora-targets", "q,v,down", "-o", synth},
+      "synth");
   ASSERT_EQ(w.exit_code, 0) << w.err;
   const auto g = run_vesper({"generate", kModel, "--lora-scaled", synth, "0.25", "--prompt",
                              "Once upon a time", "-n", "4"},

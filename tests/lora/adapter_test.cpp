@@ -43,7 +43,8 @@ std::string copy_dir(const std::string& from, const std::string& name) {
   const std::string to = ::testing::TempDir() + "vesper_lora_" + name;
   fs::remove_all(to);
   fs::create_directories(to);
-  for (const auto& e : fs::directory_iterator(from)) fs::copy(e.path(), to + "/" + e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(from))
+    fs::copy(e.path(), to + "/" + e.path().filename().string());
   for (const auto& e : fs::directory_iterator(to))
     fs::permissions(e.path(), fs::perms::owner_write, fs::perm_options::add);
   return to;
@@ -61,9 +62,9 @@ void edit_config(const std::string& dir, const std::function<void(nlohmann::json
 
 // The zed GGUF adapter rewritten without the tensors `drop` names, and with `edit` applied to
 // each kept tensor's bytes.
-std::string rewrite_gguf(const std::string& name, const std::string& drop,
-                         const std::function<void(const std::string&, std::vector<uint8_t>&)>& edit =
-                             nullptr) {
+std::string rewrite_gguf(
+    const std::string& name, const std::string& drop,
+    const std::function<void(const std::string&, std::vector<uint8_t>&)>& edit = nullptr) {
   auto src = gguf::GgufFile::open(kModels + "lora/zed/adapter.gguf");
   EXPECT_TRUE(src.ok());
   gguf::GgufWriter w;
@@ -111,9 +112,8 @@ TEST(Adapter, GgufAndPeftLoraHoldTheSameDeltas) {
         for (int64_t r = 0; r < mg.n_out; ++r)
           for (int64_t j = 0; j < mg.rank; ++j)
             ASSERT_EQ(g->data[static_cast<size_t>(mg.b + r * mg.b_stride + j)],
-                      p->data[static_cast<size_t>(mp.b + backend::low_rank_source_row(d, r) *
-                                                             mp.b_stride +
-                                                         j)]);
+                      p->data[static_cast<size_t>(
+                          mp.b + backend::low_rank_source_row(d, r) * mp.b_stride + j)]);
       }
     EXPECT_EQ(targeted, c.n_layer * (name == "zed" ? 7 : 5));
   }
@@ -172,7 +172,8 @@ TEST(Adapter, MalformedPeftAdaptersAreErrorsNamingTheFieldOrTensor) {
   expect_error(read_adapter(dir, c, 16), {"adapter_config.json", "peft_type", "IA3"});
   dir = copy_dir(kModels + "lora/zed", "rank");
   edit_config(dir, [](nlohmann::json& j) { j["r"] = 4; });
-  expect_error(read_adapter(dir, c, 16), {"adapter_model.safetensors", "lora_A.weight", "expected [4, "});
+  expect_error(read_adapter(dir, c, 16),
+               {"adapter_model.safetensors", "lora_A.weight", "expected [4, "});
   dir = copy_dir(kModels + "lora/zed", "pattern");
   edit_config(dir, [](nlohmann::json& j) { j["rank_pattern"] = {{"q_proj", 4}}; });
   expect_error(read_adapter(dir, c, 16), {"rank_pattern"});
@@ -196,12 +197,13 @@ TEST(Adapter, MalformedGgufAdaptersAreErrorsNamingTheTensor) {
   expect_error(read_adapter(kModels + "stories260K.gguf", c, 16),
                {"stories260K.gguf", "not a LoRA adapter"});
   // A NaN in one tensor.
-  const std::string nan = rewrite_gguf("nan", "", [](const std::string& name, std::vector<uint8_t>& b) {
-    if (name == "blk.1.ffn_up.weight.lora_a") {
-      const float v = std::nanf("");
-      std::memcpy(b.data() + 8, &v, 4);
-    }
-  });
+  const std::string nan =
+      rewrite_gguf("nan", "", [](const std::string& name, std::vector<uint8_t>& b) {
+        if (name == "blk.1.ffn_up.weight.lora_a") {
+          const float v = std::nanf("");
+          std::memcpy(b.data() + 8, &v, 4);
+        }
+      });
   expect_error(read_adapter(nan, c, 16), {"blk.1.ffn_up.weight.lora_a", "not finite"});
   expect_error(read_adapter(kModels + "lora/zed/adapter.gguf", c, 4),
                {"adapter.gguf", "rank 8", "--max-lora-rank 4"});
