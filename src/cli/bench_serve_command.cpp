@@ -133,9 +133,15 @@ CommandRunner add_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--model", c.model,
                   "Model name to request (default: the first of GET /v1/models)");
-  cmd->add_option("--lora-modules", c.lora_modules,
-                  "Adapter names (as the server lists them) that requests go to in turn: request "
-                  "i asks for name i mod N");
+  CLI::Option* lora_modules =
+      cmd->add_option("--lora-modules", c.lora_modules,
+                      "Adapter names (as the server lists them) that requests go to in turn: "
+                      "request i asks for name i mod N");
+  cmd->add_option("--lora-ids", c.lora_ids,
+                  "llama-server's form: request i sends \"lora\": [{\"id\": i mod N, \"scale\": "
+                  "1}], the adapters given to llama-server with --lora (in order)")
+      ->check(CLI::NonNegativeNumber)
+      ->excludes(lora_modules);
   cmd->add_option("--num-prompts", c.num_prompts, "Requests to send")
       ->capture_default_str()
       ->check(positive());

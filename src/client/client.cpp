@@ -69,6 +69,7 @@ std::string request_body(const BenchConfig& c, ApiKind kind, const std::string& 
     j["prompt"] = r.prompt;
   }
   if (c.ignore_eos) j["ignore_eos"] = true;
+  if (r.lora_id >= 0) j["lora"] = json::array({{{"id", r.lora_id}, {"scale", 1.0}}});
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -278,6 +279,9 @@ Result<BenchResult> run_benchmark(const BenchConfig& config) {
   if (!config.lora_modules.empty())
     for (size_t i = 0; i < result.requests.size(); ++i)
       result.requests[i].model = config.lora_modules[i % config.lora_modules.size()];
+  if (config.lora_ids > 0)
+    for (size_t i = 0; i < result.requests.size(); ++i)
+      result.requests[i].lora_id = static_cast<int64_t>(i) % config.lora_ids;
   result.outputs.resize(result.requests.size());
   const ApiKind kind = api_kind(config.endpoint);
   result.backend = kind == ApiKind::kChatCompletions ? "openai-chat" : "openai";

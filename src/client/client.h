@@ -31,6 +31,9 @@ struct BenchConfig {
   // --lora-modules: adapter names requests go to in turn (request i: lora_modules[i % n]), as
   // vLLM's benchmark_serving spreads requests over adapters; empty: every request to `model`.
   std::vector<std::string> lora_modules;
+  // --lora-ids N: llama-server's form of the same: request i sends "lora": [{"id": i mod N,
+  // "scale": 1}] (adapters given to llama-server with --lora, in order); 0: none.
+  int64_t lora_ids = 0;
   std::string api_key;  // sent as "Authorization: Bearer KEY" when set
   int64_t num_prompts = 1000;
   double request_rate = std::numeric_limits<double>::infinity();  // requests/s; inf: all at once

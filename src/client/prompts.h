@@ -22,6 +22,7 @@ struct BenchRequest {
   int64_t prompt_len = 0;  // estimated tokens: words in the prompt
   int64_t output_len = 0;  // max_tokens
   std::string model = {};  // the "model" to request (an adapter); empty: the run's model
+  int64_t lora_id = -1;    // llama-server's per-request adapter ("lora": [{"id", "scale": 1}])
 };
 
 // `num_requests` prompts of `input_len` random common words each, different per request;

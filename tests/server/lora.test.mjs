@@ -6,8 +6,10 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
+import { execFileSync } from 'node:child_process';
 import path from 'node:path';
-import { startServer, postJson, readSse, metrics, repoRoot } from './server_harness.mjs';
+import { startServer, postJson, readSse, metrics, repoRoot, vesper } from './server_harness.mjs';
 
 const models = path.join(repoRoot, '..', 'shared', 'models');
 const stories = path.join(models, 'stories260K.gguf');
@@ -148,6 +150,20 @@ describe('named adapters (--lora-modules)', () => {
     r = await load({ lora_name: 'medusa', lora_path: rel('medusa') });
     assert.equal(r.status, 400);
     assert.match(r.json.error.message, /adapter_config\.json/);
+    // An adapter for another model's shapes, and one of a rank over --max-lora-rank 32.
+    const other = path.join(os.tmpdir(), `vesper-lora-draft-${process.pid}.gguf`);
+    const wide = path.join(os.tmpdir(), `vesper-lora-r64-${process.pid}.gguf`);
+    execFileSync(vesper, ['synth', '--base', rel('stories-draft.gguf'), '--lora-rank', '4', '-o', other],
+      { cwd: repoRoot, stdio: 'ignore' });
+    execFileSync(vesper, ['synth', '--base', stories, '--lora-rank', '64', '-o', wide], { cwd: repoRoot, stdio: 'ignore' });
+    r = await load({ lora_name: 'other', lora_path: other });
+    assert.equal(r.status, 400);
+    assert.match(r.json.error.message, /blk\.0\.attn_q\.weight\.lora_a has shape \[48, 4\], expected \[64, rank\]/);
+    r = await load({ lora_name: 'wide', lora_path: wide });
+    assert.equal(r.status, 400);
+    assert.match(r.json.error.message, /rank 64, more than --max-lora-rank 32/);
+    fs.rmSync(other, { force: true });
+    fs.rmSync(wide, { force: true });
     r = await load({ lora_path: rel('lora/zed') });
     assert.equal(r.status, 400);
     assert.equal(r.json.error.param, 'lora_name');
