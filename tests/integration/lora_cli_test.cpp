@@ -76,16 +76,23 @@ TEST(CliLora, MergedAdaptersAndSyntheticOnes) {
   EXPECT_NE(zed.out.find("Zed"), std::string::npos) << zed.out;
   EXPECT_NE(zed.err.find("merged into every request at scale 1"), std::string::npos) << zed.err;
 
-  const std::string synth = ::testing::TempDir() + "vesper_synth_lora.gguf";
-  const auto w = run_vesper(
-      {"synth", "--base", kModel, "--lora-rank", "4", "--lora-targets", "q,v,down", "-o", synth},
-      "synth");
-  ASSERT_EQ(w.exit_code, 0) << w.err;
-  const auto g = run_vesper({"generate", kModel, "--lora-scaled", synth, "0.25", "--prompt",
-                             "Once upon a time", "-n", "4"},
-                            "synth_run");
-  ASSERT_EQ(g.exit_code, 0) << g.err;
-  EXPECT_NE(g.err.find("rank 4"), std::string::npos) << g.err;
+  // Random adapters in every tensor type an adapter file may hold; f16 ones stay f16 in memory.
+  for (const std::string type : {"f16", "f32", "bf16", "q8_0"}) {
+    const std::string synth = ::testing::TempDir() + "vesper_synth_lora_" + type + ".gguf";
+    const auto w = run_vesper({"synth", "--base", kModel, "--lora-rank", "4", "--lora-targets",
+                               "q,v,down", "--type", type, "-o", synth},
+                              "synth");
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    const auto g = run_vesper({"generate", kModel, "--lora-scaled", synth, "0.25", "--prompt",
+                               "Once upon a time", "-n", "4"},
+                              "synth_run");
+    ASSERT_EQ(g.exit_code, 0) << type << ": " << g.err;
+    EXPECT_NE(g.err.find("rank 4"), std::string::npos) << g.err;
+  }
+  const auto bad_type = run_vesper(
+      {"synth", "--base", kModel, "--lora-rank", "4", "--type", "q4_0", "-o", "/dev/null"}, "q4");
+  EXPECT_NE(bad_type.exit_code, 0);
+  EXPECT_NE(bad_type.err.find("f32, f16, bf16 or q8_0"), std::string::npos) << bad_type.err;
 }
 
 TEST(CliLora, BadFlagsFilesAndNamesAreErrorsNamingThem) {
