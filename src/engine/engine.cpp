@@ -328,13 +328,12 @@ Status Engine::add_request(EngineRequest request) {
   seq.cache_salt = params.cache_salt;
   seq.skip_prefix_cache_read = params.skip_reading_prefix_cache;
   if (!request.lora_name.empty()) {
-    VESPER_ASSIGN_OR_RETURN(const lora::AdapterUse use, adapters_->acquire(request.lora_name));
-    seq.adapter = use.slot;
-    seq.adapter_id = use.id;
+    // Held, not loaded: a copy is read when the sequence first runs (bind_adapters).
+    VESPER_ASSIGN_OR_RETURN(seq.adapter_id, adapters_->hold(request.lora_name));
   }
-  const int32_t adapter_slot = seq.adapter;
+  const uint64_t adapter_id = seq.adapter_id;
   if (Status added = scheduler_->add(std::move(seq)); !added) {
-    if (adapters_) adapters_->release(adapter_slot);
+    if (adapter_id != 0) adapters_->unhold(adapter_id);
     return added;
   }
   ++next_arrival_;
@@ -438,7 +437,8 @@ void Engine::propose_with_medusa(int64_t k) {
 
 void Engine::remove_sequence(sched::SeqId id) {
   if (adapters_)
-    if (const sched::Sequence* seq = scheduler_->find(id)) adapters_->release(seq->adapter);
+    if (const sched::Sequence* seq = scheduler_->find(id); seq && seq->adapter_id != 0)
+      adapters_->unhold(seq->adapter_id);
   scheduler_->remove(id);
   if (draft_) draft_->forget(id);
   if (medusa_) medusa_->forget(id);
@@ -517,6 +517,7 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
     if (!s.samples()) continue;
     int32_t index = 0;
     OutputProcessor::RequestState* request = outputs_->owner(s.id, &index);
+    if (request == nullptr && failed_seqs_.count(s.id)) continue;  // aborted: adapter failed
     VESPER_CHECK(request != nullptr, "scheduled sequence %lld has no request",
                  static_cast<long long>(s.id));
     if (s.num_spec_tokens > 0) {
@@ -534,7 +535,8 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
       for (int32_t k = 1; k < n; ++k) {
         const sched::SeqId child = next_seq_id_++;
         scheduler_->fork(s.id, child);
-        if (adapters_) adapters_->retain(scheduler_->find(s.id)->adapter);
+        if (const uint64_t a = scheduler_->find(s.id)->adapter_id; a != 0)
+          adapters_->hold_again(a);
         child_ids_.push_back(child);
       }
       outputs_->fork(*request, child_ids_);
@@ -560,8 +562,20 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
 std::vector<RequestOutput> Engine::step() {
   propose();
   sched::SchedulerOutput plan = scheduler_->schedule();
+  std::vector<RequestOutput> failed = bind_adapters(plan);
   const double now = now_seconds();
-  if (plan.empty()) return outputs_->take_outputs(now);
+  if (plan.empty()) {
+    // Nothing to compute; what the runner forgets (and its memory moves) still reach it.
+    if (!plan.dropped.empty() || !plan.swap_out.empty() || !plan.swap_in.empty() ||
+        !plan.block_copies.empty() || !plan.slot_copies.empty()) {
+      const Status ran = runner_->execute(plan);
+      VESPER_CHECK(ran.ok(), "the runner refused its scheduler's plan: %s",
+                   ran.error().message.c_str());
+    }
+    std::vector<RequestOutput> outs = outputs_->take_outputs(now);
+    outs.insert(outs.end(), failed.begin(), failed.end());
+    return outs;
+  }
   ++totals_.num_steps;
   totals_.max_batched_tokens_seen =
       std::max(totals_.max_batched_tokens_seen, plan.num_batched_tokens);
@@ -588,7 +602,42 @@ std::vector<RequestOutput> Engine::step() {
   VESPER_CHECK(ran.ok(), "the runner refused its scheduler's plan: %s",
                ran.error().message.c_str());
   sample_step(plan, now_seconds());
-  return outputs_->take_outputs(now_seconds());
+  std::vector<RequestOutput> outs = outputs_->take_outputs(now_seconds());
+  outs.insert(outs.end(), failed.begin(), failed.end());
+  return outs;
+}
+
+std::vector<RequestOutput> Engine::bind_adapters(sched::SchedulerOutput& plan) {
+  std::vector<RequestOutput> failed;
+  if (!adapters_) return failed;
+  // Sequences the runner forgets stop reading their copies first, so those may make room.
+  for (const sched::SeqId id : plan.dropped)
+    if (auto it = pinned_.find(id); it != pinned_.end()) {
+      adapters_->unpin(it->second);
+      pinned_.erase(it);
+    }
+  failed_seqs_.clear();
+  for (sched::NewSequenceData& n : plan.new_sequences) {
+    if (n.adapter_id == 0) continue;
+    auto slot = adapters_->pin(n.adapter_id);
+    if (slot) {
+      n.adapter = *slot;
+      pinned_[n.id] = *slot;
+      continue;
+    }
+    // Its file no longer reads: the request ends now (the rows still run this step, without an
+    // adapter, and are never sampled; the registration is broken, so no later sequence reads
+    // the blocks they fill).
+    log_error("%s; its requests are aborted", slot.error().message.c_str());
+    failed_seqs_.insert(n.id);
+  }
+  for (const sched::SeqId id : failed_seqs_) {
+    const OutputProcessor::RequestState* request = outputs_->owner(id, nullptr);
+    if (request == nullptr) continue;  // a sibling already aborted it
+    RequestOutput last;
+    if (abort(request->request.request_id, &last)) failed.push_back(std::move(last));
+  }
+  return failed;
 }
 
 bool Engine::abort(const std::string& request_id, RequestOutput* final_output) {
@@ -621,10 +670,10 @@ EngineStats Engine::stats() const {
     s.max_loras = adapters_->config().max_loras;
     s.adapter_loads = adapters_->num_loads();
     scheduler_->for_each_sequence([&](const sched::Sequence& seq) {
-      if (seq.adapter < 0) return;
+      if (seq.adapter_id == 0) return;
       auto& names =
           seq.status == sched::SeqStatus::kRunning ? s.running_adapters : s.waiting_adapters;
-      const std::string& name = adapters_->slot_name(seq.adapter);
+      const std::string& name = adapters_->name_of(seq.adapter_id);
       if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
     });
     std::sort(s.running_adapters.begin(), s.running_adapters.end());

@@ -14,6 +14,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
@@ -137,6 +139,10 @@ class Engine {
   // Fills params.bad_words_token_ids from params.bad_words.
   void tokenize_bad_words(sample::SamplingParams& params) const;
   void remove_sequence(sched::SeqId id);
+  // Adapters: releases the copies of the sequences the plan drops and pins those of its new
+  // sequences (their slots go into the plan). Requests whose adapter no longer loads are
+  // aborted; their final outputs are returned.
+  std::vector<RequestOutput> bind_adapters(sched::SchedulerOutput& plan);
   void verify(OutputProcessor::RequestState& request, int32_t index,
               const sched::ScheduledSequence& s, int32_t first_row, double now);
   // Samples the scheduled entries of the step just run, reports their tokens.
@@ -176,6 +182,8 @@ class Engine {
   std::vector<std::vector<int32_t>> medusa_parents_;
   std::vector<int32_t> verified_tokens_;  // a verification's committed tokens, in order
   std::vector<std::span<const float>> verify_rows_;
+  std::unordered_map<sched::SeqId, int32_t> pinned_;  // runner-held sequences' adapter slots
+  std::unordered_set<sched::SeqId> failed_seqs_;      // this step's sequences whose pin failed
 };
 
 }  // namespace vesper::engine

@@ -59,8 +59,7 @@ Status AdapterRegistry::init() {
   return {};
 }
 
-int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, const std::string& name,
-                                 uint64_t id) {
+int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, uint64_t id) {
   int32_t slot = -1;
   for (size_t i = 0; i < slots_.size(); ++i)
     if (!slots_[i].adapter) {
@@ -75,8 +74,7 @@ int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, const std::st
   largest_bytes_ = std::max(largest_bytes_, adapter->bytes());
   s.adapter = std::move(adapter);
   s.id = id;
-  s.name = name;
-  s.refs = 0;
+  s.pins = 0;
   s.last_use = ++clock_;
   s.modules.assign(merged_modules_.size(), {});
   for (int64_t l = 0; l < model_.n_layer; ++l)
@@ -86,16 +84,15 @@ int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, const std::st
       if (mod.rank > 0) s.modules[i].push_back(mod);
       s.modules[i].insert(s.modules[i].end(), merged_modules_[i].begin(), merged_modules_[i].end());
     }
+  registrations_.at(id).slot = slot;
   ++num_loads_;
   return slot;
 }
 
 void AdapterRegistry::free_slot(int32_t slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
-  if (!s.name.empty()) {
-    auto it = names_.find(s.name);
-    if (it != names_.end() && it->second.slot == slot) it->second.slot = -1;
-  }
+  auto it = registrations_.find(s.id);
+  if (it != registrations_.end() && it->second.slot == slot) it->second.slot = -1;
   s = Slot{};
 }
 
@@ -104,13 +101,25 @@ void AdapterRegistry::evict_beyond_limit() {
     int32_t victim = -1;
     for (size_t i = 0; i < slots_.size(); ++i) {
       const Slot& s = slots_[i];
-      if (s.adapter && s.refs == 0 &&
+      if (s.adapter && s.pins == 0 &&
           (victim < 0 || s.last_use < slots_[static_cast<size_t>(victim)].last_use))
         victim = static_cast<int32_t>(i);
     }
-    if (victim < 0) return;  // every loaded adapter is in use
+    if (victim < 0) return;  // every loaded adapter is pinned (at most --max-loras of them)
     free_slot(victim);
   }
+}
+
+void AdapterRegistry::maybe_forget(uint64_t id) {
+  auto it = registrations_.find(id);
+  if (it == registrations_.end()) return;
+  const Registration& r = it->second;
+  if (r.listed || r.holders > 0) return;
+  if (r.slot >= 0) {
+    if (slots_[static_cast<size_t>(r.slot)].pins > 0) return;
+    free_slot(r.slot);
+  }
+  registrations_.erase(it);
 }
 
 Status AdapterRegistry::add(const std::string& name, const std::string& path) {
@@ -121,8 +130,9 @@ Status AdapterRegistry::add(const std::string& name, const std::string& path) {
            kind_name(adapter->kind()), static_cast<long long>(adapter->max_rank()),
            adapter->bytes() / 1048576.0);
   const uint64_t id = next_id_++;
-  const int32_t slot = install(std::move(adapter), name, id);
-  names_[name] = Name{path, id, slot};
+  registrations_[id] = Registration{name, path, 0, true, false, -1};
+  names_[name] = id;
+  install(std::move(adapter), id);
   evict_beyond_limit();
   return {};
 }
@@ -130,61 +140,78 @@ Status AdapterRegistry::add(const std::string& name, const std::string& path) {
 bool AdapterRegistry::remove(const std::string& name) {
   auto it = names_.find(name);
   if (it == names_.end()) return false;
-  const int32_t slot = it->second.slot;
+  const uint64_t id = it->second;
   names_.erase(it);
-  if (slot >= 0) {
-    Slot& s = slots_[static_cast<size_t>(slot)];
-    s.name.clear();  // orphaned: freed with its last release
-    if (s.refs == 0) free_slot(slot);
-  }
+  registrations_.at(id).listed = false;
+  maybe_forget(id);  // else when its last holder and pin are gone
   return true;
 }
 
 std::vector<AdapterRegistry::Info> AdapterRegistry::list() const {
   std::vector<Info> out;
-  for (const auto& [name, n] : names_) out.push_back(Info{name, n.path, n.slot >= 0});
+  for (const auto& [name, id] : names_) {
+    const Registration& r = registrations_.at(id);
+    out.push_back(Info{name, r.path, r.slot >= 0});
+  }
   return out;
 }
 
-Result<AdapterUse> AdapterRegistry::acquire(const std::string& name) {
+Result<uint64_t> AdapterRegistry::hold(const std::string& name) {
   auto it = names_.find(name);
   if (it == names_.end()) return make_error("no adapter named '" + name + "'");
-  Name& n = it->second;
-  if (n.slot < 0) {
-    VESPER_ASSIGN_OR_RETURN(std::unique_ptr<Adapter> adapter, load(n.path, 1.0f));
-    n.slot = install(std::move(adapter), name, n.id);
+  ++registrations_.at(it->second).holders;
+  return it->second;
+}
+
+void AdapterRegistry::hold_again(uint64_t id) {
+  auto it = registrations_.find(id);
+  if (it != registrations_.end()) ++it->second.holders;
+}
+
+void AdapterRegistry::unhold(uint64_t id) {
+  auto it = registrations_.find(id);
+  if (it == registrations_.end() || it->second.holders <= 0) return;
+  --it->second.holders;
+  maybe_forget(id);
+}
+
+Result<int32_t> AdapterRegistry::pin(uint64_t id) {
+  auto it = registrations_.find(id);
+  if (it == registrations_.end()) return make_error("adapter id " + std::to_string(id) + " is gone");
+  Registration& r = it->second;
+  if (r.broken)
+    return make_error("adapter '" + r.name + "' (" + r.path + ") failed to load earlier");
+  if (r.slot < 0) {
+    auto loaded = load(r.path, 1.0f);
+    if (!loaded) {
+      r.broken = true;
+      return make_error("adapter '" + r.name + "': " + loaded.error().message);
+    }
+    install(std::move(*loaded), id);
   }
-  Slot& s = slots_[static_cast<size_t>(n.slot)];
-  if (s.refs++ == 0) ++num_in_use_;
+  Slot& s = slots_[static_cast<size_t>(r.slot)];
+  if (s.pins++ == 0) ++num_pinned_;
   s.last_use = ++clock_;
-  const AdapterUse use{n.slot, n.id};
+  const int32_t slot = r.slot;
   evict_beyond_limit();
-  return use;
+  return slot;
 }
 
-void AdapterRegistry::retain(int32_t slot) {
+void AdapterRegistry::unpin(int32_t slot) {
   if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) return;
   Slot& s = slots_[static_cast<size_t>(slot)];
-  if (s.adapter && s.refs++ == 0) ++num_in_use_;
+  if (!s.adapter || s.pins <= 0) return;
+  if (--s.pins > 0) return;
+  --num_pinned_;
+  const uint64_t id = s.id;
+  maybe_forget(id);
+  evict_beyond_limit();
 }
 
-void AdapterRegistry::release(int32_t slot) {
-  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) return;
-  Slot& s = slots_[static_cast<size_t>(slot)];
-  if (!s.adapter || s.refs <= 0) return;
-  if (--s.refs == 0) {
-    --num_in_use_;
-    if (s.name.empty())
-      free_slot(slot);
-    else
-      evict_beyond_limit();
-  }
-}
-
-const std::string& AdapterRegistry::slot_name(int32_t slot) const {
+const std::string& AdapterRegistry::name_of(uint64_t id) const {
   static const std::string kNone;
-  if (slot < 0 || slot >= static_cast<int32_t>(slots_.size())) return kNone;
-  return slots_[static_cast<size_t>(slot)].name;
+  auto it = registrations_.find(id);
+  return it == registrations_.end() ? kNone : it->second.name;
 }
 
 int64_t AdapterRegistry::num_loaded() const {

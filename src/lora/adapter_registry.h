@@ -2,11 +2,16 @@
 // /v1/load_lora_adapter), the ones merged into every request (llama.cpp's --lora /
 // --lora-scaled), and the loaded copies the forward pass reads (model::AdapterSource).
 //
-// Names map to paths. A request names an adapter; acquire() gives its sequences a slot (the
-// index ForwardBatch::seq_adapter carries) and holds it loaded until release(). Loaded copies
-// beyond --max-cpu-loras that no request holds are dropped, least recently used first, and
-// read again from their path when next named. Removing a name lets the requests that hold it
-// finish: its copy is freed with the last release.
+// Two kinds of holders, so that waiting requests cost no memory:
+//  - a request holds its adapter's registration (hold / unhold) from the moment the engine takes
+//    it until it is done: the name may be removed meanwhile, the request still finishes with the
+//    adapter it asked for;
+//  - a sequence the runner computes pins a loaded copy (pin / unpin): pinned copies are never
+//    dropped. Only running sequences pin, and the scheduler lets at most --max-loras distinct
+//    adapters run, so at most that many copies are pinned however many requests wait.
+// Unpinned copies beyond --max-cpu-loras are dropped, least recently used first, and read again
+// from their path when next pinned. A copy whose file no longer reads marks the registration
+// broken: every later pin of it fails (its requests are aborted) rather than run anything else.
 //
 // Not thread-safe: the engine loop owns it.
 #pragma once
@@ -50,13 +55,6 @@ struct LoraConfig {
   bool any() const { return enable_lora || !merged.empty(); }
 };
 
-// What a request's sequences carry: the slot the forward pass reads, and the adapter's id (the
-// prefix cache's root; unique per registered name and path, never reused).
-struct AdapterUse {
-  int32_t slot = -1;
-  uint64_t id = 0;
-};
-
 class AdapterRegistry final : public model::AdapterSource {
  public:
   AdapterRegistry(const LoraConfig& config, const model::ModelConfig& model,
@@ -81,16 +79,21 @@ class AdapterRegistry final : public model::AdapterSource {
   };
   std::vector<Info> list() const;
 
-  // A request for adapter `name` starts: its slot, loaded now if it was not. Errors: an unknown
-  // name, or a file that no longer reads.
-  Result<AdapterUse> acquire(const std::string& name);
-  // One more holder of an acquired slot (a forked sequence).
-  void retain(int32_t slot);
-  // A holder of `slot` is done with it.
-  void release(int32_t slot);
-
-  // The name a loaded slot serves ("" for a free slot or a removed name).
-  const std::string& slot_name(int32_t slot) const;
+  // A request for adapter `name` starts: the registration's id (never reused; it roots the
+  // prefix cache's chain). Nothing is read. Error: an unknown name.
+  Result<uint64_t> hold(const std::string& name);
+  // One more holder of a held registration (a forked sequence).
+  void hold_again(uint64_t id);
+  // A holder is done with it.
+  void unhold(uint64_t id);
+  // A sequence of registration `id` runs: the slot of its loaded copy, read now if it was not.
+  // Error (and the registration broken) when the file no longer reads.
+  Result<int32_t> pin(uint64_t id);
+  // That sequence no longer runs.
+  void unpin(int32_t slot);
+  // The name registration `id` had ("" when unknown).
+  const std::string& name_of(uint64_t id) const;
+  int64_t num_pinned() const { return num_pinned_; }
   int64_t num_loaded() const;
   int64_t loaded_bytes() const;
   // The pool the memory plan counts: the merged adapters and --max-cpu-loras copies of the
@@ -102,25 +105,29 @@ class AdapterRegistry final : public model::AdapterSource {
   // model::AdapterSource
   std::span<const backend::LowRankModule> modules(int32_t slot, int64_t layer,
                                                   model::Projection p) const override;
-  bool any() const override { return num_in_use_ > 0 || !merged_.empty(); }
+  bool any() const override { return num_pinned_ > 0 || !merged_.empty(); }
 
  private:
-  struct Name {
+  struct Registration {
+    std::string name;
     std::string path;
-    uint64_t id = 0;
-    int32_t slot = -1;  // loaded in this slot, or -1
+    int64_t holders = 0;  // requests holding it
+    bool listed = true;   // false once its name was removed
+    bool broken = false;  // its file stopped reading: pins fail
+    int32_t slot = -1;    // loaded in this slot, or -1
   };
   struct Slot {
     std::unique_ptr<Adapter> adapter;  // null: a free slot
-    uint64_t id = 0;
-    std::string name;       // empty once the name was removed
-    int64_t refs = 0;       // requests holding it
-    uint64_t last_use = 0;  // for least-recently-used eviction
+    uint64_t id = 0;                   // its registration
+    int64_t pins = 0;                  // running sequences reading it
+    uint64_t last_use = 0;             // for least-recently-used eviction
     // [layer * kNumProjections + projection]: the adapter's module, then the merged ones.
     std::vector<std::vector<backend::LowRankModule>> modules;
   };
   Result<std::unique_ptr<Adapter>> load(const std::string& path, float scale) const;
-  int32_t install(std::unique_ptr<Adapter> adapter, const std::string& name, uint64_t id);
+  int32_t install(std::unique_ptr<Adapter> adapter, uint64_t id);
+  // Forgets a registration nobody lists, holds or pins (and frees its copy).
+  void maybe_forget(uint64_t id);
   void free_slot(int32_t slot);
   void evict_beyond_limit();
   int64_t cpu_limit() const;
@@ -128,14 +135,15 @@ class AdapterRegistry final : public model::AdapterSource {
   LoraConfig config_;
   model::ModelConfig model_;
   backend::Backend& backend_;
-  std::map<std::string, Name> names_;
+  std::map<std::string, uint64_t> names_;  // listed names -> registration ids
+  std::map<uint64_t, Registration> registrations_;
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Adapter>> merged_;
   std::vector<std::vector<backend::LowRankModule>> merged_modules_;  // slot -1
   uint64_t next_id_ = 1;
   uint64_t clock_ = 0;
   int64_t num_loads_ = 0;
-  int64_t num_in_use_ = 0;     // slots with refs > 0
+  int64_t num_pinned_ = 0;     // slots with pins > 0
   int64_t largest_bytes_ = 0;  // the largest named adapter read so far
 };
 

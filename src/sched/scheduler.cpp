@@ -292,7 +292,7 @@ void Scheduler::describe_for_runner(SchedulerOutput& out) {
     const std::vector<kv::BlockId>& table = kv_.block_table(s.id);
     auto it = runner_.find(s.id);
     if (it == runner_.end()) {
-      out.new_sequences.push_back(NewSequenceData{s.id, seq.tokens, table, seq.adapter});
+      out.new_sequences.push_back(NewSequenceData{s.id, seq.tokens, table, seq.adapter_id, -1});
       runner_.emplace(s.id, RunnerView{seq.num_tokens(), table});
       continue;
     }

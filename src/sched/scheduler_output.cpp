@@ -43,6 +43,7 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.i64(n.id);
     w.ints<int32_t>(n.token_ids);
     w.ints<kv::BlockId>(n.block_table);
+    w.u64(n.adapter_id);
     w.i64(n.adapter);
   }
   w.u64(cached_sequences.size());
@@ -100,6 +101,8 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     n.id = id;
     VESPER_TRY(r.ints(n.token_ids));
     VESPER_TRY(r.ints(n.block_table));
+    VESPER_READ(adapter_id, r.u64());
+    n.adapter_id = adapter_id;
     VESPER_READ(adapter, r.i64());
     if (adapter < -1 || adapter > INT32_MAX) return make_error("adapter slot out of range");
     n.adapter = static_cast<int32_t>(adapter);
@@ -176,7 +179,7 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
 
 bool operator==(const NewSequenceData& a, const NewSequenceData& b) {
   return a.id == b.id && a.token_ids == b.token_ids && a.block_table == b.block_table &&
-         a.adapter == b.adapter;
+         a.adapter_id == b.adapter_id && a.adapter == b.adapter;
 }
 bool operator==(const BlockTableEntry& a, const BlockTableEntry& b) {
   return a.index == b.index && a.block == b.block;

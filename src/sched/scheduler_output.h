@@ -32,7 +32,11 @@ struct NewSequenceData {
   SeqId id = 0;
   std::vector<int32_t> token_ids;  // every committed token: the prompt, then outputs so far
   std::vector<kv::BlockId> block_table;
-  int32_t adapter = -1;  // the adapter slot its rows use (model/forward_batch.h); -1: none
+  uint64_t adapter_id = 0;  // the sequence's adapter (Sequence::adapter_id); 0: none
+  // The loaded copy its rows read (model/forward_batch.h's adapter slot; -1: none): not the
+  // scheduler's business, set by whoever pins adapters for the runner (the engine) before the
+  // runner sees the plan.
+  int32_t adapter = -1;
 };
 
 // A block-table entry that now points at another block (copy-on-write moved it).

@@ -40,10 +40,9 @@ struct Sequence {
   // cache_salt: e.g. per tenant, so one cannot probe another's prompts through timing).
   std::string cache_salt;
   bool skip_prefix_cache_read = false;  // compute every token; the blocks are still cached
-  // The adapter (LoRA / VeRA) the sequence runs with: the slot the forward pass reads (-1: the
-  // base model) and its id (0: none), which roots the prefix cache's chain and counts toward
-  // SchedulerConfig::max_loras.
-  int32_t adapter = -1;
+  // The adapter (LoRA / VeRA) the sequence runs with (0: the base model): roots the prefix
+  // cache's chain and counts toward SchedulerConfig::max_loras; the runner maps it to a loaded
+  // copy (NewSequenceData::adapter).
   uint64_t adapter_id = 0;
   kv::BlockHash prefix_root;  // root of the block hash chain (set by Scheduler::add)
 

@@ -5,6 +5,8 @@
 // stays held once requests finish or are aborted.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "engine/engine_test_util.h"
 
 namespace vesper::engine {
@@ -126,9 +128,12 @@ TEST(LoraEngine, ForksKeepTheirAdapterAndAbortsReleaseIt) {
   EXPECT_EQ(e->stats().running_adapters, std::vector<std::string>{"vzed"});
   EXPECT_TRUE(e->abort("held"));
   EXPECT_TRUE(e->stats().running_adapters.empty());
-  // Nothing holds vzed now, so removing it frees it at once.
+  // No request holds vzed now; the runner reads it until the next plan drops the sequence.
   EXPECT_TRUE(e->adapters()->remove("vzed"));
+  EXPECT_EQ(e->adapters()->num_loaded(), 3);
+  e->step();
   EXPECT_EQ(e->adapters()->num_loaded(), 2);
+  EXPECT_EQ(e->adapters()->num_pinned(), 0);
 
   EngineRequest unknown{"u", {1, 2, 3}, greedy_params(2)};
   unknown.lora_name = "nope";
@@ -146,6 +151,84 @@ TEST(LoraEngine, AnAdapterNameWithoutEnableLoraIsAnError) {
   auto st = e->add_request(std::move(req));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error().message.find("--enable-lora"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vesper::engine
+
+namespace vesper::engine {
+namespace {
+
+// Waiting requests hold their adapter's name, not a loaded copy: with --max-cpu-loras 1 and
+// --max-loras 1, requests for three adapters at once keep at most one copy loaded, read each
+// adapter when its requests start running, and each gets its adapter's output.
+TEST(LoraEngine, OnlyRunningSequencesPinCopies) {
+  EngineConfig c = lora_config();
+  c.lora.max_loras = 1;
+  c.lora.max_cpu_loras = 1;
+  auto e = make_engine(c);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->adapters()->num_loaded(), 1);
+  const int64_t loads_at_start = e->adapters()->num_loads();
+  for (const char* a : {"zed", "bim", "vzed"})
+    for (int i = 0; i < 2; ++i) {
+      EngineRequest req{std::string(a) + std::to_string(i),
+                        e->tokenizer().encode("One day, a little girl named", true, false),
+                        greedy_params(6)};
+      req.lora_name = a;
+      ASSERT_TRUE(e->add_request(std::move(req)).ok());
+    }
+  EXPECT_EQ(e->adapters()->num_loads(), loads_at_start);  // nothing read for waiting requests
+  std::map<std::string, RequestOutput> done;
+  while (e->has_unfinished()) {
+    for (auto& out : e->step())
+      if (out.finished) done[out.request_id] = std::move(out);
+    EXPECT_LE(e->adapters()->num_loaded(), 1);
+    EXPECT_LE(e->adapters()->num_pinned(), 1);
+    e->check_invariants();
+  }
+  ASSERT_EQ(done.size(), 6u);
+  for (const auto& [id, out] : done)
+    EXPECT_EQ(out.outputs[0].text.rfind(id[0] == 'b' ? " Bim" : " Zed", 0), 0u)
+        << id << ": " << out.outputs[0].text;
+  EXPECT_GE(e->adapters()->num_loads(), loads_at_start + 2);
+}
+
+}  // namespace
+}  // namespace vesper::engine
+
+namespace vesper::engine {
+namespace {
+
+// An adapter whose file disappears after it was checked: its requests end (finish_reason
+// "abort", nothing sampled) when they would start running; other requests are unharmed.
+TEST(LoraEngine, AnAdapterThatNoLongerLoadsAbortsOnlyItsRequests) {
+  namespace fs = std::filesystem;
+  const std::string dir = ::testing::TempDir() + "vesper_engine_vanishing_bim";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& f : fs::directory_iterator("../shared/models/lora/bim"))
+    fs::copy(f.path(), dir + "/" + f.path().filename().string());
+  EngineConfig c = lora_config();
+  c.lora.max_loras = 1;
+  c.lora.max_cpu_loras = 1;
+  c.lora.modules = {{"bim", dir, ""}, {"zed", "../shared/models/lora/zed/adapter.gguf", ""}};
+  auto e = make_engine(c);
+  ASSERT_NE(e, nullptr);  // bim was read, checked, and dropped for zed
+  fs::remove_all(dir);
+  const auto prompt = e->tokenizer().encode("One day, a little girl named", true, false);
+  for (const char* a : {"bim", "zed", ""}) {
+    EngineRequest req{std::string("r-") + a, prompt, greedy_params(6)};
+    req.lora_name = a;
+    ASSERT_TRUE(e->add_request(std::move(req)).ok());
+  }
+  const auto done = run_to_completion(*e);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done.at("r-bim").outputs[0].finish_reason, "abort");
+  EXPECT_TRUE(done.at("r-bim").outputs[0].token_ids.empty());
+  EXPECT_EQ(done.at("r-zed").outputs[0].text.rfind(" Zed", 0), 0u);
+  EXPECT_EQ(done.at("r-").outputs[0].text.rfind(" Lily", 0), 0u);
+  testing_util::expect_no_leaks(*e);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Reading adapters (lora/adapter.h) from ../shared/models: llama.cpp GGUF and PEFT LoRA hold the
 // same deltas once PEFT's q/k rows go through GGUF's rope permutation; VeRA keeps one shared
 // A and B and only lambdas per module; every malformed file is an error naming the file and the
-// tensor or field. And the registry (lora/adapter_registry.h): least-recently-used copies beyond
-// --max-cpu-loras are dropped and reloaded, never while a request holds them; removing a name
-// lets its holders finish.
+// tensor or field. And the registry (lora/adapter_registry.h): holding reads nothing;
+// least-recently-used copies beyond --max-cpu-loras are dropped and reloaded, never while a
+// running sequence pins them; removing a name lets its holders finish; a file that stops reading
+// breaks its registration.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -216,7 +217,7 @@ TEST(Adapter, MalformedGgufAdaptersAreErrorsNamingTheTensor) {
                {"adapter.gguf", "blk.0.attn_q.weight.lora_a", "expected [48, rank]"});
 }
 
-TEST(AdapterRegistry, KeepsAtMostMaxCpuLorasLoadedAndNeverDropsOneInUse) {
+TEST(AdapterRegistry, KeepsAtMostMaxCpuLorasLoadedAndNeverDropsAPinnedOne) {
   backend::CpuBackend backend(1);
   LoraConfig config;
   config.enable_lora = true;
@@ -230,35 +231,70 @@ TEST(AdapterRegistry, KeepsAtMostMaxCpuLorasLoadedAndNeverDropsOneInUse) {
   EXPECT_EQ(r.num_loads(), 2);
   EXPECT_FALSE(r.any());
 
-  auto zed = r.acquire("zed");  // read again
+  // Holding reads nothing: a thousand waiting requests cost no adapter memory.
+  auto zed = r.hold("zed");
   ASSERT_TRUE(zed.ok());
+  EXPECT_EQ(r.num_loads(), 2);
+  EXPECT_EQ(r.name_of(*zed), "zed");
+  auto zed_slot = r.pin(*zed);  // running: read again
+  ASSERT_TRUE(zed_slot.ok());
   EXPECT_EQ(r.num_loads(), 3);
   EXPECT_TRUE(r.any());
-  EXPECT_EQ(r.slot_name(zed->slot), "zed");
-  EXPECT_EQ(r.modules(zed->slot, 0, Projection::kK).size(), 1u);
-  auto bim = r.acquire("bim");  // zed is held: both stay loaded while in use
+  EXPECT_EQ(r.modules(*zed_slot, 0, Projection::kK).size(), 1u);
+  auto bim = r.hold("bim");
   ASSERT_TRUE(bim.ok());
+  EXPECT_NE(*zed, *bim);
+  auto bim_slot = r.pin(*bim);  // zed is pinned: both stay loaded while they run
+  ASSERT_TRUE(bim_slot.ok());
   EXPECT_EQ(r.num_loaded(), 2);
-  EXPECT_NE(zed->id, bim->id);
-  EXPECT_TRUE(r.modules(bim->slot, 0, Projection::kK).empty());  // bim has no attn_k
-  r.release(bim->slot);
-  EXPECT_EQ(r.num_loaded(), 1);  // bim, unheld, goes; zed stays
-  EXPECT_EQ(r.slot_name(zed->slot), "zed");
+  EXPECT_TRUE(r.modules(*bim_slot, 0, Projection::kK).empty());  // bim has no attn_k
+  r.unpin(*bim_slot);
+  EXPECT_EQ(r.num_loaded(), 1);  // bim, unpinned, goes; zed stays
+  r.unhold(*bim);
 
-  // Removing a held name: gone from the list at once, its copy freed with the last holder.
+  // Removing a held name: gone from the list at once, its copy freed with the last holder and
+  // the last pin.
   EXPECT_TRUE(r.remove("zed"));
   EXPECT_FALSE(r.contains("zed"));
+  EXPECT_FALSE(r.hold("zed").ok());
   EXPECT_EQ(r.num_loaded(), 1);
-  EXPECT_EQ(r.modules(zed->slot, 0, Projection::kQ).size(), 1u);
-  r.release(zed->slot);
+  EXPECT_EQ(r.modules(*zed_slot, 0, Projection::kQ).size(), 1u);
+  r.unhold(*zed);
+  EXPECT_EQ(r.num_loaded(), 1);  // still pinned by a running sequence
+  r.unpin(*zed_slot);
   EXPECT_EQ(r.num_loaded(), 0);
-  EXPECT_FALSE(r.acquire("zed").ok());
+  EXPECT_EQ(r.name_of(*zed), "");
   EXPECT_FALSE(r.remove("zed"));
 
   EXPECT_FALSE(r.add("bim", kModels + "lora/bim").ok());  // still registered
   auto bad = r.add("bad", kModels + "stories260K.gguf");
   ASSERT_FALSE(bad.ok());
   EXPECT_FALSE(r.contains("bad"));
+}
+
+TEST(AdapterRegistry, AFileThatStopsReadingBreaksItsRegistration) {
+  backend::CpuBackend backend(1);
+  const std::string dir = copy_dir(kModels + "lora/bim", "vanishing");
+  LoraConfig config;
+  config.enable_lora = true;
+  config.max_loras = 1;
+  config.max_cpu_loras = 1;
+  config.modules = {{"bim", dir, ""}, {"zed", kModels + "lora/zed/adapter.gguf", ""}};
+  AdapterRegistry r(config, stories_config(), backend);
+  ASSERT_TRUE(r.init().ok());  // bim was read, checked and dropped for zed
+  auto bim = r.hold("bim");
+  ASSERT_TRUE(bim.ok());
+  fs::remove_all(dir);
+  auto slot = r.pin(*bim);
+  ASSERT_FALSE(slot.ok());
+  EXPECT_NE(slot.error().message.find("adapter 'bim'"), std::string::npos) << slot.error().message;
+  EXPECT_NE(slot.error().message.find(dir), std::string::npos) << slot.error().message;
+  // Broken for good: even were the file back, this registration never runs.
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(kModels + "lora/bim"))
+    fs::copy(e.path(), dir + "/" + e.path().filename().string());
+  EXPECT_FALSE(r.pin(*bim).ok());
+  r.unhold(*bim);
 }
 
 TEST(AdapterRegistry, MergedAdaptersFollowEveryRequestsOwn) {
@@ -271,9 +307,11 @@ TEST(AdapterRegistry, MergedAdaptersFollowEveryRequestsOwn) {
   ASSERT_TRUE(r.init().ok());
   EXPECT_TRUE(r.any());
   EXPECT_EQ(r.modules(-1, 3, Projection::kK).size(), 1u);  // zed alone
-  auto bim = r.acquire("bim");
+  auto bim = r.hold("bim");
   ASSERT_TRUE(bim.ok());
-  const auto mods = r.modules(bim->slot, 3, Projection::kQ);
+  auto slot = r.pin(*bim);
+  ASSERT_TRUE(slot.ok());
+  const auto mods = r.modules(*slot, 3, Projection::kQ);
   ASSERT_EQ(mods.size(), 2u);  // bim's, then zed's
   EXPECT_EQ(mods[0].rank, 4);
   EXPECT_EQ(mods[1].rank, 8);

@@ -171,13 +171,12 @@ class Driver {
   int32_t random_token() { return static_cast<int32_t>(rng_() & 0x3fffffff); }
 
   // Adds a sequence with a random prompt of prompt_len tokens. arrival defaults to add order.
-  // `adapter` (0: none) is the sequence's adapter id; its slot is the same number.
+  // `adapter` (0: none) is the sequence's adapter id.
   Status add(SeqId id, int64_t prompt_len, int64_t max_total, int32_t priority = 0,
              std::optional<int64_t> arrival = std::nullopt, uint64_t adapter = 0) {
     Sequence seq;
     seq.id = id;
     seq.adapter_id = adapter;
-    seq.adapter = adapter == 0 ? -1 : static_cast<int32_t>(adapter);
     if (kv_.prefix_caching_enabled() && rng_() % 4 != 0) {
       const auto& prefix = prefixes_[rng_() % prefixes_.size()];
       seq.tokens.assign(prefix.begin(), prefix.begin() + std::min<int64_t>(prompt_len, static_cast<int64_t>(rng_() % prefix.size())));

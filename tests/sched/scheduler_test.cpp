@@ -753,7 +753,7 @@ namespace {
 // --max-loras: at most that many distinct adapters among running sequences; a sequence whose
 // adapter does not fit waits, and adapter sequences after it wait too (first come, first served
 // among adapters), while sequences without an adapter go ahead. Each step's runner plan carries
-// the sequence's adapter slot.
+// the sequence's adapter id.
 TEST(Scheduler, MaxLorasBoundsDistinctAdaptersAndServesAdaptersInArrivalOrder) {
   SchedulerConfig config = make_config(64, 8, 64, true);
   config.max_loras = 2;
@@ -764,7 +764,7 @@ TEST(Scheduler, MaxLorasBoundsDistinctAdaptersAndServesAdaptersInArrivalOrder) {
   while (d.sched().has_unfinished()) {
     const SchedulerOutput out = d.step();
     for (const NewSequenceData& n : out.new_sequences)
-      EXPECT_EQ(n.adapter, adapter.at(n.id) == 0 ? -1 : static_cast<int32_t>(adapter.at(n.id)));
+      EXPECT_EQ(n.adapter_id, adapter.at(n.id));
     for (const ScheduledSequence& s : out.scheduled) first_step.try_emplace(s.id, d.steps());
     std::set<uint64_t> running;
     d.sched().for_each_running([&](const Sequence& seq) {
