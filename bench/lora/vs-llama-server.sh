@@ -43,9 +43,9 @@ for i in $(seq 0 $((num - 1))); do
   llama_loras+=(--lora "$work/a$i.gguf")
 done
 
-wait_up() {  # $1: log file, $2: pattern
-  for _ in $(seq 1 600); do
-    grep -q "$2" "$1" && return 0
+wait_up() {  # $1: log file, $2: URL that answers 200 once the server is ready
+  for _ in $(seq 1 1200); do
+    curl -sf "$2" >/dev/null 2>&1 && return 0
     kill -0 "$pid" 2>/dev/null || { cat "$1" >&2; exit 1; }
     sleep 0.5
   done
@@ -61,7 +61,7 @@ declare -A llama vesper_tps
 "$llama_server" -m "$model" --host 127.0.0.1 --port "$port" -t "$threads" -np "$conc" -cb \
   -c $((conc * 512)) "${llama_loras[@]}" --lora-init-without-apply >"$work/llama.log" 2>&1 &
 pid=$!
-wait_up "$work/llama.log" "server is listening"
+wait_up "$work/llama.log" "http://127.0.0.1:$port/health"
 llama[base]=$(bench)
 llama[one]=$(bench --lora-ids 1)
 llama[spread]=$(bench --lora-ids "$num")
@@ -71,7 +71,7 @@ kill "$pid"; wait "$pid" 2>/dev/null || true
   --max-model-len 512 --enable-lora --max-loras "$num" --max-lora-rank "$rank" \
   --lora-modules "${modules[@]}" >"$work/vesper.log" 2>&1 &
 pid=$!
-wait_up "$work/vesper.log" "on http://"
+wait_up "$work/vesper.log" "http://127.0.0.1:$port/health"
 vesper_tps[base]=$(bench)
 vesper_tps[one]=$(bench --lora-modules a0)
 vesper_tps[spread]=$(bench --lora-modules "${names[@]}")
