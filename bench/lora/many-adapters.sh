@@ -31,24 +31,16 @@ prompts="${PROMPTS:-256}" port="${PORT:-8472}"
 work="$(mktemp -d)"
 trap 'kill "${server_pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-modules=() names=()
-for i in $(seq 0 $((num - 1))); do
-  "$vesper" synth --base "$model" --lora-rank "$rank" --lora-targets q,k,v,o --seed $((i + 1)) \
-    -o "$work/a$i.gguf" 2>/dev/null
-  modules+=("a$i=$work/a$i.gguf")
-  names+=("a$i")
-done
+# shellcheck source=common.sh
+. "$here/common.sh"
+write_adapters "$work" "$model" "$num" "$rank"
 echo "wrote $num adapters of $(stat -c %s "$work/a0.gguf") bytes" >&2
 start=$(date +%s.%N)
 "$vesper" serve "$model" --port "$port" --threads "$threads" --max-num-seqs "$conc" \
   --max-model-len 512 --enable-lora --max-loras "$conc" --max-cpu-loras "$cpu_loras" \
-  --max-lora-rank "$rank" --lora-modules "${modules[@]}" >"$work/server.log" 2>&1 &
+  --max-lora-rank "$rank" --lora-modules "${adapter_modules[@]}" >"$work/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 1 1200); do
-  grep -q "on http://" "$work/server.log" && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
-  sleep 0.5
-done
+wait_ready "$server_pid" "$work/server.log" "http://127.0.0.1:$port/health"
 echo "server up in $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s (every adapter read once to check it)" >&2
 loads() { curl -s "http://127.0.0.1:$port/metrics" | awk '/^vesper:lora_adapter_loads_total/ {print $2}'; }
 run() {
@@ -58,7 +50,7 @@ run() {
 }
 base=$(run | python3 -c 'import json,sys; print(json.load(sys.stdin)["output_throughput"])')
 before=$(loads)
-result=$(run --lora-modules "${names[@]}")
+result=$(run --lora-modules "${adapter_names[@]}")
 after=$(loads)
 python3 - "$base" "$before" "$after" "$result" <<'PY'
 import json, sys

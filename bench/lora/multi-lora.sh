@@ -34,27 +34,19 @@ port="${PORT:-8471}"
 work="$(mktemp -d)"
 trap 'kill "${server_pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-modules=()
-for i in $(seq 0 31); do
-  "$vesper" synth --base "$model" --lora-rank "$rank" --lora-targets q,k,v,o --seed $((i + 1)) \
-    -o "$work/a$i.gguf" 2>/dev/null
-  modules+=("a$i=$work/a$i.gguf")
-done
+# shellcheck source=common.sh
+. "$here/common.sh"
+write_adapters "$work" "$model" 32 "$rank"
 adapter_bytes=$(stat -c %s "$work/a0.gguf")
 base_bytes=$(stat -c %s "$model")
 
 "$vesper" serve "$model" --port "$port" --threads "$threads" --max-num-seqs "$conc" \
   --max-model-len 1024 --enable-lora --max-loras 32 --max-cpu-loras 32 --max-lora-rank "$rank" \
-  --lora-modules "${modules[@]}" >"$work/server.log" 2>&1 &
+  --lora-modules "${adapter_modules[@]}" >"$work/server.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 1 600); do
-  grep -q "on http://" "$work/server.log" && break
-  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
-  sleep 0.5
-done
+wait_ready "$server_pid" "$work/server.log" "http://127.0.0.1:$port/health"
 
-names() { local n="$1" out=(); for i in $(seq 0 $((n - 1))); do out+=("a$i"); done; echo "${out[@]}"; }
-declare -A loads=([base]="" [one]="a0" [8]="$(names 8)" [32]="$(names 32)")
+declare -A loads=([base]="" [one]="a0" [8]="${adapter_names[*]:0:8}" [32]="${adapter_names[*]}")
 declare -A distinct=([base]=0 [one]=1 [8]=8 [32]=32)
 declare -A results
 for rep in $(seq 1 "$reps"); do

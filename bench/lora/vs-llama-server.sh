@@ -34,23 +34,11 @@ in_len="${INPUT_LEN:-32}" out_len="${OUTPUT_LEN:-64}"
 work="$(mktemp -d)"
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 
-names=() modules=() llama_loras=()
-for i in $(seq 0 $((num - 1))); do
-  "$vesper" synth --base "$model" --lora-rank "$rank" --lora-targets q,k,v,o --seed $((i + 1)) \
-    -o "$work/a$i.gguf" 2>/dev/null
-  names+=("a$i")
-  modules+=("a$i=$work/a$i.gguf")
-  llama_loras+=(--lora "$work/a$i.gguf")
-done
-
-wait_up() {  # $1: log file, $2: URL that answers 200 once the server is ready
-  for _ in $(seq 1 1200); do
-    curl -sf "$2" >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$1" >&2; exit 1; }
-    sleep 0.5
-  done
-  echo "server did not start" >&2; exit 1
-}
+# shellcheck source=common.sh
+. "$here/common.sh"
+write_adapters "$work" "$model" "$num" "$rank"
+llama_loras=()
+for i in $(seq 0 $((num - 1))); do llama_loras+=(--lora "$work/a$i.gguf"); done
 bench() {  # extra bench serve arguments
   "$vesper" bench serve --base-url "http://127.0.0.1:$port" --model "$(basename "$model" .gguf)" \
     --num-prompts "$conc" --max-concurrency "$conc" --input-len "$in_len" --output-len "$out_len" \
@@ -61,7 +49,7 @@ declare -A llama vesper_tps
 "$llama_server" -m "$model" --host 127.0.0.1 --port "$port" -t "$threads" -np "$conc" -cb \
   -c $((conc * 512)) "${llama_loras[@]}" --lora-init-without-apply >"$work/llama.log" 2>&1 &
 pid=$!
-wait_up "$work/llama.log" "http://127.0.0.1:$port/health"
+wait_ready "$pid" "$work/llama.log" "http://127.0.0.1:$port/health"
 llama[base]=$(bench)
 llama[one]=$(bench --lora-ids 1)
 llama[spread]=$(bench --lora-ids "$num")
@@ -69,12 +57,12 @@ kill "$pid"; wait "$pid" 2>/dev/null || true
 
 "$vesper" serve "$model" --port "$port" --threads "$threads" --max-num-seqs "$conc" \
   --max-model-len 512 --enable-lora --max-loras "$num" --max-lora-rank "$rank" \
-  --lora-modules "${modules[@]}" >"$work/vesper.log" 2>&1 &
+  --lora-modules "${adapter_modules[@]}" >"$work/vesper.log" 2>&1 &
 pid=$!
-wait_up "$work/vesper.log" "http://127.0.0.1:$port/health"
+wait_ready "$pid" "$work/vesper.log" "http://127.0.0.1:$port/health"
 vesper_tps[base]=$(bench)
 vesper_tps[one]=$(bench --lora-modules a0)
-vesper_tps[spread]=$(bench --lora-modules "${names[@]}")
+vesper_tps[spread]=$(bench --lora-modules "${adapter_names[@]}")
 kill "$pid"; wait "$pid" 2>/dev/null || true
 
 printf '%-26s %16s %16s %10s\n' load "llama-server" "Vesper" "ratio"

@@ -40,7 +40,7 @@ void low_rank_expand_scalar(const void* b, bool f16, int64_t b_stride, int64_t r
   const size_t elem = f16 ? 2 : 4;
   float out[4];
   for (int64_t g = 0; g < n_out; ++g) {
-    const int64_t src = low_rank_source(g, permute_head_dim);
+    const int64_t src = low_rank_source_row(g, permute_head_dim);
     low_rank_dot_scalar(
         static_cast<const std::byte*>(b) + static_cast<size_t>(src * b_stride) * elem, f16, t,
         t_stride, rank, rows, out);
@@ -96,14 +96,19 @@ void apply_delta(const LowRankDelta& d, const float* x, int64_t x_cols, float* y
 void add_low_rank(std::span<const LowRankRun> runs, const float* x, int64_t x_cols, float* y,
                   int64_t y_cols, ThreadPool& pool) {
   static const Kernels kernels = select_kernels();
-  // Tasks: groups of up to kRowGroup rows of one run.
+  // Tasks: groups of up to kRowGroup rows of one run (reused: this runs per projection and step).
   struct Task {
     int64_t run, row;
     int rows;
   };
-  std::vector<Task> tasks;
+  thread_local std::vector<Task> reused;
+  std::vector<Task>& tasks = reused;  // a reference: the pool's threads must read this thread's
+  tasks.clear();
   for (size_t i = 0; i < runs.size(); ++i) {
     if (runs[i].deltas.empty()) continue;
+    for (const LowRankDelta& d : runs[i].deltas)
+      VESPER_CHECK(d.rank > 0 && d.rank <= kMaxLowRank && d.n_in == x_cols && d.n_out == y_cols,
+                   "add_low_rank: delta shape does not match");
     for (int64_t r = runs[i].row_begin; r < runs[i].row_end; r += kRowGroup)
       tasks.push_back(Task{static_cast<int64_t>(i), r,
                            static_cast<int>(std::min<int64_t>(kRowGroup, runs[i].row_end - r))});
@@ -112,12 +117,9 @@ void add_low_rank(std::span<const LowRankRun> runs, const float* x, int64_t x_co
   pool.parallel_for(tasks.size(), [&](size_t begin, size_t end) {
     for (size_t k = begin; k < end; ++k) {
       const Task& task = tasks[k];
-      for (const LowRankDelta& d : runs[static_cast<size_t>(task.run)].deltas) {
-        VESPER_CHECK(d.rank > 0 && d.rank <= kMaxLowRank && d.n_in == x_cols && d.n_out == y_cols,
-                     "add_low_rank: delta shape does not match");
+      for (const LowRankDelta& d : runs[static_cast<size_t>(task.run)].deltas)
         apply_delta(d, x + task.row * x_cols, x_cols, y + task.row * y_cols, y_cols, task.rows,
                     kernels);
-      }
     }
   });
 }

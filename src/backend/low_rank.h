@@ -54,11 +54,11 @@ struct LowRankRun {
   std::span<const LowRankDelta> deltas;
 };
 
-// The source row of output row g for a delta (see above).
-inline int64_t low_rank_source_row(const LowRankDelta& d, int64_t g) {
-  if (d.permute_head_dim == 0) return g;
-  const int64_t hd = d.permute_head_dim, head = g / hd, r = g % hd;
-  return head * hd + (r % 2) * (hd / 2) + r / 2;
+// The source row of output row g for a delta whose permute_head_dim is `head_dim` (see above).
+inline int64_t low_rank_source_row(int64_t g, int64_t head_dim) {
+  if (head_dim == 0) return g;
+  const int64_t head = g / head_dim, r = g % head_dim;
+  return head * head_dim + (r % 2) * (head_dim / 2) + r / 2;
 }
 
 // The CPU kernel: y (rows of y_cols) += each run's deltas of x (rows of x_cols), runs split

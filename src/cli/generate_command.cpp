@@ -144,11 +144,12 @@ int run_generate(GenerateOptions& o) {
   engine::Engine& e = **engine;
 
   const size_t n = jobs->size();
+  // A prompt's "model": an adapter's name, or the base model's (its file name, as `serve` calls
+  // it).
+  const std::string base = std::filesystem::path(o.engine.model_path).stem().string();
   for (size_t i = 0; i < n; ++i) {
     const PromptJob& job = (*jobs)[i];
     auto ids = e.tokenizer().encode(job.prompt, /*add_special=*/true, /*parse_special=*/false);
-    // "model": an adapter's name, or the base model's (its file name, as `serve` calls it).
-    const std::string base = std::filesystem::path(o.engine.model_path).stem().string();
     const std::string lora_name = job.model == base ? std::string() : job.model;
     if (auto st =
             e.add_request({std::to_string(i), std::move(ids), job.params, job.priority, lora_name});

@@ -77,6 +77,14 @@ std::vector<lora::AdapterRegistry::Info> AsyncEngine::adapters() const {
   return adapters_;
 }
 
+bool AsyncEngine::has_adapter(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The registry lists names in order.
+  auto it = std::lower_bound(adapters_.begin(), adapters_.end(), name,
+                             [](const auto& info, const std::string& n) { return info.name < n; });
+  return it != adapters_.end() && it->name == name;
+}
+
 void AsyncEngine::snapshot_adapters() {
   std::vector<lora::AdapterRegistry::Info> list;
   if (const lora::AdapterRegistry* r = engine_->adapters()) list = r->list();

@@ -56,6 +56,8 @@ class AsyncEngine {
   void post(std::function<void(Engine&)> task);
   // The adapters registered, as of the last step or posted task (empty without adapters).
   std::vector<lora::AdapterRegistry::Info> adapters() const;
+  // Whether `name` is among them (per request: no copy of the list).
+  bool has_adapter(const std::string& name) const;
 
   // Requests submitted that will wait for a sequence slot: those queued here or waiting in the
   // scheduler, less the slots (--max-num-seqs) free at the last step. Requests the engine thread

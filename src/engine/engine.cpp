@@ -535,8 +535,7 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
       for (int32_t k = 1; k < n; ++k) {
         const sched::SeqId child = next_seq_id_++;
         scheduler_->fork(s.id, child);
-        if (const uint64_t a = scheduler_->find(s.id)->adapter_id; a != 0)
-          adapters_->hold_again(a);
+        if (const uint64_t a = scheduler_->find(s.id)->adapter_id; a != 0) adapters_->hold_again(a);
         child_ids_.push_back(child);
       }
       outputs_->fork(*request, child_ids_);
@@ -565,13 +564,10 @@ std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> failed = bind_adapters(plan);
   const double now = now_seconds();
   if (plan.empty()) {
-    // Nothing to compute; what the runner forgets (and its memory moves) still reach it.
-    if (!plan.dropped.empty() || !plan.swap_out.empty() || !plan.swap_in.empty() ||
-        !plan.block_copies.empty() || !plan.slot_copies.empty()) {
-      const Status ran = runner_->execute(plan);
-      VESPER_CHECK(ran.ok(), "the runner refused its scheduler's plan: %s",
-                   ran.error().message.c_str());
-    }
+    // Nothing to compute, but what the runner forgets (and any memory move) still reaches it.
+    const Status ran = runner_->execute(plan);
+    VESPER_CHECK(ran.ok(), "the runner refused its scheduler's plan: %s",
+                 ran.error().message.c_str());
     std::vector<RequestOutput> outs = outputs_->take_outputs(now);
     outs.insert(outs.end(), failed.begin(), failed.end());
     return outs;
@@ -669,13 +665,16 @@ EngineStats Engine::stats() const {
     s.lora_enabled = true;
     s.max_loras = adapters_->config().max_loras;
     s.adapter_loads = adapters_->num_loads();
+    // Distinct ids first (a few), names after: no string work per sequence.
+    std::vector<uint64_t> running, waiting;
     scheduler_->for_each_sequence([&](const sched::Sequence& seq) {
       if (seq.adapter_id == 0) return;
-      auto& names =
-          seq.status == sched::SeqStatus::kRunning ? s.running_adapters : s.waiting_adapters;
-      const std::string& name = adapters_->name_of(seq.adapter_id);
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      auto& ids = seq.status == sched::SeqStatus::kRunning ? running : waiting;
+      if (std::find(ids.begin(), ids.end(), seq.adapter_id) == ids.end())
+        ids.push_back(seq.adapter_id);
     });
+    for (const uint64_t id : running) s.running_adapters.push_back(adapters_->name_of(id));
+    for (const uint64_t id : waiting) s.waiting_adapters.push_back(adapters_->name_of(id));
     std::sort(s.running_adapters.begin(), s.running_adapters.end());
     std::sort(s.waiting_adapters.begin(), s.waiting_adapters.end());
   }

@@ -71,10 +71,8 @@ class Adapter {
   AdapterKind kind() const { return kind_; }
   int64_t max_rank() const { return max_rank_; }
   int64_t bytes() const { return bytes_; }
-  // The module for one projection of one layer: rank 0 when not targeted.
-  const backend::LowRankModule& module(int64_t layer, model::Projection p) const {
-    return modules_[static_cast<size_t>(layer * model::kNumProjections + static_cast<int32_t>(p))];
-  }
+  // Every module, [layer * kNumProjections + projection]; rank 0 where not targeted.
+  const std::vector<backend::LowRankModule>& modules() const { return modules_; }
 
  private:
   Adapter(backend::Backend& backend) : backend_(backend) {}

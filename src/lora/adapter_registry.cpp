@@ -41,12 +41,8 @@ Status AdapterRegistry::init() {
     auto loaded = load(m.path, m.scale);
     if (!loaded) return make_error("--lora: " + loaded.error().message);
     const Adapter& a = **loaded;
-    for (int64_t l = 0; l < model_.n_layer; ++l)
-      for (int32_t p = 0; p < model::kNumProjections; ++p) {
-        const backend::LowRankModule& mod = a.module(l, static_cast<model::Projection>(p));
-        if (mod.rank > 0)
-          merged_modules_[static_cast<size_t>(l * model::kNumProjections + p)].push_back(mod);
-      }
+    for (size_t i = 0; i < a.modules().size(); ++i)
+      if (a.modules()[i].rank > 0) merged_modules_[i].push_back(a.modules()[i]);
     log_info("adapter %s (%s, rank %lld, %.2f MiB) merged into every request at scale %g",
              m.path.c_str(), kind_name(a.kind()), static_cast<long long>(a.max_rank()),
              a.bytes() / 1048576.0, m.scale);
@@ -76,14 +72,12 @@ int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, uint64_t id) 
   s.id = id;
   s.pins = 0;
   s.last_use = ++clock_;
+  // Per projection: the adapter's module, then the merged ones.
   s.modules.assign(merged_modules_.size(), {});
-  for (int64_t l = 0; l < model_.n_layer; ++l)
-    for (int32_t p = 0; p < model::kNumProjections; ++p) {
-      const size_t i = static_cast<size_t>(l * model::kNumProjections + p);
-      const backend::LowRankModule& mod = s.adapter->module(l, static_cast<model::Projection>(p));
-      if (mod.rank > 0) s.modules[i].push_back(mod);
-      s.modules[i].insert(s.modules[i].end(), merged_modules_[i].begin(), merged_modules_[i].end());
-    }
+  for (size_t i = 0; i < s.modules.size(); ++i) {
+    if (s.adapter->modules()[i].rank > 0) s.modules[i].push_back(s.adapter->modules()[i]);
+    s.modules[i].insert(s.modules[i].end(), merged_modules_[i].begin(), merged_modules_[i].end());
+  }
   registrations_.at(id).slot = slot;
   ++num_loads_;
   return slot;
@@ -177,7 +171,8 @@ void AdapterRegistry::unhold(uint64_t id) {
 
 Result<int32_t> AdapterRegistry::pin(uint64_t id) {
   auto it = registrations_.find(id);
-  if (it == registrations_.end()) return make_error("adapter id " + std::to_string(id) + " is gone");
+  if (it == registrations_.end())
+    return make_error("adapter id " + std::to_string(id) + " is gone");
   Registration& r = it->second;
   if (r.broken)
     return make_error("adapter '" + r.name + "' (" + r.path + ") failed to load earlier");

@@ -77,7 +77,7 @@ class AdapterRegistry final : public model::AdapterSource {
     std::string path;
     bool loaded = false;
   };
-  std::vector<Info> list() const;
+  std::vector<Info> list() const;  // sorted by name
 
   // A request for adapter `name` starts: the registration's id (never reused; it roots the
   // prefix cache's chain). Nothing is read. Error: an unknown name.

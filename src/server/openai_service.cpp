@@ -110,12 +110,9 @@ void OpenAiService::fail(const ApiError& error, const std::shared_ptr<ResponseSi
 
 std::variant<std::string, ApiError> OpenAiService::resolve_model(const std::string& model) const {
   if (model.empty() || model == config_.served_model_name) return std::string();
-  const auto adapters = engine_.adapters();
+  if (engine_.has_adapter(model)) return model;
   std::string names = "`" + config_.served_model_name + "`";
-  for (const auto& a : adapters) {
-    if (a.name == model) return model;
-    names += ", `" + a.name + "`";
-  }
+  for (const auto& a : engine_.adapters()) names += ", `" + a.name + "`";
   return ApiError{404, "The model `" + model + "` does not exist; this server serves " + names,
                   "invalid_request_error", std::string("model"), std::string("model_not_found")};
 }

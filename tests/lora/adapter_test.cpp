@@ -108,13 +108,12 @@ TEST(Adapter, GgufAndPeftLoraHoldTheSameDeltas) {
         for (int64_t i = 0; i < mg.rank * mg.n_in; ++i)
           ASSERT_EQ(g->data[static_cast<size_t>(mg.a + i)], p->data[static_cast<size_t>(mp.a + i)]);
         // GGUF row r is PEFT's row src(r): bit-identical (ADAPTERS.md).
-        backend::LowRankDelta d;
-        d.permute_head_dim = mp.permute_head_dim;
         for (int64_t r = 0; r < mg.n_out; ++r)
           for (int64_t j = 0; j < mg.rank; ++j)
             ASSERT_EQ(g->data[static_cast<size_t>(mg.b + r * mg.b_stride + j)],
                       p->data[static_cast<size_t>(
-                          mp.b + backend::low_rank_source_row(d, r) * mp.b_stride + j)]);
+                          mp.b +
+                          backend::low_rank_source_row(r, mp.permute_head_dim) * mp.b_stride + j)]);
       }
     EXPECT_EQ(targeted, c.n_layer * (name == "zed" ? 7 : 5));
   }

@@ -1,6 +1,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/low_rank_kernel.h"
+#include "backend/low_rank.h"
 #include "core/fp16.h"
 
 namespace vesper::backend::cpu {
@@ -38,7 +39,7 @@ void low_rank_expand_avx2(const void* b, bool f16, int64_t b_stride, int64_t ran
   const auto* bf = static_cast<const float*>(b);
   const auto* bh = static_cast<const uint16_t*>(b);
   for (int64_t g = 0; g < n_out; ++g) {
-    const int64_t src = low_rank_source(g, permute_head_dim);
+    const int64_t src = low_rank_source_row(g, permute_head_dim);
     const int64_t row = src * b_stride;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};

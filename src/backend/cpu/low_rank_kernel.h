@@ -19,8 +19,8 @@ void low_rank_dot_avx2(const void* w, bool f16, const float* x, int64_t x_stride
 
 // The expand step for `rows` rows: y[r][g] += lambda_b[src(g)] * dot(B[src(g)], t[r]) (lambda_b
 // optional; dot over `rank` by the same contract) for every output row g < n_out, src(g) the
-// row permutation of backend/low_rank.h (permute_head_dim 0: none). One call per delta and row
-// group, so no per-row call overhead.
+// row permutation of backend/low_rank.h (low_rank_source_row; permute_head_dim 0: none). One call
+// per delta and row group, so no per-row call overhead.
 using LowRankExpandFn = void (*)(const void* b, bool f16, int64_t b_stride, int64_t rank,
                                  int64_t n_out, int64_t permute_head_dim, const float* lambda_b,
                                  const float* t, int64_t t_stride, int rows, float* y,
@@ -31,13 +31,6 @@ void low_rank_expand_scalar(const void* b, bool f16, int64_t b_stride, int64_t r
 void low_rank_expand_avx2(const void* b, bool f16, int64_t b_stride, int64_t rank, int64_t n_out,
                           int64_t permute_head_dim, const float* lambda_b, const float* t,
                           int64_t t_stride, int rows, float* y, int64_t y_stride);
-
-// The source row of output row g (backend/low_rank.h's low_rank_source_row).
-inline int64_t low_rank_source(int64_t g, int64_t hd) {
-  if (hd == 0) return g;
-  const int64_t head = g / hd, r = g % hd;
-  return head * hd + (r % 2) * (hd / 2) + r / 2;
-}
 
 // The eight lanes folded as the contract says.
 inline float low_rank_fold(const float* d) {
