@@ -1,5 +1,5 @@
-# Shared by the bench/lora scripts (sourced, not run): writing random adapters and waiting for a
-# server. Needs $vesper set.
+# Shared by the bench/lora scripts (sourced, not run): writing random adapters, and (from
+# bench/common.sh) waiting for a server. Needs $vesper set.
 
 # write_adapters DIR MODEL COUNT RANK: DIR/a0.gguf .. DIR/a{COUNT-1}.gguf, f16 LoRA adapters of
 # rank RANK on q, k, v, o for MODEL (`vesper synth --base`), adapter i seeded with i + 1; sets
@@ -15,15 +15,6 @@ write_adapters() {
   done
 }
 
-# wait_ready PID LOG URL: returns once URL answers (a server's /health); exits with the server's
-# log when it dies first, or after 10 minutes.
-wait_ready() {
-  local pid="$1" log="$2" url="$3"
-  for _ in $(seq 1 1200); do
-    curl -sf "$url" >/dev/null 2>&1 && return 0
-    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.5
-  done
-  echo "the server at $url did not start (log: $log)" >&2
-  exit 1
-}
+# wait_ready: bench/common.sh.
+# shellcheck source=../common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../common.sh"

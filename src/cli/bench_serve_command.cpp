@@ -10,6 +10,8 @@
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/bench_commands.h"
 #include "cli/commands.h"
 #include "cli/progress_bar.h"
@@ -177,6 +179,13 @@ CommandRunner add_bench_serve_command(CLI::App& bench) {
   cmd->add_flag(
       "--ignore-eos,!--no-ignore-eos", c.ignore_eos,
       "Send \"ignore_eos\": true so that every request generates --output-len tokens (default on)");
+  cmd->add_option("--extra-body", c.extra_body,
+                  "JSON object whose fields are added to every request (e.g. "
+                  "'{\"response_format\": {...}}' to measure structured output)")
+      ->check([](const std::string& s) {
+        const nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
+        return j.is_object() ? std::string() : std::string("--extra-body must be a JSON object");
+      });
   cmd->add_option("--api-key", c.api_key,
                   "Sent as \"Authorization: Bearer KEY\" (default: $OPENAI_API_KEY)");
   cmd->add_option("--metric-percentiles", o->percentiles,

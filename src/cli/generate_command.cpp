@@ -10,6 +10,10 @@
 #include "cli/engine_flags.h"
 #include "cli/progress_bar.h"
 #include "engine/engine.h"
+#include "engine/grammar_vocabulary.h"
+#include "grammar/gbnf.h"
+#include "grammar/grammar_cache.h"
+#include "grammar/json_schema.h"
 
 namespace vesper::cli {
 namespace {
@@ -21,7 +25,43 @@ struct GenerateOptions {
   sample::SamplingParams params;
   int64_t seed = -1;
   bool json = false;
+  // Structured output for every prompt (llama.cpp's flags): GBNF text or file, JSON schema text
+  // or file.
+  std::string grammar, grammar_file, json_schema, json_schema_file;
 };
+
+// The GBNF grammar the structured-output flags ask for ("" when none). Errors name the flag.
+Result<std::string> output_grammar(const GenerateOptions& o) {
+  auto read = [](const std::string& path, const char* flag) -> Result<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return make_error(std::string(flag) + ": cannot read " + path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  if (!o.grammar.empty() || !o.grammar_file.empty()) {
+    std::string text = o.grammar;
+    const char* flag = "--grammar";
+    if (!o.grammar_file.empty()) {
+      flag = "--grammar-file";
+      VESPER_ASSIGN_OR_RETURN(text, read(o.grammar_file, flag));
+    }
+    if (auto g = grammar::parse_gbnf(text); !g)
+      return make_error(std::string(flag) + ": " + g.error().message);
+    return text;
+  }
+  if (o.json_schema.empty() && o.json_schema_file.empty()) return std::string();
+  std::string text = o.json_schema;
+  const char* flag = "--json-schema";
+  if (!o.json_schema_file.empty()) {
+    flag = "--json-schema-file";
+    VESPER_ASSIGN_OR_RETURN(text, read(o.json_schema_file, flag));
+  }
+  // Ordered: objects come out with their properties in the order the schema lists them.
+  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (schema.is_discarded()) return make_error(std::string(flag) + ": not valid JSON");
+  auto gbnf = grammar::json_schema_to_gbnf(schema);
+  if (!gbnf) return make_error(std::string(flag) + ": " + gbnf.error().message);
+  return std::move(gbnf).value();
+}
 
 struct PromptJob {
   std::string prompt;
@@ -137,11 +177,19 @@ int run_generate(GenerateOptions& o) {
   if (auto st = o.params.validate(); !st) return fail(st.error().message);
   auto jobs = collect_jobs(o);
   if (!jobs) return fail(jobs.error().message);
+  auto gbnf = output_grammar(o);
+  if (!gbnf) return fail(gbnf.error().message);
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
   auto engine = engine::Engine::create(*config);
   if (!engine) return fail(engine.error().message);
   engine::Engine& e = **engine;
+  if (!gbnf->empty()) {
+    grammar::GrammarCache grammars(engine::grammar_vocabulary(e.tokenizer()), 1);
+    auto compiled = grammars.get(*gbnf);
+    if (!compiled) return fail(compiled.error().message);
+    for (PromptJob& job : *jobs) job.params.grammar = *compiled;
+  }
 
   const size_t n = jobs->size();
   // A prompt's "model": an adapter's name, or the base model's (its file name, as `serve` calls
@@ -237,6 +285,21 @@ CommandRunner add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", p.stop, "Stop string; repeatable");
   cmd->add_flag("--ignore-eos", p.ignore_eos, "Keep generating after end-of-sequence tokens");
   cmd->add_option("--seed", o->seed, "Random seed for sampling (default: random)");
+  auto* grammar = cmd->add_option("--grammar", o->grammar,
+                                  "Constrain every output to this GBNF grammar (llama.cpp's "
+                                  "format; rule 'root')");
+  auto* grammar_file =
+      cmd->add_option("--grammar-file", o->grammar_file, "--grammar, read from a file")
+          ->check(CLI::ExistingFile);
+  auto* json_schema = cmd->add_option("--json-schema", o->json_schema,
+                                      "Constrain every output to JSON valid under this JSON "
+                                      "schema, e.g. '{\"type\": \"object\"}'");
+  auto* json_schema_file =
+      cmd->add_option("--json-schema-file", o->json_schema_file, "--json-schema, read from a file")
+          ->check(CLI::ExistingFile);
+  for (CLI::Option* a : {grammar, grammar_file, json_schema, json_schema_file})
+    for (CLI::Option* b : {grammar, grammar_file, json_schema, json_schema_file})
+      if (a != b) a->excludes(b);
   cmd->add_flag(
       "--json", o->json,
       "Print one JSON object per prompt: prompt, text, prompt_token_ids, token_ids, finish_reason "

@@ -13,6 +13,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_service.h"
+#include "server/tool_calls.h"
 
 namespace vesper::cli {
 namespace {
@@ -78,6 +79,11 @@ int run_serve(ServeOptions& o) {
   if (o.server.served_model_name.empty())
     o.server.served_model_name = std::filesystem::path(o.engine.model_path).stem().string();
   o.server.enable_lora_runtime_updating = o.engine.enable_lora_runtime_updating;
+  if (o.server.enable_auto_tool_choice && o.server.tool_call_parser.empty())
+    return fail("--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");
+  if (!o.server.tool_call_parser.empty())
+    if (auto p = server::tool_call_parser_from_name(o.server.tool_call_parser); !p)
+      return fail("--tool-call-parser: " + p.error().message);
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
   auto created = engine::Engine::create(*config);
@@ -139,6 +145,13 @@ CommandRunner add_serve_command(CLI::App& app) {
   cmd->add_flag("--enable-lora-runtime-updating", o->engine.enable_lora_runtime_updating,
                 "Allow POST /v1/load_lora_adapter {lora_name, lora_path} and "
                 "/v1/unload_lora_adapter {lora_name} while serving (needs --enable-lora)");
+  cmd->add_flag("--enable-auto-tool-choice", s.enable_auto_tool_choice,
+                "Let tool_choice \"auto\" (the default when a request has tools) find calls in the "
+                "output with --tool-call-parser");
+  cmd->add_option(
+      "--tool-call-parser", s.tool_call_parser,
+      "How tool calls are written by the model: hermes (<tool_call>{...}</tool_call>) or "
+      "llama3_json ({\"name\", \"parameters\"})");
   cmd->add_option("--max-request-body", o->max_request_body,
                   "Largest request body accepted (e.g. 32M)")
       ->capture_default_str();

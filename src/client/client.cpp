@@ -70,6 +70,7 @@ std::string request_body(const BenchConfig& c, ApiKind kind, const std::string& 
   }
   if (c.ignore_eos) j["ignore_eos"] = true;
   if (r.lora_id >= 0) j["lora"] = json::array({{{"id", r.lora_id}, {"scale", 1.0}}});
+  if (!c.extra_body.empty()) j.update(json::parse(c.extra_body));  // checked by the CLI
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -45,8 +45,11 @@ struct BenchConfig {
   int64_t input_len = 128;
   int64_t output_len = 128;
   uint64_t seed = 0;
-  bool ignore_eos = true;    // "ignore_eos": true, so every request makes output_len tokens
-  bool test_request = true;  // send the first prompt once before the run, as vLLM does
+  bool ignore_eos = true;  // "ignore_eos": true, so every request makes output_len tokens
+  // --extra-body: a JSON object whose fields are added to every request body (for example a
+  // response_format, to measure structured output); empty: none.
+  std::string extra_body;
+  bool test_request = true;               // send the first prompt once before the run, as vLLM does
   double request_timeout_s = 6 * 3600.0;  // per request, the whole stream (vLLM's aiohttp timeout)
   std::vector<double> percentiles = {99};
   // Called on the benchmark's thread when the requests start (done = 0) and after each one ends.

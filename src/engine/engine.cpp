@@ -354,6 +354,7 @@ void Engine::sample_one(OutputProcessor::RequestState& request, int32_t index,
   row.history.prompt = std::span<const int32_t>(seq->tokens.data(), seq->num_prompt_tokens);
   row.history.output = std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens,
                                                 seq->num_output_tokens());
+  row.history.grammar_cursor = &s.grammar_cursor;
   row.logits = row_;
   const int32_t token = sampler_->sample_one(row, tokenizer_->eog_ids());
   std::optional<LogprobEntry> lp;
@@ -455,7 +456,8 @@ void Engine::verify(OutputProcessor::RequestState& request, int32_t index,
   const sample::TokenHistory history{
       std::span<const int32_t>(seq->tokens.data(), seq->num_prompt_tokens),
       std::span<const int32_t>(seq->tokens.data() + seq->num_prompt_tokens,
-                               seq->num_output_tokens())};
+                               seq->num_output_tokens()),
+      &smp.grammar_cursor};
   // The kept proposals (as indices into the entry's proposals) and the token after them. Row
   // 1 + j holds proposal j's logits; row 0 the last committed token's.
   const bool tree = !s.spec_tree_parents.empty();

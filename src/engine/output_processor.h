@@ -26,6 +26,7 @@ class OutputProcessor {
     kv::SeqId seq_id = 0;  // 0 for a sample never scheduled (aborted before its fork)
     int32_t index = 0;
     std::mt19937_64 rng;
+    grammar::GrammarCursor grammar_cursor;  // its place in params.grammar (structured output)
     std::unique_ptr<SequenceOutput> output;
   };
   struct RequestState {

@@ -13,11 +13,22 @@ SamplingScratch::SamplingScratch(int32_t n_vocab)
 void apply_logits_processors(const SamplingParams& params, const TokenHistory& history,
                              std::span<const int32_t> eog_ids, std::span<float> logits,
                              SamplingScratch& scratch) {
+  apply_grammar(params, history, logits);
   apply_allowed_token_ids(params, logits, scratch);
   apply_bad_words(params, history.output, logits);
   apply_min_tokens(params, static_cast<int64_t>(history.output.size()), eog_ids, logits);
   apply_logit_bias(params, logits);
   apply_penalties(params, history, logits, scratch);
+}
+
+void apply_grammar(const SamplingParams& params, const TokenHistory& history,
+                   std::span<float> logits) {
+  if (!params.grammar) return;
+  const grammar::StateId state =
+      history.grammar_cursor != nullptr
+          ? params.grammar->state_after(*history.grammar_cursor, history.output)
+          : params.grammar->state_after(history.output);
+  params.grammar->apply(state, logits);
 }
 
 void apply_allowed_token_ids(const SamplingParams& params, std::span<float> logits,

@@ -7,7 +7,9 @@
 //  4. logit_bias: added to the listed tokens' logits;
 //  5. penalties (vLLM's): repetition over prompt and output tokens, presence and frequency over
 //     output tokens.
-// (Grammar masks join this list as a processor of their own.)
+//  0. grammar (structured output): tokens the grammar does not allow next are masked out, and
+//     end-of-generation tokens are allowed exactly where the grammar is complete
+//     (grammar/compiled_grammar.h). First, as vLLM applies its bitmask before sampling.
 //
 // Processors read a sequence's history and write only its row, so a row's result never depends
 // on the other rows of a batch. Scratch is shared by all rows and allocated once.
@@ -25,6 +27,8 @@ namespace vesper::sample {
 struct TokenHistory {
   std::span<const int32_t> prompt;
   std::span<const int32_t> output;
+  // The sequence's place in params.grammar, kept between steps (null: walk from the start).
+  grammar::GrammarCursor* grammar_cursor = nullptr;
 };
 
 // Vocabulary-sized scratch for sampling, allocated once and reused by every row of every step.
@@ -46,6 +50,8 @@ void apply_logits_processors(const SamplingParams& params, const TokenHistory& h
                              std::span<const int32_t> eog_ids, std::span<float> logits,
                              SamplingScratch& scratch);
 
+void apply_grammar(const SamplingParams& params, const TokenHistory& history,
+                   std::span<float> logits);
 void apply_allowed_token_ids(const SamplingParams& params, std::span<float> logits,
                              SamplingScratch& scratch);
 void apply_bad_words(const SamplingParams& params, std::span<const int32_t> output,

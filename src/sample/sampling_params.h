@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/result.h"
+#include "grammar/compiled_grammar.h"
 
 namespace vesper::sample {
 
@@ -40,6 +42,9 @@ struct SamplingParams {
   // a word's last token is banned wherever the output already ends with the tokens before it.
   std::vector<std::string> bad_words;
   std::vector<std::vector<int32_t>> bad_words_token_ids;
+  // Structured output (JSON schema, regex, choice, GBNF): the compiled grammar the output must
+  // follow, shared by every request that sent the same constraint; null for free text.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
   bool skip_special_tokens = true;  // special tokens are not rendered in the text
   // vLLM's: logprobs name each token "token_id:<id>" instead of its text (for clients that need
   // the ids, which a token's text does not always give back).

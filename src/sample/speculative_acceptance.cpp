@@ -30,7 +30,7 @@ void SpeculativeVerifier::target_distribution(const SamplingParams& params,
   std::copy(row.begin(), row.end(), row_.begin());
   output_.assign(history.output.begin(), history.output.end());
   output_.insert(output_.end(), accepted.begin(), accepted.end());
-  const TokenHistory extended{history.prompt, output_};
+  const TokenHistory extended{history.prompt, output_, history.grammar_cursor};
   apply_logits_processors(params, extended, eog_ids, row_, scratch_);
   std::fill(p_.begin(), p_.end(), 0.0);
   const size_t keep = kept_distribution(params, row_, scratch_);

@@ -17,7 +17,8 @@ struct ApiError {
   std::optional<std::string> code;
 
   nlohmann::json to_json() const {
-    nlohmann::json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+    nlohmann::json e = {
+        {"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
     if (param) e["param"] = *param;
     if (code) e["code"] = *code;
     return {{"error", e}};

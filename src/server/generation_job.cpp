@@ -40,6 +40,85 @@ GenerationJob::GenerationJob(Kind kind, std::string id, std::string model, int64
   remaining_ = prompts_.size();
 }
 
+void GenerationJob::set_tools(const ToolChoice& choice, ToolCallParser parser) {
+  tool_choice_ = choice;
+  tool_parser_ = choice.kind == ToolChoice::Kind::kAuto ? parser : ToolCallParser::kNone;
+  const size_t choices = prompts_.size() * params_.n;
+  texts_.assign(choices, "");
+  content_sent_.assign(choices, 0);
+  tool_streams_.assign(choices, ToolCallStream(choice));
+}
+
+bool GenerationJob::forced_tool_calls() const {
+  return tool_choice_.kind == ToolChoice::Kind::kRequired ||
+         tool_choice_.kind == ToolChoice::Kind::kNamed;
+}
+
+namespace {
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& call : calls)
+    out.push_back({{"id", call.id},
+                   {"type", "function"},
+                   {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  return out;
+}
+}  // namespace
+
+json GenerationJob::tool_delta(size_t index, const engine::CompletionOutput& c,
+                               std::string& finish) {
+  std::string& text = texts_[index];
+  text += c.delta_text;
+  if (forced_tool_calls()) {
+    json deltas = tool_streams_[index].update(text);
+    if (c.finished() && finish == "stop" && !parse_forced_tool_calls(tool_choice_, text).empty())
+      finish = "tool_calls";
+    if (deltas.empty()) return c.finished() ? json::object() : json();
+    return {{"tool_calls", std::move(deltas)}};
+  }
+  // Auto: content as far as it cannot be the start of a call; at the end, the calls found.
+  size_t& sent = content_sent_[index];
+  json delta = json::object();
+  const size_t ready = c.finished() ? text.size() : streamable_content(tool_parser_, text);
+  if (c.finished()) {
+    ParsedToolOutput parsed = parse_tool_calls(tool_parser_, text);
+    if (!parsed.calls.empty()) {
+      json deltas = json::array();
+      for (size_t k = 0; k < parsed.calls.size(); ++k) {
+        json header = tool_calls_json({parsed.calls[k]})[0];
+        header["index"] = k;
+        deltas.push_back(std::move(header));
+      }
+      if (finish == "stop") finish = "tool_calls";
+      return {{"tool_calls", std::move(deltas)}};
+    }
+  }
+  if (ready > sent) {
+    delta["content"] = text.substr(sent, ready - sent);
+    sent = ready;
+  }
+  if (delta.empty() && !c.finished()) return json();
+  return delta;
+}
+
+json GenerationJob::chat_message(const engine::CompletionOutput& c, std::string& finish) const {
+  json message = {{"role", "assistant"}, {"content", c.text}};
+  std::vector<ToolCall> calls;
+  std::string content;
+  if (forced_tool_calls()) {
+    calls = parse_forced_tool_calls(tool_choice_, c.text);
+  } else if (tool_parser_ != ToolCallParser::kNone) {
+    ParsedToolOutput parsed = parse_tool_calls(tool_parser_, c.text);
+    calls = std::move(parsed.calls);
+    content = std::move(parsed.content);
+  }
+  if (calls.empty()) return message;
+  message["content"] = content.empty() ? json() : json(content);
+  message["tool_calls"] = tool_calls_json(calls);
+  if (finish == "stop") finish = "tool_calls";
+  return message;
+}
+
 std::string GenerationJob::piece(int32_t token) const {
   if (params_.return_tokens_as_token_ids) return "token_id:" + std::to_string(token);
   return engine_.tokenizer().token_to_piece(token, false);
@@ -119,7 +198,12 @@ void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& 
       if (finish_sent_[index]) continue;
       if (c.delta_text.empty() && c.delta_token_ids.empty() && !c.finished()) continue;
       json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
-      if (kind_ == Kind::kChat) {
+      std::string finish = c.finish_reason.value_or("stop");
+      if (kind_ == Kind::kChat && !texts_.empty()) {
+        json delta = tool_delta(index, c, finish);
+        if (delta.is_null()) continue;
+        choice["delta"] = std::move(delta);
+      } else if (kind_ == Kind::kChat) {
         choice["delta"] =
             c.delta_text.empty() && c.finished() ? json::object() : json{{"content", c.delta_text}};
         if (params_.logprobs >= 0 && !c.delta_logprobs.empty())
@@ -134,7 +218,7 @@ void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& 
       text_offsets_[index] += c.delta_text.size();
       if (c.finished()) {
         finish_sent_[index] = true;
-        choice["finish_reason"] = *c.finish_reason;
+        choice["finish_reason"] = finish;
         set_stop_reason(choice, c);
       }
       choices.push_back(std::move(choice));
@@ -165,12 +249,11 @@ void GenerationJob::finish() {
   for (size_t p = 0; p < finals_.size(); ++p) {
     for (const auto& c : finals_[p].outputs) {
       const size_t index = p * n + c.index;
-      json choice = {{"index", index},
-                     {"finish_reason", c.finish_reason.value_or("stop")},
-                     {"logprobs", nullptr}};
+      std::string finish = c.finish_reason.value_or("stop");
+      json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
       set_stop_reason(choice, c);
       if (kind_ == Kind::kChat) {
-        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        choice["message"] = chat_message(c, finish);
         if (params_.logprobs >= 0)
           choice["logprobs"] =
               chat_logprobs_json(c.logprobs, [this](int32_t t) { return piece(t); });
@@ -181,6 +264,7 @@ void GenerationJob::finish() {
           choice["logprobs"] = completion_logprobs_json(
               c.logprobs, [this](int32_t t) { return piece(t); }, prefix.size());
       }
+      choice["finish_reason"] = finish;
       choices.push_back(std::move(choice));
     }
   }

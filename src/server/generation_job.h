@@ -14,6 +14,7 @@
 
 #include "engine/async_engine.h"
 #include "server/response_sink.h"
+#include "server/tool_calls.h"
 
 namespace vesper::server {
 
@@ -31,6 +32,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
                 std::vector<JobPrompt> prompts, std::shared_ptr<ResponseSink> sink,
                 engine::AsyncEngine& engine);
 
+  // Chat with tools: how calls are read from each choice's output (before start()).
+  void set_tools(const ToolChoice& choice, ToolCallParser parser);
+
   // Sends the stream headers (and the chat role chunks) and submits every prompt, with the
   // adapter `lora_name` (empty: the base model).
   void start(int32_t priority, const std::string& lora_name = {});
@@ -43,6 +47,11 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   nlohmann::json chunk(nlohmann::json choices) const;
   nlohmann::json usage_json() const;
   void finish();
+  // Chat with tools: a streamed choice's delta (null: nothing to send yet) and its finish
+  // reason, and a final message.
+  bool forced_tool_calls() const;
+  nlohmann::json tool_delta(size_t index, const engine::CompletionOutput& c, std::string& finish);
+  nlohmann::json chat_message(const engine::CompletionOutput& c, std::string& finish) const;
 
   Kind kind_;
   std::string id_;
@@ -63,6 +72,11 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   size_t remaining_ = 0;
   int64_t completion_tokens_ = 0;
   bool done_ = false;
+  ToolChoice tool_choice_;
+  ToolCallParser tool_parser_ = ToolCallParser::kNone;
+  std::vector<std::string> texts_;            // per choice, tools only: the text so far
+  std::vector<size_t> content_sent_;          // per choice, auto tools: bytes sent as content
+  std::vector<ToolCallStream> tool_streams_;  // per choice, forced calls
 };
 
 }  // namespace vesper::server

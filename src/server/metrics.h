@@ -17,7 +17,8 @@ namespace vesper::server {
 
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+  explicit Histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
   void observe(double v);
   // Appends the Prometheus text of this histogram (cumulative buckets, _sum, _count).
   void render(const std::string& name, const std::string& labels, std::string& out) const;

@@ -194,6 +194,39 @@ std::optional<ApiError> parse_prompt(const JsonFields& f, const ProtocolLimits& 
   return std::nullopt;
 }
 
+// An assistant message's earlier calls, for the template: each {id, type, function: {name,
+// arguments}}, with arguments given back as a JSON object when they parse (templates write them
+// with tojson, as vLLM passes them).
+std::optional<ApiError> parse_message_tool_calls(const JsonFields& mf, const std::string& where,
+                                                 json& msg) {
+  const json* calls = nullptr;
+  VESPER_FIELD(mf.array("tool_calls", calls));
+  if (calls == nullptr) return std::nullopt;
+  json out = json::array();
+  for (size_t k = 0; k < calls->size(); ++k) {
+    const std::string cw = where + ".tool_calls[" + std::to_string(k) + "]";
+    const json& c = (*calls)[k];
+    if (!c.is_object())
+      return bad_request("'" + cw + "' must be an object, got " + describe_json_value(c), cw);
+    const JsonFields cf(c, cw);
+    std::string id, name, arguments;
+    VESPER_FIELD(cf.string("id", id));
+    const json* fn = nullptr;
+    VESPER_FIELD(cf.object("function", fn));
+    if (fn == nullptr) return bad_request("'" + cw + ".function' is required", cw + ".function");
+    const JsonFields ff(*fn, cw + ".function");
+    VESPER_FIELD(ff.require_string("name", name));
+    VESPER_FIELD(ff.string("arguments", arguments));
+    json args = json::parse(arguments, nullptr, false);
+    if (args.is_discarded()) args = arguments;
+    out.push_back({{"id", id},
+                   {"type", "function"},
+                   {"function", {{"name", name}, {"arguments", std::move(args)}}}});
+  }
+  msg["tool_calls"] = std::move(out);
+  return std::nullopt;
+}
+
 // messages: an array of {role, content (string, null or text parts), name}.
 std::optional<ApiError> parse_messages(const JsonFields& f, json& out) {
   const json* msgs = nullptr;
@@ -250,6 +283,12 @@ std::optional<ApiError> parse_messages(const JsonFields& f, json& out) {
     std::string name;
     VESPER_FIELD(mf.string("name", name));
     if (!name.empty()) msg["name"] = name;
+    if (role == "assistant") VESPER_FIELD(parse_message_tool_calls(mf, where, msg));
+    if (role == "tool") {
+      std::string tool_call_id;
+      VESPER_FIELD(mf.string("tool_call_id", tool_call_id));
+      if (!tool_call_id.empty()) msg["tool_call_id"] = tool_call_id;
+    }
     out.push_back(std::move(msg));
   }
   return std::nullopt;
@@ -264,8 +303,8 @@ std::optional<ApiError> parse_template_kwargs(const JsonFields& f, json& out) {
 
 }  // namespace
 
-std::variant<CompletionRequest, ApiError> parse_completion_request(const json& body,
-                                                                   const ProtocolLimits& limits) {
+std::variant<CompletionRequest, ApiError> parse_completion_request(
+    const json& body, const ProtocolLimits& limits, const nlohmann::ordered_json* ordered) {
   CompletionRequest r;
   const JsonFields f(body);
   VESPER_FIELD(f.string("model", r.model));
@@ -273,6 +312,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const json& b
   r.params.max_tokens = 16;  // OpenAI's default for completions
   VESPER_FIELD(f.integer("max_tokens", r.params.max_tokens, 0, kMaxInt));
   VESPER_FIELD(parse_sampling(f, limits, r.params, r.priority, r.stream, r.include_usage));
+  VESPER_FIELD(parse_output_constraint(f, ordered, r.constraint));
   VESPER_FIELD(f.boolean("echo", r.echo));
   VESPER_FIELD(f.integer("logprobs", r.params.logprobs, 0, 20));
   if (f.has("suffix")) return bad_request("'suffix' is not supported", "suffix");
@@ -282,7 +322,8 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const json& b
 }
 
 std::variant<ChatRequest, ApiError> parse_chat_request(const json& body,
-                                                       const ProtocolLimits& limits) {
+                                                       const ProtocolLimits& limits,
+                                                       const nlohmann::ordered_json* ordered) {
   ChatRequest r;
   const JsonFields f(body);
   VESPER_FIELD(f.string("model", r.model));
@@ -305,20 +346,8 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const json& body,
   VESPER_FIELD(parse_template_kwargs(f, r.chat_template_kwargs));
   if (r.max_tokens_given && r.params.min_tokens > r.params.max_tokens)
     return bad_request("'min_tokens' must not exceed 'max_tokens'", "min_tokens");
-  const json* response_format = nullptr;
-  VESPER_FIELD(f.object("response_format", response_format));
-  if (response_format != nullptr) {
-    std::string type;
-    VESPER_FIELD(JsonFields(*response_format, "response_format").require_string("type", type));
-    // Plain text is what Vesper produces anyway.
-    if (type != "text")
-      return bad_request(
-          "'response_format.type' \"" + type + "\" is not supported yet; use \"text\"",
-          "response_format.type");
-  }
-  for (const char* unsupported : {"tools", "tool_choice"})
-    if (f.has(unsupported))
-      return bad_request("'" + std::string(unsupported) + "' is not supported yet", unsupported);
+  VESPER_FIELD(parse_output_constraint(f, ordered, r.constraint));
+  VESPER_FIELD(parse_tools(f, ordered, r.tools, r.tool_choice, r.constraint));
   return r;
 }
 

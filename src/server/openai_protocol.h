@@ -14,6 +14,8 @@
 #include "sample/logprobs.h"
 #include "sample/sampling_params.h"
 #include "server/api_error.h"
+#include "server/structured_output.h"
+#include "server/tool_calls.h"
 
 namespace vesper::server {
 
@@ -24,6 +26,7 @@ struct CompletionRequest {
   std::string model;
   std::vector<PromptInput> prompts;  // one engine request each
   sample::SamplingParams params;
+  std::optional<OutputConstraint> constraint;  // structured output (compiled by the service)
   bool echo = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -34,6 +37,9 @@ struct ChatRequest {
   std::string model;
   nlohmann::json messages;  // validated: array of {role, content (string or text parts)}
   sample::SamplingParams params;
+  std::optional<OutputConstraint> constraint;      // structured output (compiled by the service)
+  nlohmann::json tools = nlohmann::json::array();  // validated `tools`, for the chat template
+  ToolChoice tool_choice;
   bool max_tokens_given = false;
   bool stream = false;
   bool include_usage = false;
@@ -62,10 +68,14 @@ struct TokenizeRequest {
 // through JsonFields, so a wrong type, a null where none is allowed, or a value out of range is
 // an ApiError naming the field; nothing throws. A parsed request passes
 // SamplingParams::validate() and holds only token ids inside the vocabulary.
-std::variant<CompletionRequest, ApiError> parse_completion_request(const nlohmann::json& body,
-                                                                   const ProtocolLimits& limits);
-std::variant<ChatRequest, ApiError> parse_chat_request(const nlohmann::json& body,
-                                                       const ProtocolLimits& limits);
+// `ordered` (optional): the same body parsed with its keys in written order, for JSON schemas
+// (structured_output.h).
+std::variant<CompletionRequest, ApiError> parse_completion_request(
+    const nlohmann::json& body, const ProtocolLimits& limits,
+    const nlohmann::ordered_json* ordered = nullptr);
+std::variant<ChatRequest, ApiError> parse_chat_request(
+    const nlohmann::json& body, const ProtocolLimits& limits,
+    const nlohmann::ordered_json* ordered = nullptr);
 std::variant<TokenizeRequest, ApiError> parse_tokenize_request(const nlohmann::json& body);
 // A /detokenize body: {"tokens": [ids]}.
 std::variant<std::vector<int32_t>, ApiError> parse_detokenize_request(const nlohmann::json& body,

@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "core/logging.h"
+#include "engine/grammar_vocabulary.h"
 #include "server/generation_job.h"
 #include "server/json_body.h"
 
@@ -21,6 +22,9 @@ namespace {
 // (a prompt of tens of megabytes takes seconds to tokenize) leaves another thread for everyone
 // else; the engine's compute threads are separate.
 constexpr int kWorkerThreads = 2;
+// Distinct constraints whose compiled grammars (and computed masks) are kept; a schema used by
+// many requests is compiled once.
+constexpr size_t kGrammarCacheCapacity = 256;
 
 std::array<unsigned char, 32> sha256(std::string_view s) {
   std::array<unsigned char, 32> digest{};
@@ -53,6 +57,19 @@ OpenAiService::OpenAiService(ServerConfig config, engine::AsyncEngine& engine, M
   limits_.n_vocab = tok.n_vocab();
   if (!config_.api_key.empty()) api_key_digest_ = sha256(config_.api_key);
   workers_ = std::make_unique<Workers>();
+  grammars_ = std::make_unique<grammar::GrammarCache>(engine::grammar_vocabulary(tok),
+                                                      kGrammarCacheCapacity);
+}
+
+std::optional<ApiError> OpenAiService::compile_constraint(
+    const std::optional<OutputConstraint>& constraint, sample::SamplingParams& params) {
+  if (!constraint) return std::nullopt;
+  auto compiled = grammars_->get(constraint->gbnf);
+  if (!compiled)
+    return bad_request("'" + constraint->field + "': " + compiled.error().message,
+                       constraint->field);
+  params.grammar = std::move(compiled).value();
+  return std::nullopt;
 }
 
 OpenAiService::~OpenAiService() {
@@ -278,16 +295,27 @@ void OpenAiService::handle_body(const HttpRequest& req, const std::string& path,
   auto parsed = parse_json_body(req.body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
   const json& body = std::get<json>(parsed);
-  if (path == "/v1/completions") return completions(body, sink);
-  if (path == "/v1/chat/completions") return chat_completions(body, sink);
+  // JSON schemas compile with their properties in the order the client wrote them: the body
+  // again, keeping key order, when it may carry one (it parsed once, so it parses again).
+  std::optional<nlohmann::ordered_json> ordered;
+  for (const char* key :
+       {"response_format", "guided_json", "json_schema", "structured_outputs", "tools"})
+    if (body.is_object() && body.contains(key)) {
+      ordered = nlohmann::ordered_json::parse(req.body, nullptr, false);
+      break;
+    }
+  const nlohmann::ordered_json* in_order = ordered ? &*ordered : nullptr;
+  if (path == "/v1/completions") return completions(body, in_order, sink);
+  if (path == "/v1/chat/completions") return chat_completions(body, in_order, sink);
   if (path == "/tokenize") return tokenize(body, sink);
   if (path == "/v1/load_lora_adapter") return load_lora_adapter(body, sink);
   if (path == "/v1/unload_lora_adapter") return unload_lora_adapter(body, sink);
   return detokenize(body, sink);
 }
 
-void OpenAiService::completions(const json& body, const std::shared_ptr<ResponseSink>& sink) {
-  auto parsed = parse_completion_request(body, limits_);
+void OpenAiService::completions(const json& body, const nlohmann::ordered_json* ordered,
+                                const std::shared_ptr<ResponseSink>& sink) {
+  auto parsed = parse_completion_request(body, limits_, ordered);
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
   CompletionRequest r = std::move(std::get<CompletionRequest>(parsed));
   auto resolved = resolve_model(r.model);
@@ -310,6 +338,7 @@ void OpenAiService::completions(const json& body, const std::shared_ptr<Response
     prompts.push_back(std::move(jp));
   }
   if (auto e = check_admission(prompts.size())) return fail(*e, sink);
+  if (auto e = compile_constraint(r.constraint, r.params)) return fail(*e, sink);
   auto job = std::make_shared<GenerationJob>(
       GenerationJob::Kind::kCompletion, "cmpl-" + std::to_string(next_id_.fetch_add(1)),
       lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
@@ -317,13 +346,26 @@ void OpenAiService::completions(const json& body, const std::shared_ptr<Response
   job->start(r.priority, lora_name);
 }
 
-void OpenAiService::chat_completions(const json& body, const std::shared_ptr<ResponseSink>& sink) {
-  auto parsed = parse_chat_request(body, limits_);
+void OpenAiService::chat_completions(const json& body, const nlohmann::ordered_json* ordered,
+                                     const std::shared_ptr<ResponseSink>& sink) {
+  auto parsed = parse_chat_request(body, limits_, ordered);
   if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e, sink);
   ChatRequest r = std::move(std::get<ChatRequest>(parsed));
   auto resolved = resolve_model(r.model);
   if (auto* e = std::get_if<ApiError>(&resolved)) return fail(*e, sink);
   const std::string lora_name = std::get<std::string>(resolved);
+  ToolCallParser parser = ToolCallParser::kNone;
+  if (r.tool_choice.kind == ToolChoice::Kind::kAuto) {
+    if (!config_.enable_auto_tool_choice)
+      return fail(bad_request("\"auto\" tool choice requires --enable-auto-tool-choice and "
+                              "--tool-call-parser to be set",
+                              "tool_choice"),
+                  sink);
+    parser = tool_call_parser_from_name(config_.tool_call_parser).value();
+  }
+  // The template sees the tools unless the request turned them off (or passed its own).
+  if (r.tool_choice.kind != ToolChoice::Kind::kNone && !r.chat_template_kwargs.contains("tools"))
+    r.chat_template_kwargs["tools"] = r.tools;
   auto rendered = chat_template_.render(r.messages, r.add_generation_prompt, bos_text_, eos_text_,
                                         r.chat_template_kwargs);
   if (!rendered)
@@ -343,12 +385,14 @@ void OpenAiService::chat_completions(const json& body, const std::shared_ptr<Res
         bad_request("'min_tokens' must not exceed the completion's token limit", "min_tokens"),
         sink);
   if (auto e = check_admission(1)) return fail(*e, sink);
+  if (auto e = compile_constraint(r.constraint, r.params)) return fail(*e, sink);
   std::vector<JobPrompt> prompts;
   prompts.push_back(std::move(jp));
   auto job = std::make_shared<GenerationJob>(
       GenerationJob::Kind::kChat, "chatcmpl-" + std::to_string(next_id_.fetch_add(1)),
       lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
       r.include_usage, false, r.params, std::move(prompts), sink, engine_);
+  if (r.tool_choice.kind != ToolChoice::Kind::kNone) job->set_tools(r.tool_choice, parser);
   job->start(r.priority, lora_name);
 }
 

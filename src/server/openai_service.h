@@ -18,6 +18,7 @@
 #include <string>
 
 #include "engine/async_engine.h"
+#include "grammar/grammar_cache.h"
 #include "server/api_error.h"
 #include "server/http_request.h"
 #include "server/metrics.h"
@@ -51,8 +52,11 @@ class OpenAiService {
   bool authorized(const std::string& authorization) const;
   void fail(const ApiError& error, const std::shared_ptr<ResponseSink>& sink);
   std::optional<ApiError> check_admission(size_t num_requests) const;
-  void completions(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
-  void chat_completions(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
+  // `ordered`: the body with its keys in written order when it may hold a JSON schema, else null.
+  void completions(const nlohmann::json& body, const nlohmann::ordered_json* ordered,
+                   const std::shared_ptr<ResponseSink>& sink);
+  void chat_completions(const nlohmann::json& body, const nlohmann::ordered_json* ordered,
+                        const std::shared_ptr<ResponseSink>& sink);
   void tokenize(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
   void detokenize(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
   nlohmann::json models_json() const;
@@ -65,6 +69,10 @@ class OpenAiService {
   void unload_lora_adapter(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
   std::optional<ApiError> check_length(size_t prompt_tokens, int64_t max_tokens,
                                        const char* what) const;
+  // Structured output: the request's grammar from the cache into `params` (a grammar that does
+  // not compile is a 400 naming its field).
+  std::optional<ApiError> compile_constraint(const std::optional<OutputConstraint>& constraint,
+                                             sample::SamplingParams& params);
 
   ServerConfig config_;
   engine::AsyncEngine& engine_;
@@ -76,6 +84,7 @@ class OpenAiService {
   std::atomic<uint64_t> next_id_{1};
   int64_t created_ = 0;
   std::unique_ptr<Workers> workers_;
+  std::unique_ptr<grammar::GrammarCache> grammars_;  // compiled by constraint text, shared
 };
 
 }  // namespace vesper::server

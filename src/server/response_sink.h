@@ -15,7 +15,8 @@ class ResponseSink {
   // A complete response.
   virtual void send(int status, std::string content_type, std::string body) = 0;
   void send_json(int status, const nlohmann::json& body) {
-    send(status, "application/json", body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    send(status, "application/json",
+         body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   // Server-Sent Events: start_stream() sends the headers, send_event() one "data: ...\n\n"
   // event, end_stream() the final "data: [DONE]" and the end of the response.

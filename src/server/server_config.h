@@ -19,6 +19,10 @@ struct ServerConfig {
   std::string chat_template_path;  // --chat-template: a Jinja file overriding the GGUF's template
   // --enable-lora-runtime-updating: POST /v1/load_lora_adapter and /v1/unload_lora_adapter
   bool enable_lora_runtime_updating = false;
+  // --enable-auto-tool-choice with --tool-call-parser (hermes, llama3_json): tool_choice "auto"
+  // reads calls out of the model's output (server/tool_calls.h); without them "auto" is a 400.
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 }  // namespace vesper::server

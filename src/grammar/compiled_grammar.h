@@ -1,0 +1,93 @@
+// CompiledGrammar: a Grammar bound to a model's vocabulary, answering "which tokens may come
+// next" for each matcher state, and GrammarCursor, one sequence's place in it.
+//
+// States (stack sets, stack_set.h) are interned: equal states get one id, so what is computed
+// for a state serves every sequence that reaches it. Both caches fill lazily and are shared by
+// all sequences using the grammar (many requests with one schema share one CompiledGrammar,
+// grammar_cache.h):
+//  - the allowed-token mask of a state (one walk of the vocabulary trie that drops a subtree at
+//    the first byte the grammar refuses);
+//  - transitions (state, token) -> state.
+// After warm-up a decoding step costs a hash lookup and a pass of the mask over the row. The
+// caches are guarded by a mutex; the trie walk runs outside it.
+//
+// End-of-generation tokens are allowed exactly in accepting states (the root rule complete).
+// A state that allows nothing (the vocabulary cannot spell what the grammar needs, or the
+// sequence left the grammar) allows only end-of-generation tokens, so it ends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/stack_set.h"
+#include "grammar/token_vocabulary.h"
+
+namespace vesper::grammar {
+
+using StateId = uint32_t;
+// Bit t set: token t may come next.
+using TokenMask = std::vector<uint64_t>;
+
+// One sequence's place in a grammar: the state after each prefix of its output, kept so that
+// the next step (or a speculative verification that extends or cuts the output) resumes from
+// the longest prefix it shares with what was seen before.
+struct GrammarCursor {
+  std::vector<int32_t> tokens;
+  std::vector<StateId> states;  // states[i]: after tokens[0, i); empty until first used
+};
+
+class CompiledGrammar {
+ public:
+  CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
+
+  static constexpr StateId kInitial = 0;
+  static constexpr StateId kDead = 1;  // no way forward: only end-of-generation tokens
+
+  // The state after `token` in `state` (kDead when the grammar does not allow it; end-of-
+  // generation tokens lead to kDead too: nothing follows them).
+  StateId next(StateId state, int32_t token) const;
+  // The state after `output`, resuming `cursor` from what it shares with `output`.
+  StateId state_after(GrammarCursor& cursor, std::span<const int32_t> output) const;
+  // The state after `output`, from the start (no cursor).
+  StateId state_after(std::span<const int32_t> output) const;
+
+  bool is_accepting(StateId state) const;
+  // The tokens allowed in `state`.
+  std::shared_ptr<const TokenMask> allowed(StateId state) const;
+  bool allows(StateId state, int32_t token) const;
+  // Sets every logit the state does not allow to -infinity.
+  void apply(StateId state, std::span<float> logits) const;
+
+  const Grammar& grammar() const { return grammar_; }
+  const TokenVocabulary& vocabulary() const { return *vocab_; }
+  // Cache sizes, for logs and tests.
+  size_t num_states() const;
+  size_t num_masks() const;
+
+ private:
+  struct State {
+    StackSet stacks;
+    bool accepting = false;
+    std::shared_ptr<const TokenMask> mask;  // filled on first use
+  };
+
+  // The id of `stacks`, adding it when new. Call with mu_ held.
+  StateId intern(StackSet stacks) const;
+  TokenMask compute_mask(const State& state) const;
+
+  Grammar grammar_;
+  std::shared_ptr<const TokenVocabulary> vocab_;
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<State>> states_;
+  mutable std::unordered_map<std::u32string, StateId> state_ids_;
+  mutable std::unordered_map<uint64_t, StateId> transitions_;
+  mutable size_t num_masks_ = 0;
+};
+
+}  // namespace vesper::grammar

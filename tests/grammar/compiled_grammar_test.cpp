@@ -1,0 +1,135 @@
+#include "grammar/compiled_grammar.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "grammar/gbnf.h"
+#include "grammar/grammar_cache.h"
+
+namespace vesper::grammar {
+namespace {
+
+// Token 0 ends generation; the others are pieces of JSON-ish text, some multi-byte, one a lone
+// UTF-8 lead byte (as byte-fallback tokens are).
+std::shared_ptr<const TokenVocabulary> test_vocab() {
+  std::vector<std::string> pieces = {
+      "",  "{", "}",    "\"",   "a",   "ab",  "b\"",  " ",  "\":", "1",    "12", ",", "[",
+      "]", "é", "\xC3", "\xA9", "{\"", "\"}", "null", "nu", "ll",  "true", "x",  "",  ":"};
+  return std::make_shared<TokenVocabulary>(std::move(pieces), std::vector<int32_t>{0});
+}
+
+CompiledGrammar compile(std::string_view gbnf) {
+  auto g = parse_gbnf(gbnf);
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  return CompiledGrammar(std::move(g).value(), test_vocab());
+}
+
+// The slow reference: a token may follow `text` when text + piece can still be extended to a
+// match (some stack survives every byte).
+bool viable(const Grammar& g, const std::string& text) {
+  StackSet s = initial_stacks(g);
+  for (unsigned char c : text) {
+    s = advance_stacks(g, s, c);
+    if (s.empty()) return false;
+  }
+  return true;
+}
+
+constexpr std::string_view kJsonish = R"g(root ::= value
+value ::= object | array | string | number | "null" | "true"
+object ::= "{" ws ( member ( "," ws member )* )? "}"
+member ::= string ":" ws value ws
+array ::= "[" ( value ( "," value ){0,2} )? "]"
+string ::= "\"" [^"\\]* "\""
+number ::= [1-9] [0-9]{0,3}
+ws ::= " "?
+)g";
+
+TEST(CompiledGrammar, MasksEqualTheReferenceAlongRandomWalks) {
+  const CompiledGrammar cg = compile(kJsonish);
+  const TokenVocabulary& v = cg.vocabulary();
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::string text;
+    std::vector<int32_t> output;
+    StateId state = CompiledGrammar::kInitial;
+    for (int step = 0; step < 30; ++step) {
+      std::vector<int32_t> allowed;
+      for (int32_t t = 0; t < v.size(); ++t) {
+        const bool expect = v.is_eog(t)
+                                ? cg.grammar().matches(text)
+                                : !v.piece(t).empty() && viable(cg.grammar(), text + v.piece(t));
+        ASSERT_EQ(cg.allows(state, t), expect)
+            << "seed " << seed << " after '" << text << "' token '" << v.piece(t) << "'";
+        if (expect) allowed.push_back(t);
+      }
+      ASSERT_FALSE(allowed.empty()) << text;
+      const int32_t t = allowed[rng() % allowed.size()];
+      if (v.is_eog(t)) {
+        EXPECT_TRUE(cg.grammar().matches(text));
+        break;
+      }
+      text += v.piece(t);
+      output.push_back(t);
+      state = cg.next(state, t);
+      ASSERT_EQ(state, cg.state_after(output));
+    }
+  }
+  EXPECT_GT(cg.num_states(), 10u);
+}
+
+TEST(CompiledGrammar, CursorFollowsAppendsAndCuts) {
+  const CompiledGrammar cg = compile(kJsonish);
+  GrammarCursor cursor;
+  std::vector<int32_t> out = {17, 4, 8, 9};  // {"a": 1
+  EXPECT_EQ(cg.state_after(cursor, out), cg.state_after(out));
+  out.push_back(10);  // appended
+  EXPECT_EQ(cg.state_after(cursor, out), cg.state_after(out));
+  out = {17, 4, 8, 19};  // a speculative cut and a different continuation
+  EXPECT_EQ(cg.state_after(cursor, out), cg.state_after(out));
+  EXPECT_EQ(cursor.tokens, out);
+  out.push_back(2);
+  const StateId done = cg.state_after(cursor, out);
+  EXPECT_TRUE(cg.is_accepting(done));
+  // Complete: only end of generation.
+  for (int32_t t = 1; t < cg.vocabulary().size(); ++t) EXPECT_FALSE(cg.allows(done, t)) << t;
+  EXPECT_TRUE(cg.allows(done, 0));
+}
+
+TEST(CompiledGrammar, SplitUtf8AndDeadStates) {
+  const CompiledGrammar cg = compile("root ::= \"é\" \"x\"\n");
+  EXPECT_TRUE(cg.allows(CompiledGrammar::kInitial, 14));   // é whole
+  EXPECT_TRUE(cg.allows(CompiledGrammar::kInitial, 15));   // its first byte
+  EXPECT_FALSE(cg.allows(CompiledGrammar::kInitial, 16));  // its second byte first
+  EXPECT_FALSE(cg.allows(CompiledGrammar::kInitial, 0));   // not complete yet
+  const StateId half = cg.next(CompiledGrammar::kInitial, 15);
+  EXPECT_TRUE(cg.allows(half, 16));
+  EXPECT_EQ(cg.next(CompiledGrammar::kInitial, 4), CompiledGrammar::kDead);
+  // A dead state lets the sequence end, and nothing else.
+  EXPECT_TRUE(cg.allows(CompiledGrammar::kDead, 0));
+  EXPECT_FALSE(cg.allows(CompiledGrammar::kDead, 23));
+  std::vector<float> logits(static_cast<size_t>(cg.vocabulary().size()), 1.0f);
+  cg.apply(half, logits);
+  for (size_t t = 0; t < logits.size(); ++t) EXPECT_EQ(std::isinf(logits[t]), t != 16) << t;
+}
+
+TEST(GrammarCache, SharesCompiledGrammarsByTextAndDropsLeastRecent) {
+  GrammarCache cache(test_vocab(), 2);
+  auto a = cache.get("root ::= \"a\"\n");
+  ASSERT_TRUE(a.ok());
+  auto a2 = cache.get("root ::= \"a\"\n");
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(a->get(), a2->get());
+  ASSERT_TRUE(cache.get("root ::= \"b\"\n").ok());
+  ASSERT_TRUE(cache.get("root ::= \"a\"\n").ok());  // a is now the most recent
+  ASSERT_TRUE(cache.get("root ::= \"x\"\n").ok());  // drops b
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.get("root ::= \"a\"\n")->get(), a->get());
+  auto bad = cache.get("root ::= nope\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("undefined rule 'nope'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vesper::grammar
