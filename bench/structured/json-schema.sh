@@ -2,9 +2,10 @@
 # Structured output at serving load: output tokens/s of CONCURRENCY concurrent requests, free
 # and constrained to a JSON schema (the same schema for all, as an application sends it), on
 # Vesper and on llama.cpp's llama-server (its GBNF sampler), same GGUF, prompts and threads.
-# Requests send llama.cpp's "json_schema" field, which both servers take. The schema (an
-# array of at least 40 small records) cannot be complete within OUTPUT_LEN tokens, so every
-# request stays inside the grammar for its whole length and ignore_eos changes nothing.
+# Requests send llama.cpp's "json_schema" field, which both servers take. The schema
+# (records.schema.json: an array of at least 40 small records) cannot be complete within
+# OUTPUT_LEN tokens, so every request stays inside the grammar for its whole length and
+# ignore_eos changes nothing.
 # Prints each engine's free and constrained tokens/s and constrained / free, in alternating
 # repetitions (REPS), medians.
 #
@@ -36,11 +37,7 @@ trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 # shellcheck source=../common.sh
 . "$root/bench/common.sh"
 
-schema='{"type": "object", "properties": {"records": {"type": "array", "minItems": 40, "items":
-  {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 9999},
-  "name": {"type": "string", "maxLength": 12}, "active": {"type": "boolean"},
-  "kind": {"enum": ["user", "admin", "guest"]}}, "required": ["id", "name", "active", "kind"],
-  "additionalProperties": false}}}, "required": ["records"], "additionalProperties": false}'
+schema="$(cat "$here/records.schema.json")"
 constrained="{\"json_schema\": $schema}"
 
 bench() {  # extra bench serve arguments

@@ -20,5 +20,6 @@ inline nlohmann::json kv_cache_json(const engine::MemoryPlan& plan) {
 CommandRunner add_bench_throughput_command(CLI::App& bench);
 CommandRunner add_bench_latency_command(CLI::App& bench);
 CommandRunner add_bench_serve_command(CLI::App& bench);
+CommandRunner add_bench_grammar_command(CLI::App& bench);
 
 }  // namespace vesper::cli

@@ -1,5 +1,8 @@
 #include "grammar/compiled_grammar.h"
 
+#include "core/check.h"
+#include "grammar/stack_arena.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -24,8 +27,9 @@ void set_bit(TokenMask& m, int32_t t) {
 
 }  // namespace
 
-CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)) {
+CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab,
+                                 MaskOptions options)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), options_(options) {
   std::lock_guard lock(mu_);
   StackSet initial = initial_stacks(grammar_);
   auto start = std::make_unique<State>();
@@ -95,31 +99,130 @@ bool CompiledGrammar::is_accepting(StateId state) const {
   return states_[state]->accepting;
 }
 
-TokenMask CompiledGrammar::compute_mask(const State& state) const {
-  TokenMask mask((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
-  const auto& trie = vocab_->trie();
-  // Depth-first over the trie; a node is entered only while some reading of the grammar takes
-  // its bytes.
-  struct Frame {
-    uint32_t node;
-    StackSet stacks;
-  };
-  std::vector<Frame> todo;
-  todo.push_back({0, state.stacks});
-  bool any = false;
-  while (!todo.empty()) {
-    Frame f = std::move(todo.back());
-    todo.pop_back();
-    for (auto [byte, child] : trie[f.node].children) {
-      if (!takes_byte(grammar_, f.stacks, byte)) continue;
-      StackSet next = advance_stacks(grammar_, f.stacks, byte);
-      if (next.empty()) continue;
+namespace {
+
+// Depth-first over the vocabulary trie from stacks cut to their top (StackArena::intern_top): a
+// node is entered while some reading takes its bytes within the top, or once a reading has
+// popped into the context (kContext), below which any byte might be taken. sets[d] holds the
+// stacks after the first d bytes (one reused vector per depth: nothing is allocated per node).
+struct ContextIndependentWalk {
+  const std::vector<TokenVocabulary::Node>& trie;
+  StackArena& arena;
+  TokenMask& allowed;
+  std::vector<int32_t>& context_dependent;
+  size_t limit;
+  std::vector<std::vector<uint32_t>> sets;
+  bool overflow = false;
+
+  void walk(uint32_t node, size_t depth, bool in_context) {
+    if (sets.size() <= depth + 1) sets.resize(depth + 2);
+    for (auto [byte, child] : trie[node].children) {
+      if (overflow) return;
+      std::vector<uint32_t>& next = sets[depth + 1];
+      next.clear();
+      if (arena.takes_byte(sets[depth], byte)) arena.advance(sets[depth], byte, next);
+      // Sorted: kContext, if there, is first (or second after kEmpty).
+      bool popped = false, local = false;
+      for (uint32_t id : next) {
+        if (id == StackArena::kContext)
+          popped = true;
+        else
+          local = true;
+      }
+      const bool child_in_context = in_context || popped;
+      if (!local && !child_in_context) continue;
       for (int32_t t : trie[child].tokens) {
+        if (local) {
+          allowed[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+        } else {
+          context_dependent.push_back(t);
+          if (context_dependent.size() > limit) {
+            overflow = true;
+            return;
+          }
+        }
+      }
+      if (!trie[child].children.empty()) walk(child, depth + 1, child_in_context);
+    }
+  }
+};
+
+// Whether `stacks` take all of `bytes`.
+bool takes_all(StackArena& arena, const std::vector<uint32_t>& start, const std::string& bytes,
+               std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
+  a = start;
+  for (unsigned char c : bytes) {
+    if (!arena.takes_byte(a, c)) return false;
+    arena.advance(a, c, b);
+    if (b.empty()) return false;
+    std::swap(a, b);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<const CompiledGrammar::ContextIndependentMask>
+CompiledGrammar::context_independent_mask(const StackSet& stacks, size_t depth) const {
+  // The key: the cut stacks, and whether each was cut (a whole stack's bottom is real).
+  StackSet cut;
+  std::u32string key;
+  for (const Stack& s : stacks) {
+    const size_t from = s.size() > depth ? s.size() - depth : 0;
+    cut.emplace_back(s.begin() + static_cast<ptrdiff_t>(from), s.end());
+    key.push_back(static_cast<char32_t>(from > 0 ? 1 : 0));
+  }
+  key += state_key(cut);
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = context_independent_.find(key); it != context_independent_.end())
+      return it->second;
+  }
+  auto m = std::make_shared<ContextIndependentMask>();
+  m->allowed.assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
+  StackArena arena(grammar_);
+  ContextIndependentWalk w{
+      vocab_->trie(), arena, m->allowed, m->context_dependent, options_.max_context_dependent, {}};
+  w.sets.resize(1);
+  for (const Stack& s : stacks) w.sets[0].push_back(arena.intern_top(s, depth));
+  std::sort(w.sets[0].begin(), w.sets[0].end());
+  w.sets[0].erase(std::unique(w.sets[0].begin(), w.sets[0].end()), w.sets[0].end());
+  w.walk(0, 0, false);
+  m->overflow = w.overflow;
+  if (m->overflow) {
+    m->context_dependent.clear();
+    m->context_dependent.shrink_to_fit();
+    m->allowed.clear();
+    m->allowed.shrink_to_fit();
+  }
+  std::lock_guard lock(mu_);
+  auto [it, added] = context_independent_.emplace(std::move(key), std::move(m));
+  return it->second;
+}
+
+TokenMask CompiledGrammar::compute_mask(const State& state) const {
+  size_t max_depth = 0;
+  for (const Stack& s : state.stacks) max_depth = std::max(max_depth, s.size());
+  // A cut whose walk leaves too many tokens to the context (a value just completed, where every
+  // token that starts with a separator depends on what encloses it) gives way to the whole
+  // stacks, where nothing depends on a context.
+  std::shared_ptr<const ContextIndependentMask> ci =
+      context_independent_mask(state.stacks, options_.cut_depth);
+  if (ci->overflow) ci = context_independent_mask(state.stacks, max_depth);
+  VESPER_CHECK(!ci->overflow, "a whole-stack walk cannot depend on a context");
+  TokenMask mask = ci->allowed;
+  bool any = std::any_of(mask.begin(), mask.end(), [](uint64_t w) { return w != 0; });
+  if (!ci->context_dependent.empty()) {
+    // The full stacks decide the rest.
+    StackArena arena(grammar_);
+    std::vector<uint32_t> start, a, b;
+    for (const Stack& s : state.stacks) start.push_back(arena.intern(s));
+    std::sort(start.begin(), start.end());
+    for (int32_t t : ci->context_dependent)
+      if (takes_all(arena, start, vocab_->piece(t), a, b)) {
         set_bit(mask, t);
         any = true;
       }
-      if (!trie[child].children.empty()) todo.push_back({child, std::move(next)});
-    }
   }
   if (state.accepting || !any)
     for (int32_t t : vocab_->eog_ids()) set_bit(mask, t);
@@ -150,10 +253,22 @@ bool CompiledGrammar::allows(StateId state, int32_t token) const {
 
 void CompiledGrammar::apply(StateId state, std::span<float> logits) const {
   const std::shared_ptr<const TokenMask> mask = allowed(state);
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
   const size_t n = std::min(logits.size(), static_cast<size_t>(vocab_->size()));
-  for (size_t t = 0; t < n; ++t)
-    if (!bit(*mask, static_cast<int32_t>(t))) logits[t] = -std::numeric_limits<float>::infinity();
-  for (size_t t = n; t < logits.size(); ++t) logits[t] = -std::numeric_limits<float>::infinity();
+  // A word at a time: most words of a mask are all allowed or all refused.
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = (*mask)[w];
+    const size_t begin = w * 64, end = std::min(n, begin + 64);
+    if (bits == ~uint64_t{0} && end - begin == 64) continue;
+    if (bits == 0) {
+      std::fill(logits.begin() + static_cast<ptrdiff_t>(begin),
+                logits.begin() + static_cast<ptrdiff_t>(end), kMasked);
+      continue;
+    }
+    for (size_t t = begin; t < end; ++t)
+      if (!((bits >> (t - begin)) & 1)) logits[t] = kMasked;
+  }
+  for (size_t t = n; t < logits.size(); ++t) logits[t] = kMasked;
 }
 
 size_t CompiledGrammar::num_states() const {

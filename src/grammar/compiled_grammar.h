@@ -2,12 +2,20 @@
 // next" for each matcher state, and GrammarCursor, one sequence's place in it.
 //
 // States (stack sets, stack_set.h) are interned: equal states get one id, so what is computed
-// for a state serves every sequence that reaches it. Both caches fill lazily and are shared by
+// for a state serves every sequence that reaches it. The caches fill lazily and are shared by
 // all sequences using the grammar (many requests with one schema share one CompiledGrammar,
 // grammar_cache.h):
-//  - the allowed-token mask of a state (one walk of the vocabulary trie that drops a subtree at
-//    the first byte the grammar refuses);
-//  - transitions (state, token) -> state.
+//  - the allowed-token mask of a state;
+//  - transitions (state, token) -> state;
+//  - the context-independent part of masks (xgrammar's split): a state's mask is computed from
+//    the top few elements of its stacks alone, by one walk of the vocabulary trie that drops a
+//    subtree at the first byte the grammar refuses. Tokens read within those elements are
+//    decided there (allowed or refused whatever lies below); the few that pop below them
+//    (context-dependent: a string's closing quote and what follows) are kept in a list and
+//    checked against each state's full stacks. States that differ only below the top (the same
+//    field in the 1st and the 40th item of an array, a value at any nesting depth) share the
+//    walk. When too many tokens depend on the context, a deeper top is tried, up to the whole
+//    stacks.
 // After warm-up a decoding step costs a hash lookup and a pass of the mask over the row. The
 // caches are guarded by a mutex; the trie walk runs outside it.
 //
@@ -42,9 +50,20 @@ struct GrammarCursor {
   std::vector<StateId> states;  // states[i]: after tokens[0, i); empty until first used
 };
 
+// How a CompiledGrammar's masks split into a context-independent part and the rest (see
+// below). The masks are the same for any values; tests vary them to drive every path.
+struct GrammarMaskOptions {
+  size_t cut_depth = 4;  // top elements of each stack the shared walk reads
+  // Context-dependent tokens beyond which a cut walk gives way to a walk of the whole stacks.
+  size_t max_context_dependent = 1024;
+};
+
 class CompiledGrammar {
  public:
-  CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab);
+  using MaskOptions = GrammarMaskOptions;
+
+  CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab,
+                  MaskOptions options = {});
 
   static constexpr StateId kInitial = 0;
   static constexpr StateId kDead = 1;  // no way forward: only end-of-generation tokens
@@ -77,16 +96,32 @@ class CompiledGrammar {
     std::shared_ptr<const TokenMask> mask;  // filled on first use
   };
 
+  // The part of a mask decided by the top `depth` elements of each stack: the tokens allowed
+  // whatever lies below, and those that pop below (to check against the full stacks). `overflow`:
+  // more than options_.max_context_dependent of the latter (the walk stopped; use the whole
+  // stacks).
+  struct ContextIndependentMask {
+    TokenMask allowed;
+    std::vector<int32_t> context_dependent;
+    bool overflow = false;
+  };
+
   // The id of `stacks`, adding it when new. Call with mu_ held.
   StateId intern(StackSet stacks) const;
   TokenMask compute_mask(const State& state) const;
+  std::shared_ptr<const ContextIndependentMask> context_independent_mask(const StackSet& stacks,
+                                                                         size_t depth) const;
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocab_;
+  MaskOptions options_;
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<State>> states_;
   mutable std::unordered_map<std::u32string, StateId> state_ids_;
   mutable std::unordered_map<uint64_t, StateId> transitions_;
+  // By the top elements of a state's stacks (and the depth that cut them).
+  mutable std::unordered_map<std::u32string, std::shared_ptr<const ContextIndependentMask>>
+      context_independent_;
   mutable size_t num_masks_ = 0;
 };
 

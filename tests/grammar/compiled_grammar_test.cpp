@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "grammar/gbnf.h"
 #include "grammar/grammar_cache.h"
@@ -19,11 +20,17 @@ std::shared_ptr<const TokenVocabulary> test_vocab() {
   return std::make_shared<TokenVocabulary>(std::move(pieces), std::vector<int32_t>{0});
 }
 
-CompiledGrammar compile(std::string_view gbnf) {
+CompiledGrammar compile(std::string_view gbnf, CompiledGrammar::MaskOptions options = {}) {
   auto g = parse_gbnf(gbnf);
   EXPECT_TRUE(g.ok()) << g.error().message;
-  return CompiledGrammar(std::move(g).value(), test_vocab());
+  return CompiledGrammar(std::move(g).value(), test_vocab(), options);
 }
+
+// The ways a mask can be computed: cut walks (shallow and default) with context-dependent
+// tokens checked against the whole stacks; cut walks that overflow at once into whole-stack
+// walks; whole-stack walks only.
+const std::vector<CompiledGrammar::MaskOptions> kMaskOptions = {
+    {4, 1024}, {1, 1024}, {2, 0}, {size_t{1} << 30, 1024}};
 
 // The slow reference: a token may follow `text` when text + piece can still be extended to a
 // match (some stack survives every byte).
@@ -47,36 +54,79 @@ ws ::= " "?
 )g";
 
 TEST(CompiledGrammar, MasksEqualTheReferenceAlongRandomWalks) {
-  const CompiledGrammar cg = compile(kJsonish);
-  const TokenVocabulary& v = cg.vocabulary();
-  for (uint64_t seed = 1; seed <= 40; ++seed) {
-    std::mt19937_64 rng(seed);
-    std::string text;
-    std::vector<int32_t> output;
-    StateId state = CompiledGrammar::kInitial;
-    for (int step = 0; step < 30; ++step) {
-      std::vector<int32_t> allowed;
-      for (int32_t t = 0; t < v.size(); ++t) {
-        const bool expect = v.is_eog(t)
-                                ? cg.grammar().matches(text)
-                                : !v.piece(t).empty() && viable(cg.grammar(), text + v.piece(t));
-        ASSERT_EQ(cg.allows(state, t), expect)
-            << "seed " << seed << " after '" << text << "' token '" << v.piece(t) << "'";
-        if (expect) allowed.push_back(t);
+  for (const auto& options : kMaskOptions) {
+    SCOPED_TRACE("cut depth " + std::to_string(options.cut_depth));
+    const CompiledGrammar cg = compile(kJsonish, options);
+    const TokenVocabulary& v = cg.vocabulary();
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+      std::mt19937_64 rng(seed);
+      std::string text;
+      std::vector<int32_t> output;
+      StateId state = CompiledGrammar::kInitial;
+      for (int step = 0; step < 30; ++step) {
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < v.size(); ++t) {
+          const bool expect = v.is_eog(t)
+                                  ? cg.grammar().matches(text)
+                                  : !v.piece(t).empty() && viable(cg.grammar(), text + v.piece(t));
+          ASSERT_EQ(cg.allows(state, t), expect)
+              << "seed " << seed << " after '" << text << "' token '" << v.piece(t) << "'";
+          if (expect) allowed.push_back(t);
+        }
+        ASSERT_FALSE(allowed.empty()) << text;
+        const int32_t t = allowed[rng() % allowed.size()];
+        if (v.is_eog(t)) {
+          EXPECT_TRUE(cg.grammar().matches(text));
+          break;
+        }
+        text += v.piece(t);
+        output.push_back(t);
+        state = cg.next(state, t);
+        ASSERT_EQ(state, cg.state_after(output));
       }
-      ASSERT_FALSE(allowed.empty()) << text;
-      const int32_t t = allowed[rng() % allowed.size()];
-      if (v.is_eog(t)) {
-        EXPECT_TRUE(cg.grammar().matches(text));
-        break;
+    }
+    EXPECT_GT(cg.num_states(), 10u);
+  }
+}
+
+// Deep nesting: stacks far deeper than the first cut (four elements), so masks come from a cut
+// top plus the context-dependent tokens checked against the whole stacks, and states at
+// different depths share their cut walks. Masks still equal the reference.
+TEST(CompiledGrammar, DeepStacksMatchTheReference) {
+  for (const auto& options : kMaskOptions) {
+    SCOPED_TRACE("cut depth " + std::to_string(options.cut_depth));
+    const CompiledGrammar cg = compile(kJsonish, options);
+    const TokenVocabulary& v = cg.vocabulary();
+    const std::vector<int32_t> open = {12, 17};  // "[" and "{\""
+    for (uint64_t seed = 1; seed <= 12; ++seed) {
+      std::mt19937_64 rng(seed);
+      std::string text;
+      std::vector<int32_t> output;
+      StateId state = CompiledGrammar::kInitial;
+      for (int step = 0; step < 60; ++step) {
+        std::vector<int32_t> allowed;
+        for (int32_t t = 0; t < v.size(); ++t) {
+          const bool expect = v.is_eog(t)
+                                  ? cg.grammar().matches(text)
+                                  : !v.piece(t).empty() && viable(cg.grammar(), text + v.piece(t));
+          ASSERT_EQ(cg.allows(state, t), expect)
+              << "seed " << seed << " after '" << text << "' token '" << v.piece(t) << "'";
+          if (expect) allowed.push_back(t);
+        }
+        ASSERT_FALSE(allowed.empty());
+        // Open brackets while they are allowed for the first 25 steps, then anything.
+        int32_t t = allowed[rng() % allowed.size()];
+        for (int32_t o : open)
+          if (step < 25 && rng() % 4 != 0 &&
+              std::find(allowed.begin(), allowed.end(), o) != allowed.end())
+            t = o;
+        if (v.is_eog(t)) break;
+        text += v.piece(t);
+        output.push_back(t);
+        state = cg.next(state, t);
       }
-      text += v.piece(t);
-      output.push_back(t);
-      state = cg.next(state, t);
-      ASSERT_EQ(state, cg.state_after(output));
     }
   }
-  EXPECT_GT(cg.num_states(), 10u);
 }
 
 TEST(CompiledGrammar, CursorFollowsAppendsAndCuts) {
@@ -112,6 +162,42 @@ TEST(CompiledGrammar, SplitUtf8AndDeadStates) {
   std::vector<float> logits(static_cast<size_t>(cg.vocabulary().size()), 1.0f);
   cg.apply(half, logits);
   for (size_t t = 0; t < logits.size(); ++t) EXPECT_EQ(std::isinf(logits[t]), t != 16) << t;
+}
+
+// Sequences on several threads (the engine's sampler, speculative verification, the server's
+// workers) share one compiled grammar: its caches fill concurrently and give every thread what
+// a grammar of its own would (the TSan build runs this).
+TEST(CompiledGrammar, ConcurrentWalksShareCachesSafely) {
+  const CompiledGrammar shared = compile(kJsonish);
+  constexpr int kThreads = 4;
+  std::vector<std::vector<int32_t>> outputs(kThreads);
+  std::vector<std::vector<StateId>> states(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i)
+    threads.emplace_back([&, i] {
+      std::mt19937_64 rng(static_cast<uint64_t>(i % 2));  // two pairs of threads walk alike
+      GrammarCursor cursor;
+      for (int step = 0; step < 40; ++step) {
+        const StateId s = shared.state_after(cursor, outputs[i]);
+        states[i].push_back(s);
+        std::vector<int32_t> allowed;
+        for (int32_t t = 1; t < shared.vocabulary().size(); ++t)
+          if (shared.allows(s, t)) allowed.push_back(t);
+        if (allowed.empty() || shared.is_accepting(s)) break;
+        outputs[i].push_back(allowed[rng() % allowed.size()]);
+      }
+    });
+  for (auto& t : threads) t.join();
+  const CompiledGrammar alone = compile(kJsonish);
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_EQ(outputs[i], outputs[i % 2]) << i;  // same seed, same walk
+    for (size_t k = 0; k < states[i].size(); ++k) {
+      const std::vector<int32_t> prefix(outputs[i].begin(),
+                                        outputs[i].begin() + static_cast<ptrdiff_t>(k));
+      EXPECT_EQ(*shared.allowed(states[i][k]), *alone.allowed(alone.state_after(prefix)))
+          << i << " " << k;
+    }
+  }
 }
 
 TEST(GrammarCache, SharesCompiledGrammarsByTextAndDropsLeastRecent) {

@@ -12,6 +12,7 @@
 namespace vesper {
 namespace {
 
+using testing_util::json_lines;
 using testing_util::run_vesper;
 const std::string kStories = "../shared/models/stories260K.gguf";
 const std::string kStoriesLong = "../shared/models/stories260K-f32.gguf";
@@ -19,14 +20,6 @@ const std::string kStoriesLong = "../shared/models/stories260K-f32.gguf";
 nlohmann::json expected_stories() {
   std::ifstream f("bench/llamacpp/expected_stories260K.json");
   return nlohmann::json::parse(f);
-}
-
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
-  return v;
 }
 
 TEST(CliGenerate, GreedyTextEqualsLlamaCpp) {

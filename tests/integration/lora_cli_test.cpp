@@ -15,18 +15,11 @@
 namespace vesper {
 namespace {
 
+using testing_util::json_lines;
 using testing_util::run_vesper;
 const std::string kModel = "../shared/models/stories260K.gguf";
 const std::string kZed = "../shared/models/lora/zed/adapter.gguf";
 const std::string kBim = "../shared/models/lora/bim";
-
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 std::string write_prompts(const std::string& name, const std::vector<std::string>& lines) {
   const std::string path = ::testing::TempDir() + "vesper_lora_" + name + ".jsonl";

@@ -13,18 +13,11 @@
 namespace vesper {
 namespace {
 
+using testing_util::json_lines;
 using testing_util::run_vesper;
 const std::string kStories = "../shared/models/stories260K-f32.gguf";
 const std::vector<std::string> kNgram = {"--speculative-model", "[ngram]",
                                          "--num-speculative-tokens", "4"};
-
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
-  return v;
-}
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());

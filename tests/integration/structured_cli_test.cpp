@@ -14,6 +14,7 @@
 namespace vesper {
 namespace {
 
+using testing_util::json_lines;
 using testing_util::run_vesper;
 const std::string kStories = "../shared/models/stories260K-f32.gguf";
 const std::string kSchema = R"({"type": "object", "properties": {
@@ -24,14 +25,6 @@ const std::string kSchema = R"({"type": "object", "properties": {
   "required": ["name", "age", "pets", "happy"], "additionalProperties": false})";
 const std::vector<std::string> kPrompts = {"Once upon a time", "Tom and Lily went to the park.",
                                            "The little dog", "One day, a girl named Sue"};
-
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) v.push_back(nlohmann::json::parse(line));
-  return v;
-}
 
 std::vector<std::string> generate_args(const std::vector<std::string>& prompts,
                                        std::vector<std::string> extra) {
