@@ -196,6 +196,7 @@ CompiledGrammar::context_independent_mask(const StackSet& stacks, size_t depth) 
     m->allowed.shrink_to_fit();
   }
   std::lock_guard lock(mu_);
+  if (num_masks_ + context_independent_.size() >= options_.max_cached_masks) return m;
   auto [it, added] = context_independent_.emplace(std::move(key), std::move(m));
   return it->second;
 }
@@ -239,6 +240,9 @@ std::shared_ptr<const TokenMask> CompiledGrammar::allowed(StateId state) const {
   auto mask = std::make_shared<const TokenMask>(compute_mask(*s));
   std::lock_guard lock(mu_);
   State& mutable_state = *states_[state];
+  // A grammar whose outputs wander through ever new states (long free enumerations) stops
+  // caching there: the memory stays bounded, the masks are computed again when needed.
+  if (num_masks_ + context_independent_.size() >= options_.max_cached_masks) return mask;
   if (!mutable_state.mask) {
     mutable_state.mask = std::move(mask);
     ++num_masks_;

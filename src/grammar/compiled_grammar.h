@@ -56,6 +56,8 @@ struct GrammarMaskOptions {
   size_t cut_depth = 4;  // top elements of each stack the shared walk reads
   // Context-dependent tokens beyond which a cut walk gives way to a walk of the whole stacks.
   size_t max_context_dependent = 1024;
+  // Masks kept per grammar at most (both kinds; 4 KB each for a 32,000-token vocabulary).
+  size_t max_cached_masks = 16384;
 };
 
 class CompiledGrammar {
