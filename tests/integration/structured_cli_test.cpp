@@ -136,6 +136,19 @@ TEST(CliStructured, BadGrammarsAndSchemasNameTheFlag) {
     EXPECT_NE(r.exit_code, 0) << flags[0];
     EXPECT_NE(r.err.find(expected), std::string::npos) << flags[0] << ": " << r.err;
   }
+  // serve's tool-call flags, checked before the model loads.
+  auto parser =
+      run_vesper({"serve", kStories, "--port", "0", "--tool-call-parser", "json5"}, "parser");
+  EXPECT_EQ(parser.exit_code, 1);
+  EXPECT_NE(
+      parser.err.find("--tool-call-parser: unknown tool call parser \"json5\" (choose hermes or "
+                      "llama3_json)"),
+      std::string::npos)
+      << parser.err;
+  auto alone = run_vesper({"serve", kStories, "--port", "0", "--enable-auto-tool-choice"}, "auto");
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.err.find("--enable-auto-tool-choice needs --tool-call-parser"), std::string::npos)
+      << alone.err;
 }
 
 }  // namespace
