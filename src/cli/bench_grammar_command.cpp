@@ -14,6 +14,7 @@
 #include <random>
 
 #include "cli/bench_commands.h"
+#include "client/metrics.h"
 #include "engine/grammar_vocabulary.h"
 #include "gguf/gguf.h"
 #include "grammar/compiled_grammar.h"
@@ -23,6 +24,8 @@
 
 namespace vesper::cli {
 namespace {
+
+using client::percentile;
 
 struct BenchGrammarOptions {
   std::string model_path;
@@ -36,14 +39,6 @@ struct BenchGrammarOptions {
 using Clock = std::chrono::steady_clock;
 double micros_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i =
-      std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())));
-  return v[i];
 }
 
 struct SchemaResult {

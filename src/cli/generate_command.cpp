@@ -11,8 +11,8 @@
 #include "cli/progress_bar.h"
 #include "engine/engine.h"
 #include "engine/grammar_vocabulary.h"
+#include "grammar/compiled_grammar.h"
 #include "grammar/gbnf.h"
-#include "grammar/grammar_cache.h"
 #include "grammar/json_schema.h"
 
 namespace vesper::cli {
@@ -30,37 +30,41 @@ struct GenerateOptions {
   std::string grammar, grammar_file, json_schema, json_schema_file;
 };
 
-// The GBNF grammar the structured-output flags ask for ("" when none). Errors name the flag.
-Result<std::string> output_grammar(const GenerateOptions& o) {
+// The grammar the structured-output flags ask for (none when none). Errors name the flag.
+Result<std::optional<grammar::Grammar>> output_grammar(const GenerateOptions& o) {
   auto read = [](const std::string& path, const char* flag) -> Result<std::string> {
     std::ifstream in(path, std::ios::binary);
     if (!in) return make_error(std::string(flag) + ": cannot read " + path);
     return std::string(std::istreambuf_iterator<char>(in), {});
   };
+  std::string gbnf;
+  const char* flag = nullptr;
   if (!o.grammar.empty() || !o.grammar_file.empty()) {
-    std::string text = o.grammar;
-    const char* flag = "--grammar";
+    gbnf = o.grammar;
+    flag = "--grammar";
     if (!o.grammar_file.empty()) {
       flag = "--grammar-file";
-      VESPER_ASSIGN_OR_RETURN(text, read(o.grammar_file, flag));
+      VESPER_ASSIGN_OR_RETURN(gbnf, read(o.grammar_file, flag));
     }
-    if (auto g = grammar::parse_gbnf(text); !g)
-      return make_error(std::string(flag) + ": " + g.error().message);
-    return text;
+  } else if (!o.json_schema.empty() || !o.json_schema_file.empty()) {
+    std::string text = o.json_schema;
+    flag = "--json-schema";
+    if (!o.json_schema_file.empty()) {
+      flag = "--json-schema-file";
+      VESPER_ASSIGN_OR_RETURN(text, read(o.json_schema_file, flag));
+    }
+    // Ordered: objects come out with their properties in the order the schema lists them.
+    const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (schema.is_discarded()) return make_error(std::string(flag) + ": not valid JSON");
+    auto converted = grammar::json_schema_to_gbnf(schema);
+    if (!converted) return make_error(std::string(flag) + ": " + converted.error().message);
+    gbnf = std::move(converted).value();
+  } else {
+    return std::optional<grammar::Grammar>();
   }
-  if (o.json_schema.empty() && o.json_schema_file.empty()) return std::string();
-  std::string text = o.json_schema;
-  const char* flag = "--json-schema";
-  if (!o.json_schema_file.empty()) {
-    flag = "--json-schema-file";
-    VESPER_ASSIGN_OR_RETURN(text, read(o.json_schema_file, flag));
-  }
-  // Ordered: objects come out with their properties in the order the schema lists them.
-  const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(text, nullptr, false);
-  if (schema.is_discarded()) return make_error(std::string(flag) + ": not valid JSON");
-  auto gbnf = grammar::json_schema_to_gbnf(schema);
-  if (!gbnf) return make_error(std::string(flag) + ": " + gbnf.error().message);
-  return std::move(gbnf).value();
+  auto g = grammar::parse_gbnf(gbnf);
+  if (!g) return make_error(std::string(flag) + ": " + g.error().message);
+  return std::optional<grammar::Grammar>(std::move(g).value());
 }
 
 struct PromptJob {
@@ -177,18 +181,17 @@ int run_generate(GenerateOptions& o) {
   if (auto st = o.params.validate(); !st) return fail(st.error().message);
   auto jobs = collect_jobs(o);
   if (!jobs) return fail(jobs.error().message);
-  auto gbnf = output_grammar(o);
-  if (!gbnf) return fail(gbnf.error().message);
+  auto constraint = output_grammar(o);
+  if (!constraint) return fail(constraint.error().message);
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
   auto engine = engine::Engine::create(*config);
   if (!engine) return fail(engine.error().message);
   engine::Engine& e = **engine;
-  if (!gbnf->empty()) {
-    grammar::GrammarCache grammars(engine::grammar_vocabulary(e.tokenizer()), 1);
-    auto compiled = grammars.get(*gbnf);
-    if (!compiled) return fail(compiled.error().message);
-    for (PromptJob& job : *jobs) job.params.grammar = *compiled;
+  if (*constraint) {
+    const auto compiled = std::make_shared<const grammar::CompiledGrammar>(
+        std::move(**constraint), engine::grammar_vocabulary(e.tokenizer()));
+    for (PromptJob& job : *jobs) job.params.grammar = compiled;
   }
 
   const size_t n = jobs->size();

@@ -199,7 +199,7 @@ void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& 
       if (c.delta_text.empty() && c.delta_token_ids.empty() && !c.finished()) continue;
       json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
       std::string finish = c.finish_reason.value_or("stop");
-      if (kind_ == Kind::kChat && !texts_.empty()) {
+      if (kind_ == Kind::kChat && tool_choice_.kind != ToolChoice::Kind::kNone) {
         json delta = tool_delta(index, c, finish);
         if (delta.is_null()) continue;
         choice["delta"] = std::move(delta);

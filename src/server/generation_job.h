@@ -74,6 +74,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   bool done_ = false;
   ToolChoice tool_choice_;
   ToolCallParser tool_parser_ = ToolCallParser::kNone;
+  // Set by set_tools (chat with tools); kNone otherwise.
   std::vector<std::string> texts_;            // per choice, tools only: the text so far
   std::vector<size_t> content_sent_;          // per choice, auto tools: bytes sent as content
   std::vector<ToolCallStream> tool_streams_;  // per choice, forced calls

@@ -46,6 +46,22 @@ bool viable(const Grammar& g, const std::string& text) {
   return true;
 }
 
+// The tokens `state` allows after `text`, each checked against the reference (a failure per
+// token that disagrees).
+std::vector<int32_t> allowed_checked_against_reference(const CompiledGrammar& cg, StateId state,
+                                                       const std::string& text) {
+  const TokenVocabulary& v = cg.vocabulary();
+  std::vector<int32_t> allowed;
+  for (int32_t t = 0; t < v.size(); ++t) {
+    const bool expect = v.is_eog(t)
+                            ? cg.grammar().matches(text)
+                            : !v.piece(t).empty() && viable(cg.grammar(), text + v.piece(t));
+    EXPECT_EQ(cg.allows(state, t), expect) << "after '" << text << "' token '" << v.piece(t) << "'";
+    if (expect) allowed.push_back(t);
+  }
+  return allowed;
+}
+
 constexpr std::string_view kJsonish = R"g(root ::= value
 value ::= object | array | string | number | "null" | "true"
 object ::= "{" ws ( member ( "," ws member )* )? "}"
@@ -67,15 +83,9 @@ TEST(CompiledGrammar, MasksEqualTheReferenceAlongRandomWalks) {
       std::vector<int32_t> output;
       StateId state = CompiledGrammar::kInitial;
       for (int step = 0; step < 30; ++step) {
-        std::vector<int32_t> allowed;
-        for (int32_t t = 0; t < v.size(); ++t) {
-          const bool expect = v.is_eog(t)
-                                  ? cg.grammar().matches(text)
-                                  : !v.piece(t).empty() && viable(cg.grammar(), text + v.piece(t));
-          ASSERT_EQ(cg.allows(state, t), expect)
-              << "seed " << seed << " after '" << text << "' token '" << v.piece(t) << "'";
-          if (expect) allowed.push_back(t);
-        }
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        const std::vector<int32_t> allowed = allowed_checked_against_reference(cg, state, text);
+        ASSERT_FALSE(::testing::Test::HasFailure());
         ASSERT_FALSE(allowed.empty()) << text;
         const int32_t t = allowed[rng() % allowed.size()];
         if (v.is_eog(t)) {
@@ -107,15 +117,9 @@ TEST(CompiledGrammar, DeepStacksMatchTheReference) {
       std::vector<int32_t> output;
       StateId state = CompiledGrammar::kInitial;
       for (int step = 0; step < 45; ++step) {
-        std::vector<int32_t> allowed;
-        for (int32_t t = 0; t < v.size(); ++t) {
-          const bool expect = v.is_eog(t)
-                                  ? cg.grammar().matches(text)
-                                  : !v.piece(t).empty() && viable(cg.grammar(), text + v.piece(t));
-          ASSERT_EQ(cg.allows(state, t), expect)
-              << "seed " << seed << " after '" << text << "' token '" << v.piece(t) << "'";
-          if (expect) allowed.push_back(t);
-        }
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        const std::vector<int32_t> allowed = allowed_checked_against_reference(cg, state, text);
+        ASSERT_FALSE(::testing::Test::HasFailure());
         ASSERT_FALSE(allowed.empty());
         // Open brackets while they are allowed for the first 25 steps, then anything.
         int32_t t = allowed[rng() % allowed.size()];
