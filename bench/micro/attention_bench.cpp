@@ -2,7 +2,7 @@
 // (12 query / 12 KV) and the 1B model's (32 / 8, grouped-query):
 // - BM_PagedAttentionDecode: each of `seqs` sequences has one new token attending to `context`
 //   cached tokens, the step that dominates decoding at long contexts, for each KV cache type
-//   (`kv`: the index in kAllKvDtypes: 0 f32, 1 f16, 2 bf16, 3 fp8_e4m3, 4 fp8_e5m2, 5 int8).
+//   (`kv`: the index in kRowKvDtypes: 0 f32, 1 f16, 2 bf16, 3 fp8_e4m3, 4 fp8_e5m2, 5 int8).
 //   bytes_per_second counts the K and V bytes read (as stored, scales included);
 //   items_per_second, decoded tokens.
 // - BM_PagedAttentionPrefill: one prompt of `tokens` tokens attending causally to itself (pp512's
@@ -91,7 +91,7 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   const int64_t context = state.range(0), seqs = state.range(1);
   const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
   const int threads = static_cast<int>(state.range(4));
-  const vesper::backend::KvDtype dtype = vesper::backend::kAllKvDtypes[state.range(5)];
+  const vesper::backend::KvDtype dtype = vesper::backend::kRowKvDtypes[state.range(5)];
   state.SetLabel(std::string(vesper::backend::kv_dtype_name(dtype)));
   const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   vesper::backend::KvCache cache(cache_spec(n_kv_heads, dtype), blocks_per_seq * seqs);
@@ -152,7 +152,7 @@ void attention_args(benchmark::internal::Benchmark* b) {
       for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 12}, {32, 8}})
         b->Args({context, seqs, heads, kv_heads, hw, 0});
   // Every type at the 110M model's shape, 8 sequences of 2,048 tokens (150 MB of f32 K/V).
-  for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kAllKvDtypes)); ++kv)
+  for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kRowKvDtypes)); ++kv)
     b->Args({2048, 8, 12, 12, hw, kv});
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/kv_codec.h"
 
@@ -11,7 +12,10 @@ KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
     : spec_(spec),
       n_blocks_(n_blocks),
       k_row_(spec.key_row_bytes()),
-      v_row_(spec.value_row_bytes()) {
+      v_row_(spec.value_row_bytes()),
+      k_unit_(spec.key_unit_bytes()),
+      v_unit_(spec.value_unit_bytes()),
+      rows_per_block_(spec.residual_rows_per_block()) {
   VESPER_CHECK(spec.n_layers > 0 && n_blocks >= 0 && spec.block_size > 0);
   const auto k_bytes = static_cast<size_t>(n_blocks * spec.key_block_bytes_per_layer());
   const auto v_bytes = static_cast<size_t>(n_blocks * spec.value_block_bytes_per_layer());
@@ -24,10 +28,42 @@ KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
 }
 
 void KvCache::write_key(int64_t layer, int64_t slot, int64_t head, const float* x) {
-  encode_kv_row(spec_.dtypes.k, x, spec_.head_dim, key_row(layer, slot, head));
+  encode_kv_row(kv_row_dtype(spec_.dtypes.k), x, spec_.head_dim, key_row(layer, slot, head));
 }
 void KvCache::write_value(int64_t layer, int64_t slot, int64_t head, const float* x) {
-  encode_kv_row(spec_.dtypes.v, x, spec_.head_dim, value_row(layer, slot, head));
+  encode_kv_row(kv_row_dtype(spec_.dtypes.v), x, spec_.head_dim, value_row(layer, slot, head));
+}
+
+void KvCache::quantize_group(std::span<const int32_t> rows, int64_t dst) {
+  const int64_t g = spec_.block_size, d = spec_.head_dim;
+  VESPER_CHECK(static_cast<int64_t>(rows.size()) == spec_.residual_blocks_per_group(),
+               "quantize_group: %zu residual blocks for a group of %lld rows", rows.size(),
+               static_cast<long long>(g));
+  VESPER_CHECK(dst >= 0 && dst < n_blocks_, "quantize_group: block %lld out of range",
+               static_cast<long long>(dst));
+  for (int32_t b : rows)
+    VESPER_CHECK(b >= 0 && b < n_blocks_ && b != dst, "quantize_group: residual block %d", b);
+  std::vector<float> x(static_cast<size_t>(g * d));
+  auto one_side = [&](KvDtype dtype, KvSide side, auto row_of, std::byte* unit, int64_t row_bytes) {
+    if (!kv_is_kivi(dtype)) {
+      for (int64_t i = 0; i < g; ++i) std::memcpy(unit + i * row_bytes, row_of(i), row_bytes);
+      return;
+    }
+    for (int64_t i = 0; i < g; ++i) decode_kv_row(kv_row_dtype(dtype), row_of(i), d, &x[i * d]);
+    encode_kv_group(spec_, dtype, side, x.data(), unit);
+  };
+  for (int64_t l = 0; l < spec_.n_layers; ++l)
+    for (int64_t h = 0; h < spec_.n_kv_heads; ++h) {
+      auto slot = [&](int64_t i) {
+        return rows[i / rows_per_block_] * rows_per_block_ + i % rows_per_block_;
+      };
+      one_side(
+          spec_.dtypes.k, KvSide::kKey, [&](int64_t i) { return key_row(l, slot(i), h); },
+          const_cast<std::byte*>(key_run(l, dst, h)), k_row_);
+      one_side(
+          spec_.dtypes.v, KvSide::kValue, [&](int64_t i) { return value_row(l, slot(i), h); },
+          const_cast<std::byte*>(value_run(l, dst, h)), v_row_);
+    }
 }
 
 void KvCache::copy_block_from(const KvCache& other, int64_t src, int64_t dst) {

@@ -1,20 +1,26 @@
 // KvCache: the key/value storage of the paged KV cache on the host, allocated once at start, in
 // the layout and element types its KvCacheSpec describes.
 //
-// Per layer, K and V each hold n_blocks blocks of block_size slots of n_kv_heads rows. Slot s
-// belongs to physical block s / block_size. Which block belongs to which sequence is bookkeeping
-// kept elsewhere (block tables); this class only stores rows.
+// Per layer, K and V each hold n_blocks blocks; a block holds one unit per KV head (key_unit_bytes,
+// value_unit_bytes), which is either a quantized group of block_size tokens or
+// residual_rows_per_block() residual rows (kv_cache_spec.h; without KIVI the two are the same
+// block_size rows). Slots number residual rows: slot s is row s % residual_rows_per_block() of
+// block s / residual_rows_per_block() (without KIVI: the block_size slots of each block, as
+// always). Which block belongs to which sequence, and in which form, is bookkeeping kept
+// elsewhere (block tables); this class only stores bytes.
 //
-// Layout, per layer and for K and V alike: block-major, then KV head, then the slot's offset in
-// its block ([block][head][offset], vLLM's CPU layout); each row is head_dim elements of the
-// type followed by the row's metadata (kv_codec.h), key_row_bytes() (value_row_bytes()) in all.
-// One head's keys of a block are one contiguous run of block_size rows, which attention (reading
-// one head at a time) streams with the hardware prefetcher and few TLB entries; a whole block is
-// one contiguous range (copy_block).
+// Layout, per layer and for K and V alike: block-major, then KV head, then the unit
+// ([block][head][unit], vLLM's CPU layout); a residual row is head_dim elements of
+// kv_row_dtype followed by the row's metadata (kv_codec.h), key_row_bytes() (value_row_bytes())
+// in all. One head's keys of a block are one contiguous run, which attention (reading one head at
+// a time) streams with the hardware prefetcher and few TLB entries; a whole block is one
+// contiguous range (copy_block).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/kv_cache_spec.h"
@@ -29,28 +35,28 @@ class KvCache {
 
   const KvCacheSpec& spec() const { return spec_; }
   int64_t n_blocks() const { return n_blocks_; }
-  int64_t num_slots() const { return n_blocks_ * spec_.block_size; }
+  int64_t num_slots() const { return n_blocks_ * rows_per_block_; }
 
-  // Head `head`'s keys (values) of physical block `block`: block_size rows, the row of offset o
-  // at + o * key_row_bytes() (value_row_bytes()).
+  // Head `head`'s key (value) unit of physical block `block`: a quantized group, or residual rows
+  // (the row of offset o at + o * key_row_bytes() (value_row_bytes())).
   const std::byte* key_run(int64_t layer, int64_t block, int64_t head) const {
-    return k_[layer].get() + first_row(block, head) * k_row_;
+    return k_[layer].get() + (block * spec_.n_kv_heads + head) * k_unit_;
   }
   const std::byte* value_run(int64_t layer, int64_t block, int64_t head) const {
-    return v_[layer].get() + first_row(block, head) * v_row_;
+    return v_[layer].get() + (block * spec_.n_kv_heads + head) * v_unit_;
   }
   // Head `head`'s key (value) row in slot `slot`.
   std::byte* key_row(int64_t layer, int64_t slot, int64_t head) {
-    return k_[layer].get() + row(slot, head) * k_row_;
+    return const_cast<std::byte*>(std::as_const(*this).key_row(layer, slot, head));
   }
   std::byte* value_row(int64_t layer, int64_t slot, int64_t head) {
-    return v_[layer].get() + row(slot, head) * v_row_;
+    return const_cast<std::byte*>(std::as_const(*this).value_row(layer, slot, head));
   }
   const std::byte* key_row(int64_t layer, int64_t slot, int64_t head) const {
-    return k_[layer].get() + row(slot, head) * k_row_;
+    return key_run(layer, slot / rows_per_block_, head) + slot % rows_per_block_ * k_row_;
   }
   const std::byte* value_row(int64_t layer, int64_t slot, int64_t head) const {
-    return v_[layer].get() + row(slot, head) * v_row_;
+    return value_run(layer, slot / rows_per_block_, head) + slot % rows_per_block_ * v_row_;
   }
 
   // Stores x[0..head_dim) as the key (value) row of `head` in `slot`, encoded in the cache's type.
@@ -64,6 +70,12 @@ class KvCache {
   // (elements and metadata together).
   void copy_block_from(const KvCache& other, int64_t src, int64_t dst);
 
+  // Quantizes one group (KIVI): the block_size residual rows held by `rows` (residual row i in
+  // block rows[i / residual_rows_per_block()]) become, in every layer and head, the quantized
+  // group of block `dst` (kv_codec.h; row types' rows are copied as they are). `dst` may not be
+  // one of `rows`.
+  void quantize_group(std::span<const int32_t> rows, int64_t dst);
+
   // Copies every layer's K and V rows of slot `src` into slot `dst` (an accepted speculative tree
   // path moved to its positions), metadata included.
   void copy_slot(int64_t src, int64_t dst);
@@ -73,17 +85,12 @@ class KvCache {
 
  private:
   using Storage = std::unique_ptr<std::byte[], LargeBufferFree>;
-  // Index, counted in rows, of the first row of (block, head)'s run, and of one slot's row.
-  int64_t first_row(int64_t block, int64_t head) const {
-    return (block * spec_.n_kv_heads + head) * spec_.block_size;
-  }
-  int64_t row(int64_t slot, int64_t head) const {
-    return first_row(slot / spec_.block_size, head) + slot % spec_.block_size;
-  }
 
   KvCacheSpec spec_;
   int64_t n_blocks_ = 0;
-  int64_t k_row_ = 0, v_row_ = 0;  // bytes of a key row, of a value row
+  int64_t k_row_ = 0, v_row_ = 0;    // bytes of a residual key row, of a value row
+  int64_t k_unit_ = 0, v_unit_ = 0;  // bytes of a head's key unit, value unit
+  int64_t rows_per_block_ = 0;       // residual rows (slots) per block
   // Storage is left uninitialised (and so, for large caches, untouched by the OS until used):
   // a slot is always written before any token reads it. Huge pages where large enough
   // (core/large_buffer.h): attention reads scattered 4-8 KiB runs of it, a TLB miss each on small

@@ -1,5 +1,7 @@
 #include "backend/kv_cache_spec.h"
 
+#include <algorithm>
+
 namespace vesper::backend {
 
 std::string_view kv_dtype_name(KvDtype dtype) {
@@ -16,12 +18,16 @@ std::string_view kv_dtype_name(KvDtype dtype) {
       return "fp8_e5m2";
     case KvDtype::kInt8:
       return "int8";
+    case KvDtype::kKivi2:
+      return "kivi2";
+    case KvDtype::kKivi4:
+      return "kivi4";
   }
   return "?";
 }
 
 std::optional<KvDtype> parse_kv_dtype(std::string_view name) {
-  for (KvDtype d : kAllKvDtypes)
+  for (KvDtype d : kRowKvDtypes)
     if (name == kv_dtype_name(d)) return d;
   struct Alias {
     std::string_view name;
@@ -38,7 +44,7 @@ std::optional<KvDtype> parse_kv_dtype(std::string_view name) {
 
 std::string kv_dtype_choices() {
   std::string s = "auto (= f16)";
-  for (KvDtype d : kAllKvDtypes) {
+  for (KvDtype d : kRowKvDtypes) {
     s += ", ";
     s += kv_dtype_name(d);
     const int64_t meta = kv_row_metadata_bytes(d);
@@ -61,6 +67,9 @@ int64_t kv_element_bytes(KvDtype dtype) {
     case KvDtype::kFp8E5M2:
     case KvDtype::kInt8:
       return 1;
+    case KvDtype::kKivi2:
+    case KvDtype::kKivi4:
+      break;
   }
   return 0;
 }
@@ -76,8 +85,25 @@ int64_t kv_row_metadata_bytes(KvDtype dtype) {
       return 2;  // f16 scale
     case KvDtype::kInt8:
       return 4;  // f16 scale, f16 zero point
+    case KvDtype::kKivi2:
+    case KvDtype::kKivi4:
+      break;
   }
   return 0;
+}
+
+int64_t KvCacheSpec::group_bytes(KvDtype dtype, KvSide side) const {
+  if (!kv_is_kivi(dtype)) return block_size * row_bytes(dtype);
+  const int64_t packed = kivi_packed_row_bytes(dtype, head_dim);
+  if (side == KvSide::kKey) return head_dim * 4 + block_size * packed;
+  return block_size * (packed + 4 * kivi_value_channel_groups(block_size, head_dim));
+}
+
+int64_t KvCacheSpec::residual_rows_per_block() const {
+  if (!kivi()) return block_size;
+  const int64_t rows =
+      std::min(key_unit_bytes() / key_row_bytes(), value_unit_bytes() / value_row_bytes());
+  return std::clamp<int64_t>(rows, 1, block_size);
 }
 
 std::string KvDtypes::describe() const {

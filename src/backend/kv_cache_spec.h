@@ -22,10 +22,32 @@ enum class KvDtype : uint8_t {
   kFp8E4M3,  // 1 byte (OCP e4m3fn, saturating) + an f16 scale per row (amax to 448 or 448/√2)
   kFp8E5M2,  // 1 byte (e5m2, saturating) + an f16 scale per row (amax to 57344 or 57344/√2)
   kInt8,     // 1 byte, asymmetric: x = q * scale + zero, q in 0..255; f16 scale and zero per row
+  // KIVI (Liu et al., ICML 2024): quantized a group of G tokens at a time (G = the block size),
+  // keys per channel over the group's tokens, values per token over groups of G channels, 2 or 4
+  // bits with an f16 scale and zero point each (kv_codec.h); a token's rows stay f16 (its
+  // "residual" rows) until its group is quantized as a whole.
+  kKivi2,
+  kKivi4,
 };
 
-inline constexpr KvDtype kAllKvDtypes[] = {KvDtype::kF32,     KvDtype::kF16,     KvDtype::kBF16,
+// The types stored one row per token (the residual rows of every type, and all of a row type's
+// rows).
+inline constexpr KvDtype kRowKvDtypes[] = {KvDtype::kF32,     KvDtype::kF16,     KvDtype::kBF16,
                                            KvDtype::kFp8E4M3, KvDtype::kFp8E5M2, KvDtype::kInt8};
+inline constexpr KvDtype kKiviKvDtypes[] = {KvDtype::kKivi2, KvDtype::kKivi4};
+
+inline bool kv_is_kivi(KvDtype dtype) {
+  return dtype == KvDtype::kKivi2 || dtype == KvDtype::kKivi4;
+}
+// Bits per quantized element of a KIVI type.
+inline int kv_kivi_bits(KvDtype dtype) {
+  return dtype == KvDtype::kKivi2 ? 2 : 4;
+}
+// The type a token's rows are written in: f16 for KIVI (until the group is quantized), else the
+// type itself.
+inline KvDtype kv_row_dtype(KvDtype dtype) {
+  return kv_is_kivi(dtype) ? KvDtype::kF16 : dtype;
+}
 
 // The canonical name ("f16", "fp8_e4m3", ...), as --kv-cache-dtype takes it.
 std::string_view kv_dtype_name(KvDtype dtype);
@@ -36,9 +58,23 @@ std::optional<KvDtype> parse_kv_dtype(std::string_view name);
 // Every accepted value with its bytes per element, for --help and error messages.
 std::string kv_dtype_choices();
 
+// Of a row type (kv_row_dtype of a KIVI type for its residual rows).
 int64_t kv_element_bytes(KvDtype dtype);
 // Bytes of metadata after each row's elements (scales, zero points); 0 for float types.
 int64_t kv_row_metadata_bytes(KvDtype dtype);
+
+// Bytes of one KIVI row's packed elements: head_dim elements of 2 or 4 bits, rounded up to bytes.
+inline int64_t kivi_packed_row_bytes(KvDtype dtype, int64_t head_dim) {
+  return (head_dim * kv_kivi_bits(dtype) + 7) / 8;
+}
+// A KIVI value row's channel groups: runs of `group` channels (the group size), the last cut at
+// head_dim.
+inline int64_t kivi_value_channel_groups(int64_t group, int64_t head_dim) {
+  return (head_dim + group - 1) / group;
+}
+
+// Whether a group of `group` tokens of `dtype` holds keys (per-channel KIVI) or values (per-token).
+enum class KvSide : uint8_t { kKey, kValue };
 
 // The element types of keys and of values.
 struct KvDtypes {
@@ -49,31 +85,64 @@ struct KvDtypes {
   bool operator==(const KvDtypes&) const = default;
 };
 
+// The block geometry. A physical block holds, per layer and KV head, one "unit" of bytes for
+// keys and one for values, in one of two forms:
+//  - a quantized group: block_size tokens in the final form of the type (a KIVI group; for row
+//    types, block_size rows: the only form they have, so caches without KIVI always use it);
+//  - residual rows: residual_rows_per_block() rows of kv_row_dtype (f16 for KIVI) as written,
+//    for the newest tokens of a KIVI cache, whose group is not quantized yet.
+// Without KIVI both forms are the same block_size rows, and residual_rows_per_block() ==
+// block_size. With KIVI, block_size is the KIVI group size, and the rows of a group not yet
+// quantized take residual_blocks_per_group() blocks (their tables are kv/'s business).
 struct KvCacheSpec {
   KvDtypes dtypes;
   int64_t n_layers = 0;
-  int64_t block_size = 16;  // tokens per block
+  int64_t block_size = 16;  // tokens per block (per quantized group with KIVI)
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  // KIVI: a query at position p reads the groups wholly before p + 1 - kivi_residual_length
+  // quantized, the rest as written (kivi_quantized_tokens).
+  int64_t kivi_residual_length = 0;
 
-  // Bytes of one head's row of one token, metadata included.
+  bool kivi() const { return kv_is_kivi(dtypes.k) || kv_is_kivi(dtypes.v); }
+  // Tokens a query at `position` reads in quantized form: whole groups before
+  // position + 1 - kivi_residual_length (0 without KIVI).
+  int64_t kivi_quantized_tokens(int64_t position) const {
+    if (!kivi()) return 0;
+    const int64_t before = position + 1 - kivi_residual_length;
+    return before <= 0 ? 0 : before / block_size * block_size;
+  }
+
+  // Bytes of one head's row of one token as written (kv_row_dtype), metadata included.
   int64_t row_bytes(KvDtype dtype) const {
-    return head_dim * kv_element_bytes(dtype) + kv_row_metadata_bytes(dtype);
+    const KvDtype r = kv_row_dtype(dtype);
+    return head_dim * kv_element_bytes(r) + kv_row_metadata_bytes(r);
   }
   int64_t key_row_bytes() const { return row_bytes(dtypes.k); }
   int64_t value_row_bytes() const { return row_bytes(dtypes.v); }
+  // Bytes of one head's quantized group of block_size tokens of `dtype` (kv_codec.h's layout).
+  int64_t group_bytes(KvDtype dtype, KvSide side) const;
+  // Bytes of one head's unit of one block: the larger of its two forms.
+  int64_t key_unit_bytes() const { return group_bytes(dtypes.k, KvSide::kKey); }
+  int64_t value_unit_bytes() const { return group_bytes(dtypes.v, KvSide::kValue); }
+  // Residual rows a block holds (block_size without KIVI; at least 1).
+  int64_t residual_rows_per_block() const;
+  // Blocks the residual rows of one group take.
+  int64_t residual_blocks_per_group() const {
+    const int64_t r = residual_rows_per_block();
+    return (block_size + r - 1) / r;
+  }
   // Elements of one token's keys (or values) in one layer.
   int64_t token_elements() const { return n_kv_heads * head_dim; }
   // Bytes of one block's keys (values) in one layer.
-  int64_t key_block_bytes_per_layer() const { return block_size * n_kv_heads * key_row_bytes(); }
-  int64_t value_block_bytes_per_layer() const {
-    return block_size * n_kv_heads * value_row_bytes();
-  }
+  int64_t key_block_bytes_per_layer() const { return n_kv_heads * key_unit_bytes(); }
+  int64_t value_block_bytes_per_layer() const { return n_kv_heads * value_unit_bytes(); }
   // Bytes of one block, K and V, every layer.
   int64_t bytes_per_block() const {
     return n_layers * (key_block_bytes_per_layer() + value_block_bytes_per_layer());
   }
-  // Bytes per token of capacity: a block's bytes over its tokens (rounded up).
+  // Bytes per token of capacity: a block's bytes over its tokens (rounded up); for KIVI, of
+  // quantized tokens (the residual rows of the newest tokens take more).
   int64_t bytes_per_token() const { return (bytes_per_block() + block_size - 1) / block_size; }
 };
 

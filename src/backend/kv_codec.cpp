@@ -1,7 +1,12 @@
 #include "backend/kv_codec.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
 
 namespace vesper::backend {
 namespace {
@@ -87,7 +92,123 @@ uint8_t encode_fp8(float v, const Fp8Format& f, float& value) {
   return static_cast<uint8_t>(sign | code);
 }
 
+// Quantizes x[i * stride] for i < n as one run sharing a scale and zero point (kv_codec.h's KIVI
+// rule) into codes[i]; stores the f16 scale and zero at meta[0], meta[2].
+void quantize_run(const float* x, int64_t n, int64_t stride, int levels, uint8_t* codes,
+                  std::byte* meta) {
+  float lo = INFINITY, hi = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i * stride];
+    if (std::isfinite(v)) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  }
+  if (lo > hi) lo = hi = 0;
+  const uint16_t zero_bits = f16_round_down(lo);
+  const float zero = fp16_to_f32(zero_bits);
+  const uint16_t scale_bits = f16_round_up((hi - zero) / static_cast<float>(levels));
+  const float scale = fp16_to_f32(scale_bits);
+  for (int64_t i = 0; i < n; ++i)
+    codes[i] = static_cast<uint8_t>(
+        scale == 0 ? 0 : clamp_round((x[i * stride] - zero) / scale, 0, levels));
+  store_f16(meta, scale_bits);
+  store_f16(meta + 2, zero_bits);
+}
+
+// Packs codes[0..n) of `bits` bits each into a zeroed row of kivi_packed_row_bytes.
+void pack_codes(const uint8_t* codes, int64_t n, int bits, std::byte* row) {
+  for (int64_t c = 0; c < n; ++c) {
+    const int64_t bit = c * bits;
+    row[bit / 8] |= std::byte{static_cast<uint8_t>(codes[c] << (bit % 8))};
+  }
+}
+
+uint8_t unpack_code(const std::byte* row, int64_t c, int bits) {
+  const int64_t bit = c * bits;
+  return static_cast<uint8_t>((static_cast<unsigned>(row[bit / 8]) >> (bit % 8)) &
+                              ((1u << bits) - 1));
+}
+
 }  // namespace
+
+void encode_kv_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const float* x,
+                     std::byte* group) {
+  const int64_t g = spec.block_size, d = spec.head_dim;
+  if (!kv_is_kivi(dtype)) {
+    const int64_t row = spec.row_bytes(dtype);
+    for (int64_t i = 0; i < g; ++i) encode_kv_row(dtype, x + i * d, d, group + i * row);
+    return;
+  }
+  const int bits = kv_kivi_bits(dtype), levels = (1 << bits) - 1;
+  const int64_t packed = kivi_packed_row_bytes(dtype, d);
+  std::memset(group, 0, static_cast<size_t>(spec.group_bytes(dtype, side)));
+  thread_local std::vector<uint8_t> codes;
+  codes.assign(static_cast<size_t>(g * d), 0);
+  if (side == KvSide::kKey) {
+    // Per channel over the group's tokens; codes laid out [token][channel].
+    thread_local std::vector<uint8_t> column;
+    column.resize(static_cast<size_t>(g));
+    std::byte meta[4];
+    for (int64_t c = 0; c < d; ++c) {
+      quantize_run(x + c, g, d, levels, column.data(), meta);
+      std::memcpy(group + 2 * c, meta, 2);
+      std::memcpy(group + 2 * (d + c), meta + 2, 2);
+      for (int64_t i = 0; i < g; ++i) codes[static_cast<size_t>(i * d + c)] = column[i];
+    }
+    std::byte* rows = group + 4 * d;
+    for (int64_t i = 0; i < g; ++i) pack_codes(codes.data() + i * d, d, bits, rows + i * packed);
+    return;
+  }
+  // Values: per token, over runs of min(G, D) channels.
+  const int64_t runs = kivi_value_channel_groups(g, d);
+  const int64_t row_bytes = packed + 4 * runs;
+  for (int64_t i = 0; i < g; ++i) {
+    std::byte* row = group + i * row_bytes;
+    uint8_t* row_codes = codes.data() + i * d;
+    for (int64_t r = 0; r < runs; ++r) {
+      const int64_t c0 = r * g, n = std::min(g, d - c0);
+      quantize_run(x + i * d + c0, n, 1, levels, row_codes + c0, row + packed + 4 * r);
+    }
+    pack_codes(row_codes, d, bits, row);
+  }
+}
+
+void decode_kv_group_rows(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
+                          const std::byte* group, int64_t first, int64_t n, float* out) {
+  const int64_t g = spec.block_size, d = spec.head_dim;
+  if (!kv_is_kivi(dtype)) {
+    const int64_t row = spec.row_bytes(dtype);
+    for (int64_t i = 0; i < n; ++i) decode_kv_row(dtype, group + (first + i) * row, d, out + i * d);
+    return;
+  }
+  const int bits = kv_kivi_bits(dtype);
+  const int64_t packed = kivi_packed_row_bytes(dtype, d);
+  auto f16_at = [](const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, sizeof(h));
+    return fp16_to_f32(h);
+  };
+  if (side == KvSide::kKey) {
+    const std::byte* rows = group + 4 * d;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::byte* row = rows + (first + i) * packed;
+      for (int64_t c = 0; c < d; ++c)
+        out[i * d + c] = std::fma(static_cast<float>(unpack_code(row, c, bits)),
+                                  f16_at(group + 2 * c), f16_at(group + 2 * (d + c)));
+    }
+    return;
+  }
+  const int64_t row_bytes = packed + 4 * kivi_value_channel_groups(g, d);
+  for (int64_t i = 0; i < n; ++i) {
+    const std::byte* row = group + (first + i) * row_bytes;
+    for (int64_t c = 0; c < d; ++c) {
+      const std::byte* meta = row + packed + 4 * (c / g);
+      out[i * d + c] =
+          std::fma(static_cast<float>(unpack_code(row, c, bits)), f16_at(meta), f16_at(meta + 2));
+    }
+  }
+}
 
 void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row) {
   switch (dtype) {
@@ -162,7 +283,12 @@ void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row) {
       store_f16(row + n + 2, zero_bits);
       return;
     }
+    case KvDtype::kKivi2:
+    case KvDtype::kKivi4:
+      break;
   }
+  VESPER_CHECK(false, "encode_kv_row: %s is stored in groups",
+               std::string(kv_dtype_name(dtype)).c_str());
 }
 
 void decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n, float* out, int64_t begin) {
@@ -191,7 +317,12 @@ void decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n, float* out, i
         out[i] = std::fma(static_cast<float>(static_cast<uint8_t>(row[i])), scale, zero);
       return;
     }
+    case KvDtype::kKivi2:
+    case KvDtype::kKivi4:
+      break;
   }
+  VESPER_CHECK(false, "decode_kv_row: %s is stored in groups",
+               std::string(kv_dtype_name(dtype)).c_str());
 }
 
 }  // namespace vesper::backend

@@ -19,6 +19,20 @@
 // Scales are per token and head, so a row's encoding depends on that row alone: the same token
 // gives the same bytes however it was batched or chunked (batch invariance) and wherever its
 // slot is (copies move rows whole).
+//
+// KIVI groups (kivi2 / kivi4, b = 2 / 4 bits, L = 2^b - 1 levels; one head's G tokens, G = the
+// block size, D = head_dim). Each run of elements sharing parameters is quantized as int8 is:
+// zero = its minimum rounded down to f16, scale = (max - zero) / L rounded up to f16,
+// q = round((x - zero) / scale) clamped to 0..L, decoded as fma(q, scale, zero). The inputs are
+// the group's residual rows as stored (f16), so quantizing a group is a function of its stored
+// rows alone: the engine's compaction and attention's on-the-fly quantization of the same group
+// give the same bytes.
+//   keys (per channel): D f16 scales, D f16 zero points, then G rows of D packed elements.
+//   values (per token, channel groups of min(G, D) channels): G rows, each D packed elements
+//     then an f16 scale and zero point per channel group.
+// Packed elements: element c of a row at bit c * b of the row's bytes (little endian within a
+// byte), the row padded to whole bytes (kivi_packed_row_bytes).
+// Row types' "groups" are their G rows, back to back.
 #pragma once
 
 #include <cstddef>
@@ -40,6 +54,16 @@ void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row);
 // The portable decoder: out[i] = the value of the row's element i for i in [begin, n) (a row of n
 // elements); the reference for every kernel's decoder, and their tail.
 void decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n, float* out, int64_t begin = 0);
+
+// Encodes G = spec.block_size rows x[G][head_dim] as one head's group of `dtype` (keys or values)
+// into group[spec.group_bytes(dtype, side)]. Row types encode each row.
+void encode_kv_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const float* x,
+                     std::byte* group);
+
+// The portable group decoder: out[i][d] = the value of rows [first, first + n) of a group,
+// out[i * head_dim + d].
+void decode_kv_group_rows(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
+                          const std::byte* group, int64_t first, int64_t n, float* out);
 
 // The row's f16 metadata word `i` (0: scale; 1: zero point), as f32.
 inline float kv_row_meta(KvDtype dtype, const std::byte* row, int64_t n, int i) {

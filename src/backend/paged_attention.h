@@ -36,6 +36,16 @@ struct AttentionBatch {
   // without a tree), and [num_seqs + 1] each sequence's first row.
   const int32_t* tree_parents = nullptr;
   const int32_t* query_start = nullptr;
+  // KIVI caches only (else null: no group is stored quantized): [num_seqs] how many groups at the
+  // front of each sequence's table are stored quantized, one block each; the table's later
+  // entries hold the rows of every later group, residual_blocks_per_group() blocks per group
+  // (kv_cache_spec.h). A query at position p reads the groups before
+  // spec.kivi_quantized_tokens(p) quantized (those not yet stored so are quantized on the fly,
+  // to the bytes storing them will give) and the rest as written, so its result depends on its
+  // position alone, never on when the engine quantized which group. Every group stored quantized
+  // must lie before kivi_quantized_tokens of each of the sequence's queries, and tree rows past
+  // the context must lie after it.
+  const int32_t* quantized_groups = nullptr;
 };
 
 // Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot, encoded

@@ -43,7 +43,7 @@ void print_kv_capacity(const gguf::GgufFile& file) {
   std::printf("\nKV cache per token (--kv-cache-dtype; %lld layers x %lld KV heads x %lld):\n",
               static_cast<long long>(config->n_layer), static_cast<long long>(config->n_head_kv),
               static_cast<long long>(config->head_dim));
-  for (backend::KvDtype d : backend::kAllKvDtypes) {
+  for (backend::KvDtype d : backend::kRowKvDtypes) {
     backend::KvCacheSpec spec;
     spec.dtypes = {d, d};
     spec.n_layers = config->n_layer;

@@ -167,7 +167,7 @@ struct Grouping {
 // The KV type combinations the tests cover: each type for both, and mixes of keys and values.
 std::vector<KvDtypes> all_kv_dtypes() {
   std::vector<KvDtypes> all;
-  for (KvDtype d : kAllKvDtypes) all.push_back({d, d});
+  for (KvDtype d : kRowKvDtypes) all.push_back({d, d});
   all.push_back({KvDtype::kInt8, KvDtype::kFp8E5M2});
   all.push_back({KvDtype::kF16, KvDtype::kInt8});
   return all;

@@ -4,6 +4,7 @@
 // read back, every fp8 code, and the error each type promises.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -42,7 +43,7 @@ std::vector<std::vector<float>> test_rows() {
 }
 
 TEST(KvCodec, EncodesEveryTypeAsItsDefinition) {
-  for (KvDtype d : kAllKvDtypes)
+  for (KvDtype d : kRowKvDtypes)
     for (const std::vector<float>& x : test_rows()) {
       const auto n = static_cast<int64_t>(x.size());
       std::vector<std::byte> row(
@@ -93,7 +94,7 @@ TEST(KvCodec, DecodesEveryFp8Code) {
 TEST(KvCodec, RoundTripErrorWithinEachTypesBound) {
   std::mt19937_64 rng(11);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  for (KvDtype d : kAllKvDtypes) {
+  for (KvDtype d : kRowKvDtypes) {
     double worst = 0;
     for (int trial = 0; trial < 200; ++trial) {
       const int64_t n = 64 + trial % 7;
@@ -137,6 +138,9 @@ TEST(KvCodec, RoundTripErrorWithinEachTypesBound) {
             bound =
                 (hi - lo) / 255.0 * 0.5 * (1 + 2e-3) + std::ldexp(std::fabs(lo), -10) + 1e-6 * amax;
             break;
+          case KvDtype::kKivi2:
+          case KvDtype::kKivi4:
+            FAIL() << "not a row type";
         }
         worst = std::max(worst, err / std::max(amax, 1e-30f));
         ASSERT_LE(err, bound) << kv_dtype_name(d) << " x " << x[i] << " got " << y[i];
@@ -145,6 +149,93 @@ TEST(KvCodec, RoundTripErrorWithinEachTypesBound) {
     std::printf("  %-8s worst error / row amax: %.3g\n", std::string(kv_dtype_name(d)).c_str(),
                 worst);
   }
+}
+
+// KIVI groups: the bytes of every (type, side) against the definition, for group sizes 32 and 64,
+// odd head sizes (a row padded to whole bytes, a last value channel run cut short), and groups
+// with a constant channel, an outlier token, zeros and non-finite values; decoding any rows of a
+// group gives its exact values; the round-trip error is within half a step of each run.
+TEST(KvCodec, KiviGroupsAsTheirDefinition) {
+  std::mt19937_64 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (KvDtype dtype : kKiviKvDtypes)
+    for (KvSide side : {KvSide::kKey, KvSide::kValue})
+      for (int64_t g : {32, 64})
+        for (int64_t d : {1, 3, 8, 13, 37, 64, 72})
+          for (int variant = 0; variant < 4; ++variant) {
+            KvCacheSpec spec{{dtype, dtype}, 1, g, 1, d};
+            std::vector<float> x(static_cast<size_t>(g * d));
+            for (float& v : x) v = normal(rng) * (variant == 1 ? 300.0f : 1.0f);
+            if (variant == 1)
+              for (int64_t i = 0; i < g; ++i) x[i * d] = 0.25f;  // a constant channel
+            if (variant == 2) x[5 * d] = 40.0f;                  // an outlier token
+            if (variant == 3) {
+              std::fill(x.begin(), x.begin() + d, 0.0f);
+              x[d] = INFINITY;
+              x[2 * d] = NAN;
+            }
+            const int64_t bytes = spec.group_bytes(dtype, side);
+            std::vector<std::byte> group(static_cast<size_t>(bytes), std::byte{0x5A});
+            encode_kv_group(spec, dtype, side, x.data(), group.data());
+            const std::vector<std::byte> want =
+                reference::encode_kivi_group(dtype, side, x.data(), g, d);
+            ASSERT_EQ(want.size(), group.size()) << kv_dtype_name(dtype) << " d " << d;
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(static_cast<int>(want[i]), static_cast<int>(group[i]))
+                  << kv_dtype_name(dtype) << (side == KvSide::kKey ? " keys" : " values") << " g "
+                  << g << " d " << d << " variant " << variant << " byte " << i;
+            const std::vector<double> values =
+                reference::decode_kivi_group(dtype, side, group.data(), g, d);
+            const int64_t first = 7, n = g - 9;
+            std::vector<float> out(static_cast<size_t>(n * d));
+            decode_kv_group_rows(spec, dtype, side, group.data(), first, n, out.data());
+            for (int64_t i = 0; i < n * d; ++i)
+              ASSERT_EQ(static_cast<float>(values[(first * d) + i]), out[i]) << i;
+            if (variant == 3) continue;
+            // Half a step of the run's range (each run's step rounded up to f16, its zero down).
+            const int levels = (1 << kv_kivi_bits(dtype)) - 1;
+            std::vector<float> all(static_cast<size_t>(g * d));
+            decode_kv_group_rows(spec, dtype, side, group.data(), 0, g, all.data());
+            for (int64_t i = 0; i < g; ++i)
+              for (int64_t c = 0; c < d; ++c) {
+                float lo = INFINITY, hi = -INFINITY;
+                const int64_t width = std::min(g, d), c0 = c / width * width;
+                for (int64_t j = 0; j < (side == KvSide::kKey ? g : std::min(width, d - c0)); ++j) {
+                  const float v = side == KvSide::kKey ? x[j * d + c] : x[i * d + c0 + j];
+                  lo = std::min(lo, v);
+                  hi = std::max(hi, v);
+                }
+                const double bound = (hi - lo) / levels * 0.5 * (1 + 2e-3) +
+                                     std::ldexp(std::fabs(lo), -10) + 1e-6 * std::fabs(hi);
+                ASSERT_LE(std::fabs(static_cast<double>(all[i * d + c]) - x[i * d + c]), bound)
+                    << kv_dtype_name(dtype) << " row " << i << " channel " << c;
+              }
+          }
+}
+
+TEST(KvCodec, KiviSpecGeometry) {
+  // 110M-like heads: kivi2 keys 64 * 4 + 32 * 16 bytes, values 32 * (16 + 2 * 4).
+  KvCacheSpec s{{KvDtype::kKivi2, KvDtype::kKivi2}, 12, 32, 12, 64};
+  s.kivi_residual_length = 40;
+  EXPECT_EQ(256 + 512, s.key_unit_bytes());
+  EXPECT_EQ(32 * 24, s.value_unit_bytes());
+  EXPECT_EQ(128, s.key_row_bytes());            // f16 residual rows
+  EXPECT_EQ(6, s.residual_rows_per_block());    // 768 / 128
+  EXPECT_EQ(6, s.residual_blocks_per_group());  // ceil(32 / 6)
+  EXPECT_EQ(12 * 12 * (768 + 768) / 32, s.bytes_per_token());
+  EXPECT_EQ(0, s.kivi_quantized_tokens(70));  // 71 - 40 = 31 < one group
+  EXPECT_EQ(32, s.kivi_quantized_tokens(71));
+  EXPECT_EQ(64, s.kivi_quantized_tokens(103));
+  // A mix: int8 keys keep their rows (a group is 32 of them); kivi4 values.
+  KvCacheSpec m{{KvDtype::kInt8, KvDtype::kKivi4}, 1, 32, 1, 64};
+  EXPECT_EQ(32 * 68, m.key_unit_bytes());
+  EXPECT_EQ(32 * (32 + 2 * 4), m.value_unit_bytes());
+  EXPECT_EQ(std::min<int64_t>(32 * 68 / 68, 32 * 40 / 128), m.residual_rows_per_block());
+  // Without KIVI the geometry is the row layout it always was.
+  KvCacheSpec f{{KvDtype::kF16, KvDtype::kF16}, 1, 16, 2, 8};
+  EXPECT_EQ(16, f.residual_rows_per_block());
+  EXPECT_EQ(1, f.residual_blocks_per_group());
+  EXPECT_EQ(0, f.kivi_quantized_tokens(1000));
 }
 
 TEST(KvCodec, SpecSizesRowsWithTheirMetadata) {

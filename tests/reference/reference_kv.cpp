@@ -1,6 +1,7 @@
 #include "reference/reference_kv.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -179,6 +180,9 @@ std::vector<std::byte> encode_kv_row(KvDtype dtype, const float* x, int64_t n) {
       write_u16(out, zero_bits);
       break;
     }
+    case KvDtype::kKivi2:
+    case KvDtype::kKivi4:
+      std::abort();  // stored in groups (encode_kivi_group)
   }
   return out;
 }
@@ -212,6 +216,126 @@ std::vector<double> decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n
         out[i] = static_cast<double>(static_cast<uint8_t>(row[i])) * fp16_value(read_u16(row + n)) +
                  fp16_value(read_u16(row + n + 2));
         break;
+      case KvDtype::kKivi2:
+      case KvDtype::kKivi4:
+        std::abort();
+    }
+  }
+  return out;
+}
+
+}  // namespace vesper::reference
+
+namespace vesper::reference {
+namespace {
+
+// One run of n elements sharing a scale and zero point (x[i * stride]): the f16 zero point (the
+// minimum rounded down), f16 scale ((max - zero) / levels rounded up) and codes.
+struct QuantizedRun {
+  uint16_t scale_bits = 0, zero_bits = 0;
+  std::vector<int> codes;
+};
+QuantizedRun quantize_run(const float* x, int64_t n, int64_t stride, int levels) {
+  QuantizedRun r;
+  float lo = INFINITY, hi = -INFINITY;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isfinite(x[i * stride])) {
+      lo = std::min(lo, x[i * stride]);
+      hi = std::max(hi, x[i * stride]);
+    }
+  if (lo > hi) lo = hi = 0;
+  r.zero_bits = f16_at_most(lo);
+  const auto zero = static_cast<float>(fp16_value(r.zero_bits));
+  r.scale_bits = f16_at_least((hi - zero) / static_cast<float>(levels));
+  const auto scale = static_cast<float>(fp16_value(r.scale_bits));
+  for (int64_t i = 0; i < n; ++i) {
+    int q = 0;
+    if (scale != 0) {
+      const float t = (x[i * stride] - zero) / scale;
+      q = std::isnan(t) ? 0
+                        : static_cast<int>(std::fmin(static_cast<float>(levels),
+                                                     std::fmax(0.0f, std::nearbyint(t))));
+    }
+    r.codes.push_back(q);
+  }
+  return r;
+}
+
+// codes (bits each) packed little endian from bit 0, to whole bytes.
+void pack(const std::vector<int>& codes, int bits, std::vector<std::byte>& out) {
+  std::vector<std::byte> row(static_cast<size_t>((codes.size() * bits + 7) / 8));
+  for (size_t c = 0; c < codes.size(); ++c)
+    for (int b = 0; b < bits; ++b)
+      if ((codes[c] >> b) & 1) {
+        const size_t bit = c * bits + b;
+        row[bit / 8] |= std::byte(1u << (bit % 8));
+      }
+  out.insert(out.end(), row.begin(), row.end());
+}
+int unpack(const std::byte* row, int64_t c, int bits) {
+  int q = 0;
+  for (int b = 0; b < bits; ++b) {
+    const int64_t bit = c * bits + b;
+    q |= ((static_cast<unsigned>(row[bit / 8]) >> (bit % 8)) & 1) << b;
+  }
+  return q;
+}
+
+}  // namespace
+
+std::vector<std::byte> encode_kivi_group(backend::KvDtype dtype, backend::KvSide side,
+                                         const float* x, int64_t g, int64_t d) {
+  const int bits = dtype == KvDtype::kKivi2 ? 2 : 4, levels = (1 << bits) - 1;
+  std::vector<std::byte> out;
+  if (side == backend::KvSide::kKey) {
+    std::vector<QuantizedRun> channels;
+    for (int64_t c = 0; c < d; ++c) channels.push_back(quantize_run(x + c, g, d, levels));
+    for (const QuantizedRun& r : channels) write_u16(out, r.scale_bits);
+    for (const QuantizedRun& r : channels) write_u16(out, r.zero_bits);
+    for (int64_t i = 0; i < g; ++i) {
+      std::vector<int> row;
+      for (int64_t c = 0; c < d; ++c) row.push_back(channels[c].codes[i]);
+      pack(row, bits, out);
+    }
+    return out;
+  }
+  const int64_t width = std::min(g, d);  // channels per run
+  for (int64_t i = 0; i < g; ++i) {
+    std::vector<int> row;
+    std::vector<QuantizedRun> runs;
+    for (int64_t c0 = 0; c0 < d; c0 += width) {
+      runs.push_back(quantize_run(x + i * d + c0, std::min(width, d - c0), 1, levels));
+      row.insert(row.end(), runs.back().codes.begin(), runs.back().codes.end());
+    }
+    pack(row, bits, out);
+    for (const QuantizedRun& r : runs) {
+      write_u16(out, r.scale_bits);
+      write_u16(out, r.zero_bits);
+    }
+  }
+  return out;
+}
+
+std::vector<double> decode_kivi_group(backend::KvDtype dtype, backend::KvSide side,
+                                      const std::byte* group, int64_t g, int64_t d) {
+  const int bits = dtype == KvDtype::kKivi2 ? 2 : 4;
+  const int64_t packed = (d * bits + 7) / 8;
+  std::vector<double> out(static_cast<size_t>(g * d));
+  if (side == backend::KvSide::kKey) {
+    for (int64_t i = 0; i < g; ++i)
+      for (int64_t c = 0; c < d; ++c)
+        out[i * d + c] =
+            unpack(group + 4 * d + i * packed, c, bits) * fp16_value(read_u16(group + 2 * c)) +
+            fp16_value(read_u16(group + 2 * (d + c)));
+    return out;
+  }
+  const int64_t width = std::min(g, d), runs = (d + width - 1) / width;
+  for (int64_t i = 0; i < g; ++i) {
+    const std::byte* row = group + i * (packed + 4 * runs);
+    for (int64_t c = 0; c < d; ++c) {
+      const std::byte* meta = row + packed + 4 * (c / width);
+      out[i * d + c] =
+          unpack(row, c, bits) * fp16_value(read_u16(meta)) + fp16_value(read_u16(meta + 2));
     }
   }
   return out;

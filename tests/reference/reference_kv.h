@@ -21,4 +21,11 @@ std::vector<std::byte> encode_kv_row(backend::KvDtype dtype, const float* x, int
 // The exact values of a row's n elements, in f64.
 std::vector<double> decode_kv_row(backend::KvDtype dtype, const std::byte* row, int64_t n);
 
+// The KIVI group encode_kv_group must write for x[g][d] (kv_codec.h's layout), and the exact
+// values [g][d] a group's elements decode to (q * scale + zero, in f64).
+std::vector<std::byte> encode_kivi_group(backend::KvDtype dtype, backend::KvSide side,
+                                         const float* x, int64_t g, int64_t d);
+std::vector<double> decode_kivi_group(backend::KvDtype dtype, backend::KvSide side,
+                                      const std::byte* group, int64_t g, int64_t d);
+
 }  // namespace vesper::reference

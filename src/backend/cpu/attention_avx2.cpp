@@ -177,6 +177,8 @@ struct Avx2Tile {
       case KvDtype::kInt8:
         return decode_rows<KvDtype::kInt8>(rows, n, head_dim, out);
       case KvDtype::kF32:
+      case KvDtype::kKivi2:  // never a row type (the walk decodes groups)
+      case KvDtype::kKivi4:
         break;
     }
     for (int64_t i = 0; i < n; ++i) decode_kv_row(dtype, rows[i], head_dim, out + i * head_dim);

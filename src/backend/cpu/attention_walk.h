@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "backend/cpu/attention_kernel.h"
+#include "backend/kv_codec.h"
+#include "core/check.h"
 
 namespace vesper::backend::cpu {
 namespace {
@@ -76,6 +78,17 @@ inline void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const 
   }
 }
 
+// The slots of tree row t's path from the root, by depth (positions context.. of its sequence).
+inline void tree_path(const AttentionBatch& batch, int64_t t, std::vector<int64_t>& path) {
+  const int64_t first_row = batch.query_start[batch.token_seq[t]];
+  const int64_t context = batch.positions[first_row];
+  path.assign(static_cast<size_t>(batch.positions[t] + 1 - context), -1);
+  for (int64_t row = t;; row = first_row + batch.tree_parents[row]) {
+    path[static_cast<size_t>(batch.positions[row] - context)] = batch.slot_mapping[row];
+    if (batch.tree_parents[row] < 0) break;
+  }
+}
+
 // The rows [run_begin, run_end) of a tree sequence, one at a time: each row has keys of its own
 // past the context (its ancestors' slots), so rows cannot share tiles there. Trees are a few
 // rows, so this costs little; the arithmetic per row is the chain's (same tiles, same order).
@@ -98,16 +111,10 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
   const int64_t k_row = shape.key_row_bytes(), v_row = shape.value_row_bytes();
   // The slots of the row's path from the root, by depth (thread-local: no allocation once warm).
   thread_local std::vector<int64_t> path;
-  const int32_t seq = batch.token_seq[run_begin];
-  const int64_t first_row = batch.query_start[seq];
-  const int64_t context = batch.positions[first_row];
+  const int64_t context = batch.positions[batch.query_start[batch.token_seq[run_begin]]];
   for (int64_t t = run_begin; t < run_end; ++t) {
     const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
-    path.assign(static_cast<size_t>(n_ctx - context), -1);
-    for (int64_t row = t;; row = first_row + batch.tree_parents[row]) {
-      path[static_cast<size_t>(batch.positions[row] - context)] = batch.slot_mapping[row];
-      if (batch.tree_parents[row] < 0) break;
-    }
+    tree_path(batch, t, path);
     const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
     const int64_t first = (t - run_begin) * group;
     for (int64_t j0 = 0; j0 < n_ctx; j0 += kAttentionTile) {
@@ -124,6 +131,139 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
         Tile::tile(q + h * head_dim, k_rows, v_rows, nt, head_dim, args.scale, scores,
                    acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
     }
+  }
+}
+
+// Queries [t_begin, t_end) of one sequence (a run; state indexed from run_begin) over a KIVI
+// cache (paged_attention.h's quantized_groups). For a tree row (path non-null), positions from
+// `context` on are read from its path's slots. Every tile lies within one group (block_size is a
+// multiple of kAttentionTile). Per tile: a group stored quantized is decoded from its block; a
+// group stored as residual rows is read as written, and, for the queries that read it
+// quantized, quantized here once per run exactly as compaction does (kv_codec.h) and decoded.
+template <class Tile>
+void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_begin, int64_t t_end,
+                      int64_t g, const int32_t* table, int64_t quantized,
+                      const std::vector<int64_t>* path, int64_t context, float* scratch) {
+  const KvCacheSpec& spec = args.cache->spec();
+  const int64_t head_dim = spec.head_dim, bs = spec.block_size, group = args.group;
+  const int64_t rows_per = spec.residual_rows_per_block();
+  const int64_t per_group = spec.residual_blocks_per_group();
+  const KvDtype k_row_type = kv_row_dtype(spec.dtypes.k), v_row_type = kv_row_dtype(spec.dtypes.v);
+  const AttentionBatch& batch = args.batch;
+  float* run_max = scratch;
+  float* run_sum = run_max + kAttentionQueryBlock * group;
+  float* scores = run_sum + kAttentionQueryBlock * group;
+  float* acc = scores + kAttentionTile;
+  float* k_tile = acc + kAttentionQueryBlock * group * head_dim;
+  float* v_tile = k_tile + kAttentionTile * head_dim;
+  // Decoded quantized tiles, one group's residual rows as f32, and its quantized units.
+  thread_local std::vector<float> extra;
+  thread_local std::vector<std::byte> k_unit, v_unit;
+  extra.resize(static_cast<size_t>((2 * kAttentionTile + bs) * head_dim));
+  k_unit.resize(static_cast<size_t>(spec.key_unit_bytes()));
+  v_unit.resize(static_cast<size_t>(spec.value_unit_bytes()));
+  float* qk_tile = extra.data();
+  float* qv_tile = qk_tile + kAttentionTile * head_dim;
+  float* group_rows = qv_tile + kAttentionTile * head_dim;
+  const std::byte* k_src[kAttentionTile];
+  const std::byte* v_src[kAttentionTile];
+  const float* k_rows[kAttentionTile];
+  const float* v_rows[kAttentionTile];
+  const float* qk_rows[kAttentionTile];
+  const float* qv_rows[kAttentionTile];
+  for (int64_t i = 0; i < kAttentionTile; ++i) {
+    qk_rows[i] = qk_tile + i * head_dim;
+    qv_rows[i] = qv_tile + i * head_dim;
+  }
+  // The slot of position j's residual row.
+  auto residual_slot = [&](int64_t j) -> int64_t {
+    if (path != nullptr && j >= context) return (*path)[static_cast<size_t>(j - context)];
+    const int64_t gi = j / bs, r = j % bs;
+    return int64_t{table[quantized + (gi - quantized) * per_group + r / rows_per]} * rows_per +
+           r % rows_per;
+  };
+  int64_t max_ctx = 0;
+  for (int64_t t = t_begin; t < t_end; ++t)
+    max_ctx = std::max(max_ctx, int64_t{batch.positions[t]} + 1);
+  int64_t made_group = -1;  // the residual group whose quantized units k_unit / v_unit hold
+  for (int64_t j0 = 0; j0 < max_ctx; j0 += kAttentionTile) {
+    const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0), gi = j0 / bs;
+    const bool stored_quantized = gi < quantized;
+    bool read_quantized = stored_quantized;
+    for (int64_t t = t_begin; t < t_end && !read_quantized; ++t)
+      read_quantized =
+          batch.positions[t] >= j0 && spec.kivi_quantized_tokens(batch.positions[t]) > j0;
+    if (stored_quantized) {
+      decode_kv_group_rows(spec, spec.dtypes.k, KvSide::kKey,
+                           args.cache->key_run(args.layer, table[gi], g), j0 % bs, tile_keys,
+                           qk_tile);
+      decode_kv_group_rows(spec, spec.dtypes.v, KvSide::kValue,
+                           args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys,
+                           qv_tile);
+    } else {
+      for (int64_t i = 0; i < tile_keys; ++i) {
+        const int64_t slot = residual_slot(j0 + i);
+        k_src[i] = args.cache->key_row(args.layer, slot, g);
+        v_src[i] = args.cache->value_row(args.layer, slot, g);
+      }
+      load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
+      load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
+      if (read_quantized) {
+        if (made_group != gi) {
+          for (int64_t i = 0; i < bs; ++i)
+            decode_kv_row(k_row_type,
+                          args.cache->key_row(args.layer, residual_slot(gi * bs + i), g), head_dim,
+                          group_rows + i * head_dim);
+          encode_kv_group(spec, spec.dtypes.k, KvSide::kKey, group_rows, k_unit.data());
+          for (int64_t i = 0; i < bs; ++i)
+            decode_kv_row(v_row_type,
+                          args.cache->value_row(args.layer, residual_slot(gi * bs + i), g),
+                          head_dim, group_rows + i * head_dim);
+          encode_kv_group(spec, spec.dtypes.v, KvSide::kValue, group_rows, v_unit.data());
+          made_group = gi;
+        }
+        decode_kv_group_rows(spec, spec.dtypes.k, KvSide::kKey, k_unit.data(), j0 % bs, tile_keys,
+                             qk_tile);
+        decode_kv_group_rows(spec, spec.dtypes.v, KvSide::kValue, v_unit.data(), j0 % bs, tile_keys,
+                             qv_tile);
+      }
+    }
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
+      if (n_ctx <= j0) continue;
+      const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
+      const bool quantized_here = stored_quantized || spec.kivi_quantized_tokens(n_ctx - 1) > j0;
+      const float* const* kr = quantized_here ? qk_rows : k_rows;
+      const float* const* vr = quantized_here ? qv_rows : v_rows;
+      const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
+      const int64_t first = (t - run_begin) * group;
+      for (int64_t h = 0; h < group; ++h)
+        Tile::tile(q + h * head_dim, kr, vr, nt, head_dim, args.scale, scores,
+                   acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+    }
+  }
+}
+
+// A run of a KIVI cache: a chain's queries share tiles; a tree's rows are walked one at a time.
+template <class Tile>
+void attend_kivi_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, int64_t g,
+                     const int32_t* table, bool tree, float* scratch) {
+  const AttentionBatch& batch = args.batch;
+  const int32_t seq = batch.token_seq[run_begin];
+  const int64_t quantized = batch.quantized_groups != nullptr ? batch.quantized_groups[seq] : 0;
+  if (!tree) {
+    attend_kivi_rows<Tile>(args, run_begin, run_begin, run_end, g, table, quantized, nullptr, 0,
+                           scratch);
+    return;
+  }
+  thread_local std::vector<int64_t> path;
+  const int64_t context = batch.positions[batch.query_start[seq]];
+  for (int64_t t = run_begin; t < run_end; ++t) {
+    VESPER_CHECK(args.cache->spec().kivi_quantized_tokens(batch.positions[t]) <= context,
+                 "KIVI: a tree row at position %d would read its own path quantized",
+                 batch.positions[t]);
+    tree_path(batch, t, path);
+    attend_kivi_rows<Tile>(args, run_begin, t, t + 1, g, table, quantized, &path, context, scratch);
   }
 }
 
@@ -165,8 +305,12 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
 
       const bool tree =
           batch.tree_parents != nullptr && batch.tree_parents[run_begin] != kNotInTree;
-      if (tree) attend_tree_run<Tile>(args, run_begin, run_end, g, table, scratch);
-      for (int64_t j0 = 0; !tree && j0 < max_ctx; j0 += kAttentionTile) {
+      const bool kivi = shape.kivi();
+      if (kivi)
+        attend_kivi_run<Tile>(args, run_begin, run_end, g, table, tree, scratch);
+      else if (tree)
+        attend_tree_run<Tile>(args, run_begin, run_end, g, table, scratch);
+      for (int64_t j0 = 0; !tree && !kivi && j0 < max_ctx; j0 += kAttentionTile) {
         const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0);
         // Walk the block table without a division per key (an integer division costs more than
         // a key's whole dot product at small head sizes).

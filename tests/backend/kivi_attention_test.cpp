@@ -1,0 +1,260 @@
+// Paged attention over KIVI caches (kv_cache_spec.h, paged_attention.h's quantized_groups)
+// against the f64 reference: a query at position p reads the groups before
+// kivi_quantized_tokens(p) as the reference's KIVI encoding of their stored f16 rows
+// (tests/reference/reference_kv.h) and every later key as its f16 row. Its result, bit for bit,
+// must not depend on how many of those groups the cache stores quantized (KvCache::quantize_group)
+// and how many it still holds as residual rows (quantized on the fly), nor on the batch, the
+// chunking or the ISA; and tree rows read their path's residual rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/attention_cpu.h"
+#include "backend/paged_attention.h"
+#include "reference/reference_attention.h"
+#include "reference/reference_kv.h"
+
+namespace vesper::backend {
+namespace {
+
+using cpu::Isa;
+
+struct Case {
+  KvDtypes dtypes;
+  int64_t group;     // block size
+  int64_t residual;  // kivi_residual_length
+  int64_t head_dim;
+  int64_t n_heads, n_kv_heads;
+};
+
+// One sequence of `len` tokens of random K/V in a KIVI cache. Its first `stored` groups are kept
+// quantized (one block each, made by quantize_group from residual rows), the rest as residual
+// rows over residual_blocks_per_group() blocks each; blocks are taken in shuffled order.
+class KiviSequence {
+ public:
+  KiviSequence(const Case& c, int64_t len, int64_t stored, uint64_t seed)
+      : c_(c), len_(len), rng_(seed) {
+    spec_ = KvCacheSpec{c.dtypes, 2, c.group, c.n_kv_heads, c.head_dim};
+    spec_.kivi_residual_length = c.residual;
+    const int64_t groups = (len + c.group - 1) / c.group, per = spec_.residual_blocks_per_group();
+    const int64_t blocks = groups * per + stored + 3;
+    cache_ = std::make_unique<KvCache>(spec_, blocks);
+    std::vector<int32_t> free(static_cast<size_t>(blocks));
+    std::iota(free.begin(), free.end(), 0);
+    std::shuffle(free.begin(), free.end(), std::mt19937_64(seed + 1000));
+    size_t next = 0;
+    // Every group's residual blocks first; every row of them written.
+    std::vector<std::vector<int32_t>> residual(static_cast<size_t>(groups));
+    for (auto& r : residual)
+      for (int64_t b = 0; b < per; ++b) r.push_back(free[next++]);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int64_t rows = spec_.residual_rows_per_block(), kv = c.n_kv_heads, d = c.head_dim;
+    k_.assign(static_cast<size_t>(groups * c.group * kv * d), 0.0f);
+    v_ = k_;
+    for (int64_t layer = 0; layer < 2; ++layer)
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t i = 0; i < c.group; ++i)
+          for (int64_t h = 0; h < kv; ++h) {
+            const int64_t slot = int64_t{residual[g][i / rows]} * rows + i % rows;
+            std::vector<float> k(d), v(d);
+            for (int64_t e = 0; e < d; ++e) {
+              k[e] = u(rng_);
+              v[e] = u(rng_);
+            }
+            cache_->write_key(layer, slot, h, k.data());
+            cache_->write_value(layer, slot, h, v.data());
+            if (layer != 1) continue;
+            // The stored (row-type) values, which quantization and the reference start from.
+            const std::vector<double> ks =
+                reference::decode_kv_row(kv_row_dtype(c.dtypes.k), cache_->key_row(1, slot, h), d);
+            const std::vector<double> vs = reference::decode_kv_row(
+                kv_row_dtype(c.dtypes.v), cache_->value_row(1, slot, h), d);
+            const int64_t at = ((g * c.group + i) * kv + h) * d;
+            std::copy(ks.begin(), ks.end(), k_.begin() + at);
+            std::copy(vs.begin(), vs.end(), v_.begin() + at);
+          }
+    for (int64_t g = 0; g < groups; ++g) {
+      if (g < stored) {
+        const int32_t dst = free[next++];
+        cache_->quantize_group(residual[g], dst);
+        table_.push_back(dst);
+      } else {
+        table_.insert(table_.end(), residual[g].begin(), residual[g].end());
+      }
+    }
+    stored_ = static_cast<int32_t>(stored);
+    std::uniform_real_distribution<float> uq(-3.0f, 3.0f);
+    q_.resize(static_cast<size_t>(len * c.n_heads * d));
+    for (float& x : q_) x = uq(rng_);
+  }
+
+  int64_t residual_slot(int64_t pos) const {
+    const int64_t g = pos / c_.group, r = pos % c_.group, rows = spec_.residual_rows_per_block();
+    return int64_t{table_[stored_ + (g - stored_) * spec_.residual_blocks_per_group() + r / rows]} *
+               rows +
+           r % rows;
+  }
+
+  // Runs queries at positions [first, first + count) as one chunk (optionally as a tree: a chain
+  // in which each row's parent is the previous row, so the result must equal the chunk's).
+  std::vector<float> run(int64_t first, int64_t count, Isa isa, ThreadPool& pool,
+                         bool tree = false) const {
+    std::vector<int32_t> positions, token_seq, parents;
+    std::vector<int64_t> slots;
+    for (int64_t i = 0; i < count; ++i) {
+      positions.push_back(static_cast<int32_t>(first + i));
+      token_seq.push_back(0);
+      slots.push_back(residual_slot(first + i));
+      parents.push_back(static_cast<int32_t>(i - 1));
+    }
+    const int32_t offsets[] = {0, static_cast<int32_t>(table_.size())};
+    const int32_t query_start[] = {0, static_cast<int32_t>(count)};
+    AttentionBatch b;
+    b.num_tokens = count;
+    b.positions = positions.data();
+    b.token_seq = token_seq.data();
+    b.slot_mapping = slots.data();
+    b.block_tables = table_.data();
+    b.table_offsets = offsets;
+    b.quantized_groups = &stored_;
+    if (tree) {
+      b.tree_parents = parents.data();
+      b.query_start = query_start;
+    }
+    const float* q = q_.data() + first * c_.n_heads * c_.head_dim;
+    std::vector<float> out(static_cast<size_t>(count * c_.n_heads * c_.head_dim), std::nanf(""));
+    cpu::paged_attention_with_isa(isa, *cache_, 1, b, q, c_.n_heads, scale(), out.data(), pool);
+    return out;
+  }
+
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
+
+  // The reference for the query at `pos`.
+  std::vector<double> reference(int64_t pos) const {
+    const int64_t kv = c_.n_kv_heads, d = c_.head_dim, gs = c_.group;
+    const int64_t quantized = spec_.kivi_quantized_tokens(pos);
+    std::vector<std::vector<float>> ks, vs;
+    for (int64_t j = 0; j <= pos; ++j) {
+      ks.emplace_back(k_.begin() + j * kv * d, k_.begin() + (j + 1) * kv * d);
+      vs.emplace_back(v_.begin() + j * kv * d, v_.begin() + (j + 1) * kv * d);
+    }
+    // Groups read quantized: the reference encoding of their stored rows, per head.
+    for (int64_t g = 0; g * gs < quantized; ++g)
+      for (int64_t h = 0; h < kv; ++h)
+        for (int side = 0; side < 2; ++side) {
+          const KvDtype dtype = side == 0 ? c_.dtypes.k : c_.dtypes.v;
+          if (!kv_is_kivi(dtype)) continue;  // row types read the same either way
+          const std::vector<float>& src = side == 0 ? k_ : v_;
+          std::vector<float> x(static_cast<size_t>(gs * d));
+          for (int64_t i = 0; i < gs; ++i)
+            std::copy_n(src.begin() + ((g * gs + i) * kv + h) * d, d, x.begin() + i * d);
+          const KvSide s = side == 0 ? KvSide::kKey : KvSide::kValue;
+          const std::vector<std::byte> bytes =
+              reference::encode_kivi_group(dtype, s, x.data(), gs, d);
+          const std::vector<double> values =
+              reference::decode_kivi_group(dtype, s, bytes.data(), gs, d);
+          auto& dst = side == 0 ? ks : vs;
+          for (int64_t i = 0; i < gs; ++i)
+            for (int64_t e = 0; e < d; ++e)
+              dst[g * gs + i][h * d + e] = static_cast<float>(values[i * d + e]);
+        }
+    std::vector<const float*> kp, vp;
+    for (int64_t j = 0; j <= pos; ++j) {
+      kp.push_back(ks[j].data());
+      vp.push_back(vs[j].data());
+    }
+    return reference::attention(q_.data() + pos * c_.n_heads * d, c_.n_heads, kv, d, kp, vp,
+                                scale());
+  }
+
+  const KvCacheSpec& spec() const { return spec_; }
+
+ private:
+  Case c_;
+  int64_t len_;
+  std::mt19937_64 rng_;
+  KvCacheSpec spec_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int32_t> table_;
+  int32_t stored_ = 0;
+  std::vector<float> k_, v_;  // layer 1's stored rows [pos][head][d]
+  std::vector<float> q_;
+};
+
+std::vector<Case> cases() {
+  const KvDtypes k2{KvDtype::kKivi2, KvDtype::kKivi2}, k4{KvDtype::kKivi4, KvDtype::kKivi4};
+  const KvDtypes k8v2{KvDtype::kInt8, KvDtype::kKivi2}, k2v16{KvDtype::kKivi2, KvDtype::kF16};
+  return {{k2, 32, 40, 64, 8, 2}, {k4, 32, 8, 64, 4, 4},    {k2, 64, 20, 13, 3, 1},
+          {k4, 32, 33, 8, 4, 2},  {k8v2, 32, 16, 64, 4, 2}, {k2v16, 32, 1, 37, 2, 2},
+          {k2, 32, 128, 16, 2, 1}};
+}
+
+// Length 150: up to four whole groups of 32 before the last query, two of 64.
+constexpr int64_t kLen = 150;
+
+TEST(KiviAttention, MatchesReferenceAndIgnoresWhichGroupsAreStoredQuantized) {
+  ThreadPool pool(2);
+  uint64_t seed = 1;
+  double worst = 0;
+  for (const Case& c : cases()) {
+    // Chunks: a whole prompt, a middle chunk crossing group boundaries, single decodes.
+    const std::vector<std::pair<int64_t, int64_t>> chunks = {
+        {0, kLen}, {60, 50}, {kLen - 1, 1}, {100, 1}, {31, 1}};
+    std::vector<float> expected;
+    for (const auto& [first, count] : chunks) {
+      // The groups a cache may store quantized: those before the chunk's first query's boundary.
+      KiviSequence none(c, kLen, 0, seed);
+      const int64_t most = KvCacheSpec{none.spec()}.kivi_quantized_tokens(first) / c.group;
+      KiviSequence all(c, kLen, most, seed);
+      for (Isa isa : cpu::available_isas()) {
+        const std::vector<float> a = none.run(first, count, isa, pool);
+        const std::vector<float> b = all.run(first, count, isa, pool);
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << c.dtypes.describe() << " group " << c.group << " chunk " << first << "+" << count
+            << " stored " << most << " isa " << cpu::isa_name(isa);
+        const int64_t row = c.n_heads * c.head_dim;
+        for (int64_t i = 0; i < count; ++i) {
+          const std::vector<double> ref = all.reference(first + i);
+          for (int64_t e = 0; e < row; ++e) {
+            const double err = std::abs(a[i * row + e] - ref[e]);
+            worst = std::max(worst, err);
+            ASSERT_LT(err, 4e-6) << c.dtypes.describe() << " pos " << first + i << " e " << e
+                                 << " isa " << cpu::isa_name(isa);
+          }
+        }
+        // The same query in the whole-prompt chunk gave the same bits (chunking invariance).
+        if (first == 0) {
+          expected = a;
+        } else {
+          ASSERT_EQ(0,
+                    std::memcmp(a.data(), expected.data() + first * row, a.size() * sizeof(float)))
+              << c.dtypes.describe() << " chunk " << first << "+" << count;
+        }
+      }
+    }
+    ++seed;
+  }
+  std::printf("  worst absolute error against f64: %.3g\n", worst);
+}
+
+// Tree rows (here a chain written as a tree) give the chunk's bits; their path is read from
+// residual rows.
+TEST(KiviAttention, TreeRowsEqualTheChain) {
+  ThreadPool pool(1);
+  for (const Case& c : cases()) {
+    if (c.residual < 4) continue;  // a tree of 4 rows must stay within the residual window
+    KiviSequence s(c, kLen, 2 * 32 / c.group, 7);
+    const auto chain = s.run(kLen - 4, 4, Isa::kScalar, pool);
+    const auto tree = s.run(kLen - 4, 4, Isa::kScalar, pool, true);
+    ASSERT_EQ(0, std::memcmp(chain.data(), tree.data(), chain.size() * sizeof(float)))
+        << c.dtypes.describe();
+  }
+}
+
+}  // namespace
+}  // namespace vesper::backend
