@@ -6,7 +6,7 @@
 #      --omit=optional (skips the CUDA/Vulkan/other-platform packages, several hundred MB).
 #   2. extracts llama.h / ggml*.h from llama.cpp's source bundle shipped in node-llama-cpp
 #      (node_modules/node-llama-cpp/llama/gitRelease.bundle) into ./build/include.
-#   3. compiles llama_greedy.cpp and llama_bench_driver.cpp with the system g++ into ./build/, linked
+#   3. compiles llama_greedy.cpp, llama_bench_driver.cpp and llama_kl.cpp with the system g++ into ./build/, linked
 #      against the prebuilt CPU libraries in node_modules/@node-llama-cpp/linux-x64/bins/linux-x64 (rpath).
 #
 # Needs: x86-64 Linux with glibc >= 2.34 and libstdc++ >= GCC 12's, node >= 20 + npm, g++ (C++17), git, tar.
@@ -116,10 +116,11 @@ fi
     fail "llama.h / ggml-cpu.h missing in $BUILD/include after extraction"
 
 # ---- 3. compile the drivers ---------------------------------------------------------------------
-# llama_greedy: the reference ids; llama_bench_driver: the llama.cpp side of bench/compare-llamacpp.
+# llama_greedy: the reference ids; llama_bench_driver: the llama.cpp side of bench/compare-llamacpp;
+# llama_kl: perplexity / KL divergence of llama.cpp's KV cache types (bench/kv-cache/llamacpp-kl.sh).
 # rpath relative to the binary, so the folder can move as a whole
 rpath="\$ORIGIN/../$LIBDIR_REL"
-for driver in llama_greedy llama_bench_driver; do
+for driver in llama_greedy llama_bench_driver llama_kl; do
     say "compiling build/$driver with $CXX"
     "$CXX" -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter \
         -I"$BUILD/include" -I"$HERE" \
@@ -134,6 +135,6 @@ for driver in llama_greedy llama_bench_driver; do
         fail "build/$driver does not start (library resolution?)"
     }
 done
-say "done: $BUILD/llama_greedy, $BUILD/llama_bench_driver"
+say "done: $BUILD/llama_greedy, $BUILD/llama_bench_driver, $BUILD/llama_kl"
 say "libraries: $LIBDIR"
 sed 's/^/[llamacpp setup]   /' "$BUILD/llama_cpp_version.txt"

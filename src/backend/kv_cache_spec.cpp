@@ -29,6 +29,8 @@ std::string_view kv_dtype_name(KvDtype dtype) {
 std::optional<KvDtype> parse_kv_dtype(std::string_view name) {
   for (KvDtype d : kRowKvDtypes)
     if (name == kv_dtype_name(d)) return d;
+  for (KvDtype d : kKiviKvDtypes)
+    if (name == kv_dtype_name(d)) return d;
   struct Alias {
     std::string_view name;
     KvDtype dtype;
@@ -52,6 +54,10 @@ std::string kv_dtype_choices() {
     if (meta > 0) s += " + " + std::to_string(meta) + " B per token and head";
     s += ")";
   }
+  for (KvDtype d : kKiviKvDtypes)
+    s += ", " + std::string(kv_dtype_name(d)) + " (" + std::to_string(kv_kivi_bits(d)) +
+         " bits/element + f16 scale and zero per channel (keys) or per token and channel run "
+         "(values) of a group; perplexity only so far)";
   s += ", fp8 (= fp8_e4m3)";
   return s;
 }

@@ -23,6 +23,17 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("--kv-cache-dtype-v,--cache-type-v", f.kv_cache_dtype_v,
                   "Element type of the cached values alone (default: --kv-cache-dtype); "
                   "llama.cpp's -ctv");
+  cmd->add_option("--kivi-group-size", f.kivi_group_size,
+                  "KIVI (kivi2, kivi4): tokens per quantized group, which is also the KV block "
+                  "size (keys are quantized per channel over a group, values per token over "
+                  "runs of this many channels)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({32, 64, 128}));
+  cmd->add_option("--kivi-residual-length", f.kivi_residual_length,
+                  "KIVI: the newest tokens a query reads unquantized (f16); older whole groups "
+                  "are read quantized")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
@@ -387,6 +398,11 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.swap_space_gib = f.swap_space;
   c.cache.enable_prefix_caching = f.enable_prefix_caching;
   VESPER_ASSIGN_OR_RETURN(c.cache.kv_dtypes, parse_kv_dtypes(f));
+  if (kv_is_kivi(c.cache.kv_dtypes.k) || kv_is_kivi(c.cache.kv_dtypes.v))
+    return make_error("--kv-cache-dtype " + c.cache.kv_dtypes.describe() +
+                      ": the serving engine does not hold KIVI caches yet (its KV manager does "
+                      "not yet keep tables of quantized groups and residual rows); `vesper "
+                      "perplexity` measures them");
   if (!f.kv_cache_memory.empty()) {
     auto bytes = engine::parse_byte_size(f.kv_cache_memory);
     if (!bytes) return make_error("--kv-cache-memory: " + bytes.error().message);

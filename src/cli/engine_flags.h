@@ -32,6 +32,8 @@ struct EngineFlags {
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype
   std::string kv_cache_dtype_k;         // --kv-cache-dtype-k (-ctk); empty: --kv-cache-dtype
   std::string kv_cache_dtype_v;         // --kv-cache-dtype-v (-ctv); empty: --kv-cache-dtype
+  int64_t kivi_group_size = 32;         // --kivi-group-size
+  int64_t kivi_residual_length = 128;   // --kivi-residual-length
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;

@@ -165,9 +165,15 @@ int run_perplexity(const PerplexityOptions& o) {
   const bool first_is_bos = bos && !tokens.empty() && tokens[0] == *bos;
 
   // One sequence's KV for a chunk, reused by every chunk (each starts at position 0).
-  const int64_t bs = o.engine.block_size;
-  const backend::KvCacheSpec spec = m.kv_spec(bs, *dtypes);
-  const int64_t blocks = (o.ctx + bs - 1) / bs;
+  // KIVI: a block is one group, and every group stays as residual rows (attention quantizes the
+  // groups each query reads quantized, as the engine's stored groups would read).
+  backend::KvCacheSpec spec = m.kv_spec(o.engine.block_size, *dtypes);
+  if (spec.kivi()) {
+    spec.block_size = o.engine.kivi_group_size;
+    spec.kivi_residual_length = o.engine.kivi_residual_length;
+  }
+  const model::KvTableLayout layout(spec);
+  const int64_t blocks = layout.entries_for(o.ctx);
   const backend::KvHandle kv = backend.create_kv(spec, blocks, backend::MemoryKind::kDevice);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
@@ -175,9 +181,13 @@ int run_perplexity(const PerplexityOptions& o) {
   m.reserve(model::StepCapacity{pass_rows, pass_rows, 1, blocks});
   std::fprintf(stderr,
                "perplexity: %lld chunks of %lld tokens, scoring the second half of each; KV cache "
-               "%s (%lld bytes/token)\n",
+               "%s (%lld bytes/token%s)\n",
                static_cast<long long>(n_chunks), static_cast<long long>(o.ctx),
-               dtypes->describe().c_str(), static_cast<long long>(spec.bytes_per_token()));
+               dtypes->describe().c_str(), static_cast<long long>(spec.bytes_per_token()),
+               spec.kivi() ? (", group " + std::to_string(spec.block_size) + ", residual " +
+                              std::to_string(spec.kivi_residual_length))
+                                 .c_str()
+                           : "");
 
   const int64_t first = o.ctx / 2;
   MeanStats nll, kl_stats, base_nll;
@@ -196,7 +206,7 @@ int run_perplexity(const PerplexityOptions& o) {
       batch.clear();
       batch.add_sequence(std::span<const int32_t>(chunk).subspan(static_cast<size_t>(start),
                                                                  static_cast<size_t>(rows)),
-                         static_cast<int32_t>(start), table, bs, n_scored);
+                         static_cast<int32_t>(start), table, layout, n_scored);
       const std::span<const float> logits = m.forward(batch, kv);
       for (int64_t r = 0; r < n_scored; ++r) {
         const int64_t pos = scored_from + r;

@@ -4,41 +4,48 @@
 
 namespace vesper::model {
 
-void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_pos, std::span<const int32_t> table,
-                                int64_t block_size, int64_t num_logits_rows, int32_t adapter,
+void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_pos,
+                                std::span<const int32_t> table, KvTableLayout layout,
+                                int64_t num_logits_rows, int32_t adapter,
                                 std::span<const int32_t> parents) {
   if (query_start.empty()) query_start.push_back(0);
   if (table_offsets.empty()) table_offsets.push_back(0);
   const bool tree = !parents.empty();
-  VESPER_CHECK(!tree || parents.size() == tokens.size(), "a tree of %zu parents for %zu tokens", parents.size(),
-               tokens.size());
+  VESPER_CHECK(!tree || parents.size() == tokens.size(), "a tree of %zu parents for %zu tokens",
+               parents.size(), tokens.size());
   VESPER_CHECK(num_logits_rows >= 0 && num_logits_rows <= static_cast<int64_t>(tokens.size()),
-               "%lld logits rows of %zu tokens", static_cast<long long>(num_logits_rows), tokens.size());
+               "%lld logits rows of %zu tokens", static_cast<long long>(num_logits_rows),
+               tokens.size());
   if (tree && tree_parents.empty()) tree_parents.assign(token_ids.size(), kNoTree);
   const int32_t seq = static_cast<int32_t>(num_seqs());
   const size_t first_row = token_ids.size();
   for (size_t i = 0; i < tokens.size(); ++i) {
     int32_t depth = static_cast<int32_t>(i);
     if (tree) {
-      VESPER_CHECK(parents[i] >= -1 && parents[i] < static_cast<int32_t>(i), "tree node %zu has parent %d", i,
-                   parents[i]);
+      VESPER_CHECK(parents[i] >= -1 && parents[i] < static_cast<int32_t>(i),
+                   "tree node %zu has parent %d", i, parents[i]);
       depth = parents[i] < 0 ? 0 : positions[first_row + parents[i]] - start_pos + 1;
     }
     const int32_t slot_pos = start_pos + static_cast<int32_t>(i);
-    const int64_t block_index = slot_pos / block_size;
-    VESPER_CHECK(block_index < static_cast<int64_t>(table.size()), "block table too short for position %d", slot_pos);
+    const int64_t block_index = layout.entry(slot_pos);
+    VESPER_CHECK(block_index < static_cast<int64_t>(table.size()),
+                 "block table too short for position %d", slot_pos);
     token_ids.push_back(tokens[i]);
     positions.push_back(start_pos + depth);
     token_seq.push_back(seq);
-    slot_mapping.push_back(int64_t{table[block_index]} * block_size + slot_pos % block_size);
-    if (tree) tree_parents.push_back(parents[i]);
-    else if (!tree_parents.empty()) tree_parents.push_back(kNoTree);
+    slot_mapping.push_back(int64_t{table[block_index]} * layout.rows_per_block +
+                           layout.row(slot_pos));
+    if (tree)
+      tree_parents.push_back(parents[i]);
+    else if (!tree_parents.empty())
+      tree_parents.push_back(kNoTree);
   }
   block_tables.insert(block_tables.end(), table.begin(), table.end());
   table_offsets.push_back(static_cast<int32_t>(block_tables.size()));
   query_start.push_back(static_cast<int32_t>(token_ids.size()));
   seq_adapter.push_back(adapter);
-  for (int64_t r = static_cast<int64_t>(tokens.size()) - num_logits_rows; r < static_cast<int64_t>(tokens.size()); ++r)
+  for (int64_t r = static_cast<int64_t>(tokens.size()) - num_logits_rows;
+       r < static_cast<int64_t>(tokens.size()); ++r)
     logits_rows.push_back(static_cast<int32_t>(first_row + r));
 }
 

@@ -14,9 +14,37 @@
 #include <span>
 #include <vector>
 
+#include "backend/kv_cache_spec.h"
 #include "backend/paged_attention.h"
 
 namespace vesper::model {
+
+// How a sequence's block table maps positions to KV slots. Without KIVI: block_size tokens per
+// block, position p in slot table[p / block_size] * block_size + p % block_size (constructible
+// from the block size alone). A KIVI cache whose groups are all held as residual rows
+// (backend/kv_cache_spec.h; the engine does not keep KIVI tables yet, `vesper perplexity` does):
+// group g's rows take blocks_per_group table entries of rows_per_block rows each.
+struct KvTableLayout {
+  KvTableLayout(int64_t block_size)  // NOLINT(google-explicit-constructor): the common case
+      : block_size(block_size), rows_per_block(block_size) {}
+  explicit KvTableLayout(const backend::KvCacheSpec& spec)
+      : block_size(spec.block_size),
+        rows_per_block(spec.residual_rows_per_block()),
+        blocks_per_group(spec.residual_blocks_per_group()) {}
+  int64_t block_size;
+  int64_t rows_per_block;
+  int64_t blocks_per_group = 1;
+
+  // Table entries covering positions [0, num_tokens).
+  int64_t entries_for(int64_t num_tokens) const {
+    return (num_tokens + block_size - 1) / block_size * blocks_per_group;
+  }
+  // The table index and row holding position `pos`.
+  int64_t entry(int64_t pos) const {
+    return pos / block_size * blocks_per_group + pos % block_size / rows_per_block;
+  }
+  int64_t row(int64_t pos) const { return pos % block_size % rows_per_block; }
+};
 
 // tree_parents value for the rows of sequences without a tree description.
 inline constexpr int32_t kNoTree = backend::kNotInTree;
@@ -57,13 +85,14 @@ struct ForwardBatch {
   }
 
   // The batch builder (runners and tests alike): appends a run of `tokens` of one sequence
-  // starting at position `start_pos`, whose block table is `table` (block_size tokens per
-  // block). The last `num_logits_rows` rows want logits. `adapter` is the sequence's adapter
-  // slot. With `tree_parents` (one per token: the parent's offset among these tokens, -1 for
-  // the root, parents before children), the tokens form a tree: a row's position is start_pos
-  // plus its depth, and its K/V slot is that of position start_pos + its offset.
+  // starting at position `start_pos`, whose block table is `table` (laid out as `layout` says:
+  // block_size tokens per block without KIVI). The last `num_logits_rows` rows want logits.
+  // `adapter` is the sequence's adapter slot. With `tree_parents` (one per token: the parent's
+  // offset among these tokens, -1 for the root, parents before children), the tokens form a tree: a
+  // row's position is start_pos plus its depth, and its K/V slot is that of position start_pos +
+  // its offset.
   void add_sequence(std::span<const int32_t> tokens, int32_t start_pos,
-                    std::span<const int32_t> table, int64_t block_size, int64_t num_logits_rows,
+                    std::span<const int32_t> table, KvTableLayout layout, int64_t num_logits_rows,
                     int32_t adapter = -1, std::span<const int32_t> tree_parents = {});
 };
 

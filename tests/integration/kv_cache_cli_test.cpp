@@ -31,9 +31,12 @@ double number_after(const std::string& text, const std::string& pattern) {
 }
 
 // PPL on the first 60 chunks of 128 tokens (3,780 scored tokens).
-double perplexity(const std::string& kv_type) {
-  auto r = run_vesper({"perplexity", kModel, "-f", kText, "--ctx", "128", "--chunks", "60",
-                       "--kv-cache-dtype", kv_type});
+double perplexity(const std::string& kv_type, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {
+      "perplexity",       kModel, "-f", kText, "--ctx", "128", "--chunks", "60",
+      "--kv-cache-dtype", kv_type};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto r = run_vesper(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return number_after(r.out, R"(PPL = ([0-9.]+))");
 }
@@ -52,6 +55,43 @@ TEST(CliKvCache, PerplexityOfEachTypeStaysNearF32) {
                 100 * (ppl / f32 - 1));
     EXPECT_LT(std::fabs(ppl / f32 - 1), tolerance) << type;
   }
+}
+
+// KIVI with the issue's setting (groups of 32, a residual window of 32, so most of each 128-token
+// window is read quantized): measured on the whole corpus (bench/RESULTS.md) kivi4 +0.02%,
+// kivi2 +4.0%. A residual window as long as the context quantizes nothing: f16's perplexity.
+TEST(CliKvCache, KiviPerplexityWithinItsBounds) {
+  const double f32 = perplexity("f32");
+  const double f16 = perplexity("f16");
+  const std::vector<std::string> window = {"--kivi-group-size", "32", "--kivi-residual-length",
+                                           "32"};
+  const double kivi4 = perplexity("kivi4", window), kivi2 = perplexity("kivi2", window);
+  std::printf("  kivi4 %+.3f%%, kivi2 %+.3f%% of f32\n", 100 * (kivi4 / f32 - 1),
+              100 * (kivi2 / f32 - 1));
+  EXPECT_LT(std::fabs(kivi4 / f32 - 1), 0.01);
+  EXPECT_LT(std::fabs(kivi2 / f32 - 1), 0.08);
+  EXPECT_GT(kivi2, kivi4) << "2 bits cost more than 4";
+  EXPECT_GT(kivi2 / f32 - 1, 0.005) << "kivi2 with a window of 32 quantizes most keys";
+  EXPECT_EQ(f16, perplexity("kivi2", {"--kivi-residual-length", "128"}));
+  // Keys and values apart (K8V2), and int8 keys with f16 values between f16 and kivi2.
+  const double k8v2 = perplexity("kivi2", {"--kv-cache-dtype-k", "int8", "--kivi-group-size", "32",
+                                           "--kivi-residual-length", "32"});
+  EXPECT_LT(k8v2, kivi2);
+  EXPECT_GE(k8v2, f16 * 0.999);
+}
+
+// The serving engine does not hold KIVI tables yet: a startup error naming the flag, never a
+// silent fallback to another type.
+TEST(CliKvCache, KiviIsRefusedByTheServingEngineNamingTheFlag) {
+  auto r = run_vesper(
+      {"generate", kModel, "--prompt", "Once", "--max-tokens", "2", "--kv-cache-dtype", "kivi2"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--kv-cache-dtype"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("KIVI"), std::string::npos) << r.err;
+  auto bad = run_vesper(
+      {"perplexity", kModel, "-f", kText, "--kv-cache-dtype", "kivi2", "--kivi-group-size", "48"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--kivi-group-size"), std::string::npos) << bad.err;
 }
 
 TEST(CliKvCache, KlDivergenceAgainstAnF32Base) {
