@@ -104,6 +104,9 @@ struct AttentionInputs {
   // [num_seqs + 1]; no buffer otherwise.
   Tensor tree_parents;
   Tensor query_start;
+  // KIVI caches only: [num_seqs] groups stored quantized at the front of each table; no buffer
+  // otherwise (none stored quantized).
+  Tensor quantized_groups;
 };
 
 // Rotary embedding, with llama3's per-pair frequency divisors as an optional device vector.
@@ -180,6 +183,9 @@ class Backend {
   // storage, in order.
   virtual void copy_kv_slots(KvHandle kv, std::span<const int64_t> src,
                              std::span<const int64_t> dst) = 0;
+  // KIVI: quantizes one group's residual rows (in blocks `rows`, in order) into block `dst` of
+  // the same storage, every layer and head (KvCache::quantize_group).
+  virtual void quantize_kv_group(KvHandle kv, std::span<const int32_t> rows, int32_t dst) = 0;
 
   // --- ops (in issue order)
   // out[i] = row ids[i] of the embedding matrix `table` (n_out rows of n_in), dequantized.

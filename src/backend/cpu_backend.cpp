@@ -151,6 +151,10 @@ void CpuBackend::copy_kv_slots(KvHandle kv, std::span<const int64_t> src,
   for (size_t i = 0; i < src.size(); ++i) c.copy_slot(src[i], dst[i]);
 }
 
+void CpuBackend::quantize_kv_group(KvHandle kv, std::span<const int32_t> rows, int32_t dst) {
+  cache(kv).quantize_group(rows, dst);
+}
+
 void CpuBackend::get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) {
   const CpuWeight& w = weight(table);
   VESPER_CHECK(out.cols == w.n_in && out.rows == ids.numel(), "get_rows: shapes do not match");
@@ -273,6 +277,7 @@ AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
     b.tree_parents = ptr<int32_t>(in.tree_parents);
     b.query_start = ptr<int32_t>(in.query_start);
   }
+  if (in.quantized_groups.buffer.valid()) b.quantized_groups = ptr<int32_t>(in.quantized_groups);
   return b;
 }
 

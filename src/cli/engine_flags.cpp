@@ -398,11 +398,11 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.swap_space_gib = f.swap_space;
   c.cache.enable_prefix_caching = f.enable_prefix_caching;
   VESPER_ASSIGN_OR_RETURN(c.cache.kv_dtypes, parse_kv_dtypes(f));
-  if (kv_is_kivi(c.cache.kv_dtypes.k) || kv_is_kivi(c.cache.kv_dtypes.v))
-    return make_error("--kv-cache-dtype " + c.cache.kv_dtypes.describe() +
-                      ": the serving engine does not hold KIVI caches yet (its KV manager does "
-                      "not yet keep tables of quantized groups and residual rows); `vesper "
-                      "perplexity` measures them");
+  if (kv_is_kivi(c.cache.kv_dtypes.k) || kv_is_kivi(c.cache.kv_dtypes.v)) {
+    // A KIVI block is one group.
+    c.cache.block_size = f.kivi_group_size;
+    c.cache.kivi_residual_length = f.kivi_residual_length;
+  }
   if (!f.kv_cache_memory.empty()) {
     auto bytes = engine::parse_byte_size(f.kv_cache_memory);
     if (!bytes) return make_error("--kv-cache-memory: " + bytes.error().message);

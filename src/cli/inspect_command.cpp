@@ -1,6 +1,8 @@
 // `vesper inspect FILE.gguf`: prints a GGUF file's metadata (long arrays elided) and its tensor
 // table, with the parameter count and size.
 #include <cstdio>
+#include <iterator>
+#include <vector>
 
 #include "backend/kv_cache_spec.h"
 #include "cli/commands.h"
@@ -36,16 +38,20 @@ std::string human_count(double n) {
 }
 
 // For a model file: what one token of KV cache costs in each --kv-cache-dtype (scales included,
-// 16-token blocks) and how many tokens a GiB holds.
+// 16-token blocks; KIVI: quantized, in groups of 32) and how many tokens a GiB holds.
 void print_kv_capacity(const gguf::GgufFile& file) {
   auto config = model::read_model_config(file);
   if (!config) return;  // not a model this engine runs (an adapter, a vocabulary, ...)
   std::printf("\nKV cache per token (--kv-cache-dtype; %lld layers x %lld KV heads x %lld):\n",
               static_cast<long long>(config->n_layer), static_cast<long long>(config->n_head_kv),
               static_cast<long long>(config->head_dim));
-  for (backend::KvDtype d : backend::kRowKvDtypes) {
+  std::vector<backend::KvDtype> types(std::begin(backend::kRowKvDtypes),
+                                      std::end(backend::kRowKvDtypes));
+  types.insert(types.end(), std::begin(backend::kKiviKvDtypes), std::end(backend::kKiviKvDtypes));
+  for (backend::KvDtype d : types) {
     backend::KvCacheSpec spec;
     spec.dtypes = {d, d};
+    if (backend::kv_is_kivi(d)) spec.block_size = 32;
     spec.n_layers = config->n_layer;
     spec.n_kv_heads = config->n_head_kv;
     spec.head_dim = config->head_dim;
@@ -53,7 +59,9 @@ void print_kv_capacity(const gguf::GgufFile& file) {
     std::printf("  %-9s %10s/token  %12.0f tokens per GiB%s\n",
                 std::string(backend::kv_dtype_name(d)).c_str(), human_bytes(per_token).c_str(),
                 static_cast<double>(int64_t{1} << 30) / per_token,
-                d == backend::KvDtype::kF16 ? "  (auto)" : "");
+                d == backend::KvDtype::kF16 ? "  (auto)"
+                : backend::kv_is_kivi(d)    ? "  (quantized groups; the newest tokens take f16)"
+                                            : "");
   }
 }
 

@@ -72,6 +72,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const int64_t blocks_per_seq =
       (sc.max_model_len + config.cache.block_size - 1) / config.cache.block_size;
   const SpeculativeConfig& spec = e->config_.speculative;
+  const backend::KvDtypes kv_dtypes = config.cache.kv_dtypes;
+  const bool kivi = kv_is_kivi(kv_dtypes.k) || kv_is_kivi(kv_dtypes.v);
+  if (kivi && spec.enabled())
+    return make_error("--kv-cache-dtype " + kv_dtypes.describe() +
+                      ": speculative decoding (--speculative-model) does not run on KIVI caches "
+                      "yet");
+  if (kivi && e->config_.cache.enable_prefix_caching) {
+    // A prefix-cache hit needs the f16 rows of the residual window before it, which compaction
+    // releases; until cached residual blocks are kept, KIVI runs without the prefix cache.
+    log_info("prefix caching is off: KIVI caches (--kv-cache-dtype %s) do not support it yet",
+             kv_dtypes.describe().c_str());
+    e->config_.cache.enable_prefix_caching = false;
+  }
   if (spec.enabled()) {
     if (spec.num_speculative_tokens < 1)
       return make_error(
@@ -88,9 +101,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   // A logits row per seated sequence, and one more per speculative token it verifies.
   const int64_t rows_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
   capacity.logits_rows = std::min(sc.max_num_batched_tokens, capacity.seqs * rows_per_seq);
-  capacity.table_entries = capacity.seqs * (blocks_per_seq + 1);
   std::vector<backend::KvCacheSpec> kv_specs = {
       e->model_->kv_spec(config.cache.block_size, config.cache.kv_dtypes)};
+  kv_specs[0].kivi_residual_length = config.cache.kivi_residual_length;
+  // KIVI: a group's residual rows take several table entries.
+  capacity.table_entries =
+      capacity.seqs * (blocks_per_seq * kv_specs[0].residual_blocks_per_group() + 1);
   int64_t activation_bytes = model::Model::activation_bytes(mc, capacity);
   if (e->draft_) {
     kv_specs.push_back(e->draft_->kv_spec(config.cache.block_size, config.cache.kv_dtypes));
@@ -102,9 +118,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                             sc.max_model_len, sc.max_num_seqs));
   e->plan_.adapter_bytes = adapter_bytes;
   e->model_->reserve(capacity);
-  e->kv_ =
-      std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks,
-                                           e->plan_.block_size, config.cache.enable_prefix_caching);
+  e->kv_ = std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks,
+                                                e->plan_.block_size,
+                                                e->config_.cache.enable_prefix_caching);
+  if (kivi)
+    e->kv_->enable_kivi(kv_specs[0].residual_blocks_per_group(), config.cache.kivi_residual_length);
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                              e->plan_.num_swap_blocks);
@@ -143,7 +161,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       static_cast<long long>(sc.max_num_batched_tokens), static_cast<long long>(sc.max_num_seqs),
       static_cast<long long>(sc.max_model_len), sc.enable_chunked_prefill ? "on" : "off",
       sc.preemption_mode == sched::PreemptionMode::kSwap ? "swap" : "recompute",
-      config.cache.enable_prefix_caching ? "on" : "off", e->backend_->describe().c_str());
+      e->config_.cache.enable_prefix_caching ? "on" : "off", e->backend_->describe().c_str());
   if (spec.enabled()) {
     std::string proposer;
     if (spec.method == SpeculativeConfig::Method::kNgram)
@@ -575,6 +593,7 @@ std::vector<RequestOutput> Engine::step() {
     return outs;
   }
   ++totals_.num_steps;
+  totals_.kivi_groups_quantized += static_cast<int64_t>(plan.group_quantizations.size());
   totals_.max_batched_tokens_seen =
       std::max(totals_.max_batched_tokens_seen, plan.num_batched_tokens);
   bool partial_prefill = false;

@@ -51,6 +51,7 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t num_swap_outs = 0;
   int64_t num_recomputes = 0;
+  int64_t kivi_groups_quantized = 0;    // KIVI groups stored quantized so far
   int64_t prompt_tokens = 0;            // prompt tokens of all requests added
   int64_t prefill_tokens_computed = 0;  // tokens computed while prefilling (recomputation included)
   int64_t generation_tokens = 0;        // tokens sampled

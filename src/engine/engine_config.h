@@ -22,6 +22,9 @@ struct CacheConfig {
   double swap_space_gib = 4.0;          // --swap-space: host pool for preempted sequences (GiB)
   // --kv-cache-dtype (--kv-cache-dtype-k / -v): element types of the cached keys and values.
   backend::KvDtypes kv_dtypes;
+  // --kivi-residual-length: KIVI caches (kivi2 / kivi4): a query reads the whole groups older
+  // than this many tokens quantized. The KIVI group size is block_size.
+  int64_t kivi_residual_length = 128;
   // --[no-]enable-prefix-caching: reuse the KV of full blocks whose token prefix was already
   // computed; unreferenced cached blocks live in the block budget, evicted least recently used.
   bool enable_prefix_caching = true;

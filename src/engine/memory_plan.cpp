@@ -89,7 +89,9 @@ Result<MemoryPlan> plan_memory(std::span<const backend::KvCacheSpec> kv, int64_t
     int64_t budget =
         std::min<int64_t>(int64_t{4} << 30, available > 0 ? available / 4 : int64_t{1} << 30);
     // No point in more than max_num_seqs full-length sequences can use.
-    const int64_t blocks_per_seq = (max_model_len + p.block_size - 1) / p.block_size;
+    // (With KIVI, as residual rows: the most one sequence holds at once.)
+    const int64_t blocks_per_seq =
+        (max_model_len + p.block_size - 1) / p.block_size * kv[0].residual_blocks_per_group();
     p.num_blocks = std::max<int64_t>(
         blocks_per_seq, std::min(budget / p.bytes_per_block, blocks_per_seq * max_num_seqs));
     p.capacity_source = "--kv-cache-memory auto";

@@ -6,7 +6,7 @@ ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, 
                          int64_t num_swap_blocks)
     : model_(model),
       backend_(model.backend()),
-      block_size_(spec.block_size),
+      layout_(spec),
       n_vocab_(model.config().n_vocab),
       device_(backend_.create_kv(spec, num_blocks, backend::MemoryKind::kDevice)),
       host_(backend_.create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible)) {}
@@ -34,6 +34,10 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
     }
     backend_.copy_kv_blocks(to, from, copy_src_, copy_dst_);
   };
+  // KIVI groups quantized first: the blocks their rows held may be reused by what follows.
+  for (const kv::GroupQuantization& q : plan.group_quantizations) {
+    backend_.quantize_kv_group(device_, q.rows, q.dst);
+  }
   // Accepted tree paths' K/V move to their positions before anything reads or copies them.
   if (!plan.slot_copies.empty()) {
     slot_src_.clear();
@@ -74,7 +78,9 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
         parents_.push_back(p < 0 ? static_cast<int32_t>(committed) - 1
                                  : static_cast<int32_t>(committed) + p);
     }
-    batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, block_size_,
+    model::KvTableLayout layout = layout_;
+    layout.quantized_groups = e.quantized_groups;
+    batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, layout,
                         s.num_logits_rows, e.adapter, parents_);
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);

@@ -58,7 +58,7 @@ class ModelRunner {
  private:
   model::Model& model_;
   backend::Backend& backend_;
-  int64_t block_size_;
+  model::KvTableLayout layout_;  // how block tables map positions to slots
   int64_t n_vocab_;
   backend::KvHandle device_;
   backend::KvHandle host_;

@@ -6,8 +6,8 @@
 
 namespace vesper::kv {
 
-KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_blocks, int64_t block_size,
-                               bool enable_prefix_caching)
+KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_blocks,
+                               int64_t block_size, bool enable_prefix_caching)
     : block_size_(block_size),
       prefix_caching_(enable_prefix_caching),
       device_(num_device_blocks, block_size),
@@ -15,8 +15,50 @@ KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_block
   VESPER_CHECK(block_size > 0 && num_device_blocks > 0 && num_host_blocks >= 0);
 }
 
-std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t num_computed, int64_t num_new,
-                                                           int64_t num_lookahead, const PrefixMatch* prefix) {
+void KvCacheManager::enable_kivi(int64_t blocks_per_group, int64_t residual_length) {
+  VESPER_CHECK(!prefix_caching_, "KIVI tables with prefix caching");
+  VESPER_CHECK(device_tables_.empty() && host_tables_.empty(), "enable_kivi with sequences");
+  VESPER_CHECK(blocks_per_group >= 1 && residual_length >= 0, "bad KIVI layout");
+  kivi_ = true;
+  blocks_per_group_ = blocks_per_group;
+  kivi_residual_ = residual_length;
+}
+
+int64_t KvCacheManager::quantized_groups(SeqId seq) const {
+  auto it = quantized_.find(seq);
+  return it == quantized_.end() ? 0 : it->second;
+}
+
+int64_t KvCacheManager::entries_for(SeqId seq, int64_t num_tokens) const {
+  return group_entry(quantized_groups(seq), (num_tokens + block_size_ - 1) / block_size_);
+}
+
+std::vector<GroupQuantization> KvCacheManager::compact(SeqId seq, int64_t num_computed) {
+  std::vector<GroupQuantization> out;
+  auto it = device_tables_.find(seq);
+  if (!kivi_ || it == device_tables_.end()) return out;
+  std::vector<BlockId>& table = it->second;
+  const int64_t before = num_computed + 1 - kivi_residual_;
+  const int64_t target = before <= 0 ? 0 : before / block_size_;
+  int64_t& m = quantized_[seq];
+  while (m < target && m + blocks_per_group_ <= static_cast<int64_t>(table.size()) &&
+         device_.num_free() > 0) {
+    // Allocate first: the group's own blocks, released below, must not become its destination.
+    const BlockId dst = (*device_.allocate(1))[0];
+    GroupQuantization q{
+        std::vector<BlockId>(table.begin() + m, table.begin() + m + blocks_per_group_), dst};
+    for (BlockId b : q.rows) device_.release(b);
+    table.erase(table.begin() + m + 1, table.begin() + m + blocks_per_group_);
+    table[m] = dst;
+    ++m;
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t num_computed,
+                                                           int64_t num_new, int64_t num_lookahead,
+                                                           const PrefixMatch* prefix) {
   VESPER_CHECK(host_tables_.count(seq) == 0, "allocate_slots for swapped-out sequence %lld",
                static_cast<long long>(seq));
   VESPER_CHECK(num_computed >= 0 && num_new >= 0 && num_lookahead >= 0, "negative token counts");
@@ -24,8 +66,9 @@ std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t nu
   const int64_t num_tokens = written_end + num_lookahead;
   std::vector<BlockId>& table = device_tables_[seq];
   if (prefix != nullptr && !prefix->blocks.empty()) {
-    VESPER_CHECK(table.empty() && num_computed == prefix->num_tokens && num_tokens > prefix->num_tokens,
-                 "prefix match applied to sequence %lld that holds blocks", static_cast<long long>(seq));
+    VESPER_CHECK(
+        table.empty() && num_computed == prefix->num_tokens && num_tokens > prefix->num_tokens,
+        "prefix match applied to sequence %lld that holds blocks", static_cast<long long>(seq));
     // Matched blocks nobody references leave the evictable list and no longer count as free.
     int64_t revived = 0;
     for (BlockId b : prefix->blocks)
@@ -41,10 +84,15 @@ std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t nu
     hashes_[seq] = prefix->hashes;
   }
   const int64_t have = static_cast<int64_t>(table.size());
-  const int64_t need_new = std::max<int64_t>(0, blocks_for(num_tokens) - have);
-  // Shared blocks among those written this step must become private first.
-  const int64_t first_block = num_computed / block_size_;
-  const int64_t last_block = num_new == 0 ? first_block : std::min(have, blocks_for(written_end));
+  const int64_t m = quantized_groups(seq);
+  VESPER_CHECK(num_computed >= m * block_size_, "sequence %lld writes into a quantized group",
+               static_cast<long long>(seq));
+  const int64_t need_new = std::max<int64_t>(0, entries_for(seq, num_tokens) - have);
+  // Shared blocks among those written this step must become private first (with KIVI, those of
+  // the groups written).
+  const int64_t first_block = group_entry(m, num_computed / block_size_);
+  const int64_t last_block =
+      num_new == 0 ? first_block : std::min(have, entries_for(seq, written_end));
   int64_t need_cow = 0;
   for (int64_t b = first_block; b < last_block; ++b)
     if (device_.ref_count(table[b]) > 1) ++need_cow;
@@ -73,7 +121,9 @@ void KvCacheManager::truncate(SeqId seq, int64_t num_tokens) {
   auto it = device_tables_.find(seq);
   if (it == device_tables_.end()) return;
   std::vector<BlockId>& table = it->second;
-  const auto keep = static_cast<size_t>(blocks_for(num_tokens));
+  VESPER_CHECK(num_tokens >= quantized_groups(seq) * block_size_,
+               "truncate of sequence %lld into its quantized groups", static_cast<long long>(seq));
+  const auto keep = static_cast<size_t>(entries_for(seq, num_tokens));
   // Last blocks first, as free() releases them.
   while (table.size() > keep) {
     device_.release(table.back());
@@ -83,14 +133,18 @@ void KvCacheManager::truncate(SeqId seq, int64_t num_tokens) {
 
 void KvCacheManager::fork(SeqId parent, SeqId child) {
   auto it = device_tables_.find(parent);
-  VESPER_CHECK(it != device_tables_.end(), "fork of sequence %lld without blocks", static_cast<long long>(parent));
-  VESPER_CHECK(device_tables_.count(child) == 0, "fork into existing sequence %lld", static_cast<long long>(child));
+  VESPER_CHECK(it != device_tables_.end(), "fork of sequence %lld without blocks",
+               static_cast<long long>(parent));
+  VESPER_CHECK(device_tables_.count(child) == 0, "fork into existing sequence %lld",
+               static_cast<long long>(child));
   for (BlockId b : it->second) device_.add_ref(b);
   device_tables_[child] = it->second;
   if (auto h = hashes_.find(parent); h != hashes_.end()) hashes_[child] = h->second;
+  if (auto q = quantized_.find(parent); q != quantized_.end()) quantized_[child] = q->second;
 }
 
-std::unordered_map<BlockId, BlockId> KvCacheManager::take_copies_into(SeqId seq, std::vector<BlockCopy>& planned) const {
+std::unordered_map<BlockId, BlockId> KvCacheManager::take_copies_into(
+    SeqId seq, std::vector<BlockCopy>& planned) const {
   std::unordered_map<BlockId, BlockId> copied_from;
   auto it = device_tables_.find(seq);
   if (it == device_tables_.end() || planned.empty()) return copied_from;
@@ -113,9 +167,11 @@ void KvCacheManager::free(SeqId seq, std::vector<BlockCopy>* planned_copies) {
     host_tables_.erase(it);
   }
   hashes_.erase(seq);
+  quantized_.erase(seq);
 }
 
-PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens, const BlockHash& root) const {
+PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens,
+                                         const BlockHash& root) const {
   PrefixMatch m;
   if (!prefix_caching_ || tokens.empty()) return m;
   const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
@@ -136,16 +192,18 @@ PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens, const 
   return m;
 }
 
-void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
-                                       const BlockHash& root) {
+void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> tokens,
+                                       int64_t num_computed, const BlockHash& root) {
   if (!prefix_caching_) return;
   auto t = device_tables_.find(seq);
   if (t == device_tables_.end()) return;
   const std::vector<BlockId>& table = t->second;
   std::vector<BlockHash>& hashes = hashes_[seq];
-  const int64_t full = std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(table.size()));
+  const int64_t full =
+      std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(table.size()));
   for (int64_t i = static_cast<int64_t>(hashes.size()); i < full; ++i) {
-    const BlockHash parent = i == 0 ? root : hashes[i - 1];  // a copy: push_back below may reallocate
+    const BlockHash parent =
+        i == 0 ? root : hashes[i - 1];  // a copy: push_back below may reallocate
     const std::span<const int32_t> block = tokens.subspan(i * block_size_, block_size_);
     const BlockHash h = chain_block_hash(parent, block);
     hashes.push_back(h);
@@ -162,7 +220,9 @@ void KvCacheManager::uncache_blocks_from(SeqId seq, int64_t num_valid_tokens) {
   const int64_t keep = num_valid_tokens / block_size_;
   if (static_cast<int64_t>(hashes.size()) <= keep) return;
   if (auto t = device_tables_.find(seq); t != device_tables_.end()) {
-    for (int64_t i = keep; i < static_cast<int64_t>(hashes.size()) && i < static_cast<int64_t>(t->second.size()); ++i) {
+    for (int64_t i = keep;
+         i < static_cast<int64_t>(hashes.size()) && i < static_cast<int64_t>(t->second.size());
+         ++i) {
       const BlockHash* cached = device_.hash_of(t->second[i]);
       if (cached != nullptr && *cached == hashes[i]) device_.unregister_block(t->second[i]);
     }
@@ -187,8 +247,10 @@ bool KvCacheManager::can_swap_out(SeqId seq) const {
   return it != device_tables_.end() && static_cast<int64_t>(it->second.size()) <= host_.num_free();
 }
 
-std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq, std::vector<BlockCopy>* planned_copies) {
-  VESPER_CHECK(can_swap_out(seq), "swap_out of sequence %lld without room", static_cast<long long>(seq));
+std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq,
+                                                  std::vector<BlockCopy>* planned_copies) {
+  VESPER_CHECK(can_swap_out(seq), "swap_out of sequence %lld without room",
+               static_cast<long long>(seq));
   std::unordered_map<BlockId, BlockId> copied_from;
   if (planned_copies != nullptr) copied_from = take_copies_into(seq, *planned_copies);
   std::vector<BlockId>& table = device_tables_[seq];
@@ -207,12 +269,14 @@ std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq, std::vector<BlockCo
 bool KvCacheManager::can_swap_in(SeqId seq, int64_t num_tokens) const {
   auto it = host_tables_.find(seq);
   if (it == host_tables_.end()) return false;
-  const int64_t blocks = std::max<int64_t>(static_cast<int64_t>(it->second.size()), blocks_for(num_tokens));
+  const int64_t blocks =
+      std::max<int64_t>(static_cast<int64_t>(it->second.size()), entries_for(seq, num_tokens));
   return blocks <= device_.num_free();
 }
 
 std::vector<SwapMapping> KvCacheManager::swap_in(SeqId seq) {
-  VESPER_CHECK(can_swap_in(seq), "swap_in of sequence %lld without room", static_cast<long long>(seq));
+  VESPER_CHECK(can_swap_in(seq), "swap_in of sequence %lld without room",
+               static_cast<long long>(seq));
   std::vector<BlockId>& host_blocks = host_tables_[seq];
   auto device_blocks = *device_.allocate(static_cast<int64_t>(host_blocks.size()));
   std::vector<SwapMapping> moves;
@@ -225,17 +289,21 @@ std::vector<SwapMapping> KvCacheManager::swap_in(SeqId seq) {
   return moves;
 }
 
-void KvCacheManager::check_sequence(SeqId seq, std::span<const int32_t> tokens, int64_t num_committed) const {
+void KvCacheManager::check_sequence(SeqId seq, std::span<const int32_t> tokens,
+                                    int64_t num_committed) const {
   const std::vector<BlockId>& table = block_table(seq);
   VESPER_CHECK(static_cast<int64_t>(block_hashes(seq).size()) * block_size_ <= num_committed,
-               "sequence %lld has hashed blocks past its committed tokens", static_cast<long long>(seq));
+               "sequence %lld has hashed blocks past its committed tokens",
+               static_cast<long long>(seq));
   for (size_t i = 0; i < table.size(); ++i) {
     const std::span<const int32_t> cached = device_.tokens_of(table[i]);
     if (cached.empty()) continue;
-    VESPER_CHECK(static_cast<int64_t>((i + 1)) * block_size_ <= static_cast<int64_t>(tokens.size()) &&
-                     std::equal(cached.begin(), cached.end(), tokens.begin() + static_cast<int64_t>(i) * block_size_),
-                 "sequence %lld: cached block %d at position %zu holds other tokens", static_cast<long long>(seq),
-                 table[i], i);
+    VESPER_CHECK(
+        static_cast<int64_t>((i + 1)) * block_size_ <= static_cast<int64_t>(tokens.size()) &&
+            std::equal(cached.begin(), cached.end(),
+                       tokens.begin() + static_cast<int64_t>(i) * block_size_),
+        "sequence %lld: cached block %d at position %zu holds other tokens",
+        static_cast<long long>(seq), table[i], i);
   }
 }
 
@@ -244,7 +312,8 @@ void KvCacheManager::check_invariants() const {
   host_.check_invariants();
   std::vector<int32_t> device_refs(device_.num_blocks(), 0), host_refs(host_.num_blocks(), 0);
   for (const auto& [seq, table] : device_tables_) {
-    VESPER_CHECK(host_tables_.count(seq) == 0, "sequence %lld is on both device and host", static_cast<long long>(seq));
+    VESPER_CHECK(host_tables_.count(seq) == 0, "sequence %lld is on both device and host",
+                 static_cast<long long>(seq));
     for (BlockId b : table) ++device_refs[b];
     const std::span<const BlockHash> hashes = block_hashes(seq);
     VESPER_CHECK(hashes.size() <= table.size(), "sequence %lld has %zu block hashes for %zu blocks",
@@ -256,17 +325,31 @@ void KvCacheManager::check_invariants() const {
                    static_cast<long long>(seq), table[i], i);
     }
   }
+  for (const auto& [seq, m] : quantized_) {
+    auto t = device_tables_.find(seq);
+    const std::vector<BlockId>* table =
+        t != device_tables_.end() ? &t->second : &host_tables_.at(seq);
+    VESPER_CHECK(static_cast<int64_t>(table->size()) >= m &&
+                     (static_cast<int64_t>(table->size()) - m) % blocks_per_group_ == 0,
+                 "sequence %lld: %zu table entries for %lld quantized groups and whole residual "
+                 "groups of %lld",
+                 static_cast<long long>(seq), table->size(), static_cast<long long>(m),
+                 static_cast<long long>(blocks_per_group_));
+  }
   for (const auto& [seq, hashes] : hashes_)
     VESPER_CHECK(device_tables_.count(seq) != 0 || host_tables_.count(seq) != 0,
-                 "block hashes kept for sequence %lld, which holds no blocks", static_cast<long long>(seq));
+                 "block hashes kept for sequence %lld, which holds no blocks",
+                 static_cast<long long>(seq));
   for (const auto& [seq, table] : host_tables_)
     for (BlockId b : table) ++host_refs[b];
   for (BlockId b = 0; b < device_.num_blocks(); ++b)
-    VESPER_CHECK(device_refs[b] == device_.ref_count(b), "device block %d: %d table entries, ref_count %d", b,
-                 device_refs[b], device_.ref_count(b));
+    VESPER_CHECK(device_refs[b] == device_.ref_count(b),
+                 "device block %d: %d table entries, ref_count %d", b, device_refs[b],
+                 device_.ref_count(b));
   for (BlockId b = 0; b < host_.num_blocks(); ++b)
-    VESPER_CHECK(host_refs[b] == host_.ref_count(b), "host block %d: %d table entries, ref_count %d", b,
-                 host_refs[b], host_.ref_count(b));
+    VESPER_CHECK(host_refs[b] == host_.ref_count(b),
+                 "host block %d: %d table entries, ref_count %d", b, host_refs[b],
+                 host_.ref_count(b));
 }
 
 }  // namespace vesper::kv

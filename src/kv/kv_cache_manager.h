@@ -65,6 +65,16 @@ class KvAllocation {
   std::vector<BlockCopy> copies_;
 };
 
+// One KIVI group made quantized (KvCacheManager::compact): the runner quantizes the group's
+// residual rows, held by `rows` (in order), into block `dst` (backend KvCache::quantize_group)
+// before anything else in the step; `rows` are already released (whatever reuses them writes
+// later in the step).
+struct GroupQuantization {
+  std::vector<BlockId> rows;
+  BlockId dst;
+  bool operator==(const GroupQuantization&) const = default;
+};
+
 // The cached blocks a new sequence can start from: blocks[i] holds tokens [i*bs, (i+1)*bs).
 struct PrefixMatch {
   std::vector<BlockId> blocks;
@@ -79,8 +89,28 @@ class KvCacheManager {
 
   bool prefix_caching_enabled() const { return prefix_caching_; }
 
+  // KIVI tables (backend/kv_cache_spec.h): a block is a group of block_size tokens; a sequence's
+  // table holds quantized_groups(seq) quantized groups first, one block each, then every later
+  // group's residual rows, blocks_per_group blocks per group (allocated a whole group at a time).
+  // compact() turns the groups a query at the sequence's next position reads quantized (whole
+  // groups older than residual_length tokens) into quantized blocks. Call before any sequence
+  // holds blocks; not with prefix caching.
+  void enable_kivi(int64_t blocks_per_group, int64_t residual_length);
+  bool kivi() const { return kivi_; }
+  int64_t quantized_groups(SeqId seq) const;
+  // Quantizes seq's residual groups that a query at position num_computed reads quantized, as
+  // free blocks allow (one each; a group left as residual rows is quantized by attention on the
+  // fly, with the same result). Returns the quantizations the step must run first.
+  std::vector<GroupQuantization> compact(SeqId seq, int64_t num_computed);
+  // Table entries seq needs to cover num_tokens tokens (blocks_for(num_tokens) without KIVI).
+  int64_t entries_for(SeqId seq, int64_t num_tokens) const;
+
   int64_t block_size() const { return block_size_; }
-  int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+  // Blocks that cover num_tokens tokens of any sequence (with KIVI, as residual rows: the most a
+  // sequence can hold at once).
+  int64_t blocks_for(int64_t num_tokens) const {
+    return (num_tokens + block_size_ - 1) / block_size_ * blocks_per_group_;
+  }
   int64_t num_device_blocks() const { return device_.num_blocks(); }
   // Device blocks allocate_slots can still hand out (free or evictable).
   int64_t num_free_device_blocks() const { return device_.num_free(); }
@@ -94,7 +124,8 @@ class KvCacheManager {
   // With `prefix` (a match_prefix result for a sequence that holds no blocks yet, and
   // num_computed == prefix->num_tokens), the table starts with the matched blocks, shared.
   std::optional<KvAllocation> allocate_slots(SeqId seq, int64_t num_computed, int64_t num_new,
-                                             int64_t num_lookahead = 0, const PrefixMatch* prefix = nullptr);
+                                             int64_t num_lookahead = 0,
+                                             const PrefixMatch* prefix = nullptr);
 
   // Keeps the blocks holding seq's first num_tokens tokens and releases the rest; blocks past
   // num_tokens leave the prefix cache (their tokens were not committed). No-op for an unknown seq.
@@ -108,7 +139,8 @@ class KvCacheManager {
   // Indexes seq's blocks that are full within its first num_computed tokens (the caller
   // guarantees their KV is computed, or will be by the step being planned). No-op when prefix
   // caching is off.
-  void cache_full_blocks(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed, const BlockHash& root);
+  void cache_full_blocks(SeqId seq, std::span<const int32_t> tokens, int64_t num_computed,
+                         const BlockHash& root);
   // Takes back cache_full_blocks for blocks past num_valid_tokens: the step that was to compute
   // them will not (the sequence was preempted while being planned).
   void uncache_blocks_from(SeqId seq, int64_t num_valid_tokens);
@@ -146,10 +178,21 @@ class KvCacheManager {
 
  private:
   // The planned copies into seq's device blocks, removed from `planned` (dst -> src).
-  std::unordered_map<BlockId, BlockId> take_copies_into(SeqId seq, std::vector<BlockCopy>& planned) const;
+  std::unordered_map<BlockId, BlockId> take_copies_into(SeqId seq,
+                                                        std::vector<BlockCopy>& planned) const;
+
+  // The first table entry of group g of a sequence with m quantized groups.
+  int64_t group_entry(int64_t m, int64_t g) const {
+    return g <= m ? g : m + (g - m) * blocks_per_group_;
+  }
 
   int64_t block_size_;
   bool prefix_caching_;
+  bool kivi_ = false;
+  int64_t blocks_per_group_ = 1;
+  int64_t kivi_residual_ = 0;
+  // KIVI: each sequence's quantized groups (kept across swap-out).
+  std::unordered_map<SeqId, int64_t> quantized_;
   BlockPool device_;
   BlockPool host_;
   std::unordered_map<SeqId, std::vector<BlockId>> device_tables_;

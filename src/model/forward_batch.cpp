@@ -28,8 +28,9 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
     }
     const int32_t slot_pos = start_pos + static_cast<int32_t>(i);
     const int64_t block_index = layout.entry(slot_pos);
-    VESPER_CHECK(block_index < static_cast<int64_t>(table.size()),
-                 "block table too short for position %d", slot_pos);
+    VESPER_CHECK(slot_pos >= layout.quantized_groups * layout.block_size &&
+                     block_index < static_cast<int64_t>(table.size()),
+                 "block table too short for position %d, or the position is quantized", slot_pos);
     token_ids.push_back(tokens[i]);
     positions.push_back(start_pos + depth);
     token_seq.push_back(seq);
@@ -39,6 +40,11 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
       tree_parents.push_back(parents[i]);
     else if (!tree_parents.empty())
       tree_parents.push_back(kNoTree);
+  }
+  // Sequences before the first with quantized groups have none.
+  if (layout.quantized_groups > 0 || !quantized_groups.empty()) {
+    quantized_groups.resize(static_cast<size_t>(seq), 0);
+    quantized_groups.push_back(static_cast<int32_t>(layout.quantized_groups));
   }
   block_tables.insert(block_tables.end(), table.begin(), table.end());
   table_offsets.push_back(static_cast<int32_t>(block_tables.size()));

@@ -21,9 +21,10 @@ namespace vesper::model {
 
 // How a sequence's block table maps positions to KV slots. Without KIVI: block_size tokens per
 // block, position p in slot table[p / block_size] * block_size + p % block_size (constructible
-// from the block size alone). A KIVI cache whose groups are all held as residual rows
-// (backend/kv_cache_spec.h; the engine does not keep KIVI tables yet, `vesper perplexity` does):
-// group g's rows take blocks_per_group table entries of rows_per_block rows each.
+// from the block size alone). KIVI (backend/kv_cache_spec.h, kv/kv_cache_manager.h): the table
+// starts with quantized_groups quantized groups, one entry each; every later group's rows take
+// blocks_per_group entries of rows_per_block rows each. Tokens are written only after the
+// quantized groups.
 struct KvTableLayout {
   KvTableLayout(int64_t block_size)  // NOLINT(google-explicit-constructor): the common case
       : block_size(block_size), rows_per_block(block_size) {}
@@ -34,14 +35,20 @@ struct KvTableLayout {
   int64_t block_size;
   int64_t rows_per_block;
   int64_t blocks_per_group = 1;
+  int64_t quantized_groups = 0;
 
   // Table entries covering positions [0, num_tokens).
   int64_t entries_for(int64_t num_tokens) const {
-    return (num_tokens + block_size - 1) / block_size * blocks_per_group;
+    const int64_t groups = (num_tokens + block_size - 1) / block_size;
+    return groups <= quantized_groups
+               ? groups
+               : quantized_groups + (groups - quantized_groups) * blocks_per_group;
   }
-  // The table index and row holding position `pos`.
+  // The table index and row holding the residual row of position `pos` (past the quantized
+  // groups).
   int64_t entry(int64_t pos) const {
-    return pos / block_size * blocks_per_group + pos % block_size / rows_per_block;
+    return quantized_groups + (pos / block_size - quantized_groups) * blocks_per_group +
+           pos % block_size / rows_per_block;
   }
   int64_t row(int64_t pos) const { return pos % block_size % rows_per_block; }
 };
@@ -64,6 +71,8 @@ struct ForwardBatch {
   // parent's row as an offset within the sequence's rows (-1: the root, which follows the
   // context); kNoTree for rows of other sequences.
   std::vector<int32_t> tree_parents;
+  // Empty when no sequence has a quantized KIVI group; else [num_seqs] each one's count.
+  std::vector<int32_t> quantized_groups;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const {
@@ -82,6 +91,7 @@ struct ForwardBatch {
     logits_rows.clear();
     seq_adapter.clear();
     tree_parents.clear();
+    quantized_groups.clear();
   }
 
   // The batch builder (runners and tests alike): appends a run of `tokens` of one sequence

@@ -179,7 +179,8 @@ void Model::release_activations() {
                              &table_offsets_,
                              &logits_rows_,
                              &tree_parents_,
-                             &query_start_})
+                             &query_start_,
+                             &quantized_groups_})
     if (t->buffer.valid()) backend_.release(t->buffer);
 }
 
@@ -222,6 +223,7 @@ void Model::reserve(const StepCapacity& want) {
   logits_rows_ = i32(m);
   tree_parents_ = i32(n);
   query_start_ = i32(cap.seqs + 1);
+  quantized_groups_ = i32(cap.seqs + 1);
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHandle kv) {
@@ -254,6 +256,10 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     in.query_start = query_start_.rows_view(0, batch.num_seqs() + 1);
     b.copy_to_device(in.tree_parents, batch.tree_parents.data());
     b.copy_to_device(in.query_start, batch.query_start.data());
+  }
+  if (!batch.quantized_groups.empty()) {
+    in.quantized_groups = quantized_groups_.rows_view(0, batch.num_seqs());
+    b.copy_to_device(in.quantized_groups, batch.quantized_groups.data());
   }
 
   const backend::Tensor x = x_.rows_view(0, n), xn = xn_.rows_view(0, n),

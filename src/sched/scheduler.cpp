@@ -174,6 +174,15 @@ SchedulerOutput Scheduler::schedule() {
   pending_drops_.clear();
   for (const auto& [id, copy] : pending_slot_copies_) out.slot_copies.push_back(copy);
   pending_slot_copies_.clear();
+  // KIVI: running sequences' groups that their next queries read quantized become quantized
+  // blocks, first (their residual blocks free up for this step's allocations).
+  if (kv_.kivi())
+    for (SeqId id : ordered(SeqStatus::kRunning)) {
+      std::vector<kv::GroupQuantization> q = kv_.compact(id, get(id).num_computed_tokens);
+      out.group_quantizations.insert(out.group_quantizations.end(),
+                                     std::make_move_iterator(q.begin()),
+                                     std::make_move_iterator(q.end()));
+    }
   const int64_t budget = config_.max_num_batched_tokens;
   auto room = [&] { return budget - out.num_batched_tokens; };
   auto seats = [&] { return static_cast<int64_t>(out.scheduled.size()) < config_.max_num_seqs; };
@@ -292,7 +301,8 @@ void Scheduler::describe_for_runner(SchedulerOutput& out) {
     const std::vector<kv::BlockId>& table = kv_.block_table(s.id);
     auto it = runner_.find(s.id);
     if (it == runner_.end()) {
-      out.new_sequences.push_back(NewSequenceData{s.id, seq.tokens, table, seq.adapter_id, -1});
+      out.new_sequences.push_back(
+          NewSequenceData{s.id, seq.tokens, table, seq.adapter_id, -1, kv_.quantized_groups(s.id)});
       runner_.emplace(s.id, RunnerView{seq.num_tokens(), table});
       continue;
     }
@@ -306,6 +316,7 @@ void Scheduler::describe_for_runner(SchedulerOutput& out) {
         c.replaced_blocks.push_back({static_cast<int32_t>(i), table[i]});
     c.new_block_ids.assign(table.begin() + static_cast<int64_t>(keep), table.end());
     c.num_blocks = static_cast<int64_t>(table.size());
+    c.quantized_groups = kv_.quantized_groups(s.id);
     view.num_tokens = seq.num_tokens();
     view.block_table = table;
     out.cached_sequences.push_back(std::move(c));
@@ -441,7 +452,7 @@ void Scheduler::check_invariants() const {
                      "running sequence %lld has computed tokens but no blocks",
                      static_cast<long long>(id));
         const int64_t in_kv = s.num_computed_tokens + static_cast<int64_t>(s.spec_in_flight.size());
-        VESPER_CHECK(static_cast<int64_t>(kv_.block_table(id).size()) >= kv_.blocks_for(in_kv),
+        VESPER_CHECK(static_cast<int64_t>(kv_.block_table(id).size()) >= kv_.entries_for(id, in_kv),
                      "running sequence %lld has too few blocks", static_cast<long long>(id));
         break;
       }

@@ -45,6 +45,7 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.ints<kv::BlockId>(n.block_table);
     w.u64(n.adapter_id);
     w.i64(n.adapter);
+    w.i64(n.quantized_groups);
   }
   w.u64(cached_sequences.size());
   for (const auto& c : cached_sequences) {
@@ -58,6 +59,12 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     }
     w.ints<int32_t>(replaced);
     w.ints<kv::BlockId>(c.new_block_ids);
+    w.i64(c.quantized_groups);
+  }
+  w.u64(group_quantizations.size());
+  for (const auto& q : group_quantizations) {
+    w.ints<kv::BlockId>(q.rows);
+    w.i64(q.dst);
   }
   std::vector<int64_t> slots;
   for (const auto& c : slot_copies) {
@@ -106,6 +113,10 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     VESPER_READ(adapter, r.i64());
     if (adapter < -1 || adapter > INT32_MAX) return make_error("adapter slot out of range");
     n.adapter = static_cast<int32_t>(adapter);
+    VESPER_READ(quantized, r.i64());
+    if (quantized < 0 || quantized > static_cast<int64_t>(n.block_table.size()))
+      return make_error("quantized groups out of range for sequence " + std::to_string(id));
+    n.quantized_groups = quantized;
   }
   VESPER_READ(num_cached, r.count());
   out.cached_sequences.resize(num_cached);
@@ -124,6 +135,18 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     if (c.num_blocks < static_cast<int64_t>(c.new_block_ids.size()))
       return make_error("a table of " + std::to_string(c.num_blocks) + " blocks with " +
                         std::to_string(c.new_block_ids.size()) + " new ones");
+    VESPER_READ(quantized, r.i64());
+    if (quantized < 0 || quantized > c.num_blocks)
+      return make_error("quantized groups out of range for sequence " + std::to_string(id));
+    c.quantized_groups = quantized;
+  }
+  VESPER_READ(num_quantizations, r.count());
+  out.group_quantizations.resize(num_quantizations);
+  for (auto& q : out.group_quantizations) {
+    VESPER_TRY(r.ints(q.rows));
+    VESPER_READ(dst, r.i64());
+    if (dst < 0 || dst > INT32_MAX || q.rows.empty()) return make_error("a bad group quantization");
+    q.dst = static_cast<kv::BlockId>(dst);
   }
   std::vector<int64_t> slots;
   VESPER_TRY(r.ints(slots));
@@ -179,14 +202,16 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
 
 bool operator==(const NewSequenceData& a, const NewSequenceData& b) {
   return a.id == b.id && a.token_ids == b.token_ids && a.block_table == b.block_table &&
-         a.adapter_id == b.adapter_id && a.adapter == b.adapter;
+         a.adapter_id == b.adapter_id && a.adapter == b.adapter &&
+         a.quantized_groups == b.quantized_groups;
 }
 bool operator==(const BlockTableEntry& a, const BlockTableEntry& b) {
   return a.index == b.index && a.block == b.block;
 }
 bool operator==(const CachedSequenceData& a, const CachedSequenceData& b) {
   return a.id == b.id && a.new_token_ids == b.new_token_ids && a.num_blocks == b.num_blocks &&
-         a.replaced_blocks == b.replaced_blocks && a.new_block_ids == b.new_block_ids;
+         a.replaced_blocks == b.replaced_blocks && a.new_block_ids == b.new_block_ids &&
+         a.quantized_groups == b.quantized_groups;
 }
 bool operator==(const ScheduledSequence& a, const ScheduledSequence& b) {
   return a.id == b.id && a.start == b.start && a.num_new_tokens == b.num_new_tokens &&
@@ -210,6 +235,7 @@ bool operator==(const SchedulerOutput& a, const SchedulerOutput& b) {
         a.block_copies[i].dst != b.block_copies[i].dst)
       return false;
   return a.dropped == b.dropped && a.new_sequences == b.new_sequences &&
+         a.group_quantizations == b.group_quantizations &&
          a.cached_sequences == b.cached_sequences && a.slot_copies == b.slot_copies &&
          same_mappings(a.swap_out, b.swap_out) && same_mappings(a.swap_in, b.swap_in) &&
          a.scheduled == b.scheduled && a.preempted == b.preempted &&

@@ -10,7 +10,8 @@
 //  2. `new_sequences`: sequences the runner does not hold: every token and the whole table.
 //  3. `cached_sequences`: sequences it holds: only what changed since the plan that last
 //     scheduled them (tokens appended, block table entries replaced or appended, or shortened).
-//  4. memory traffic before the forward pass: `slot_copies` (an accepted tree path's K/V moved
+//  4. memory traffic before the forward pass: `group_quantizations` (KIVI), `slot_copies` (an
+//  accepted tree path's K/V moved
 //     to the slots of its positions), then `swap_out` (device -> host), then `swap_in`
 //     (host -> device), then `block_copies` (copy-on-write, device -> device).
 //  5. `scheduled`: the forward pass, one entry per sequence in batch order.
@@ -37,6 +38,7 @@ struct NewSequenceData {
   // scheduler's business, set by whoever pins adapters for the runner (the engine) before the
   // runner sees the plan.
   int32_t adapter = -1;
+  int64_t quantized_groups = 0;  // KIVI: groups stored quantized at the front of the table
 };
 
 // A block-table entry that now points at another block (copy-on-write moved it).
@@ -54,6 +56,7 @@ struct CachedSequenceData {
   int64_t num_blocks = 0;
   std::vector<BlockTableEntry> replaced_blocks;
   std::vector<kv::BlockId> new_block_ids;
+  int64_t quantized_groups = 0;  // KIVI: now stored quantized at the front of the table
 };
 
 // One slot's K/V (every layer) copied to another slot of the device storage.
@@ -87,7 +90,10 @@ struct SchedulerOutput {
   std::vector<SeqId> dropped;
   std::vector<NewSequenceData> new_sequences;
   std::vector<CachedSequenceData> cached_sequences;
-  std::vector<SlotCopy> slot_copies;        // first of all the memory traffic
+  // KIVI groups quantized into blocks (kv::GroupQuantization), before all other memory traffic:
+  // the blocks their rows held may be reused by anything later in the step.
+  std::vector<kv::GroupQuantization> group_quantizations;
+  std::vector<SlotCopy> slot_copies;        // first of the other memory traffic
   std::vector<kv::SwapMapping> swap_out;    // device -> host, before anything else
   std::vector<kv::SwapMapping> swap_in;     // host -> device, after swap-out
   std::vector<kv::BlockCopy> block_copies;  // copy-on-write, after swaps

@@ -7,7 +7,8 @@ namespace vesper::sched {
 Status SequenceMirror::apply(const SchedulerOutput& plan) {
   for (SeqId id : plan.dropped) seqs_.erase(id);
   for (const NewSequenceData& n : plan.new_sequences) {
-    auto [it, inserted] = seqs_.try_emplace(n.id, Entry{n.token_ids, n.block_table, n.adapter});
+    auto [it, inserted] =
+        seqs_.try_emplace(n.id, Entry{n.token_ids, n.block_table, n.adapter, n.quantized_groups});
     if (!inserted)
       return make_error("the plan adds sequence " + std::to_string(n.id) +
                         ", which the runner holds");
@@ -32,6 +33,7 @@ Status SequenceMirror::apply(const SchedulerOutput& plan) {
       e.block_table[r.index] = r.block;
     }
     e.block_table.insert(e.block_table.end(), c.new_block_ids.begin(), c.new_block_ids.end());
+    e.quantized_groups = c.quantized_groups;
   }
   for (const ScheduledSequence& s : plan.scheduled) {
     const Entry* e = find(s.id);

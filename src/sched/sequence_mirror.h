@@ -18,7 +18,8 @@ class SequenceMirror {
   struct Entry {
     std::vector<int32_t> tokens;
     std::vector<kv::BlockId> block_table;
-    int32_t adapter = -1;  // adapter slot (NewSequenceData::adapter)
+    int32_t adapter = -1;          // adapter slot (NewSequenceData::adapter)
+    int64_t quantized_groups = 0;  // KIVI: quantized groups at the front of block_table
   };
 
   // Applies a plan's dropped, new and cached parts, in that order. An error (with the mirror

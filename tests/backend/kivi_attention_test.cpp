@@ -189,9 +189,9 @@ class KiviSequence {
 std::vector<Case> cases() {
   const KvDtypes k2{KvDtype::kKivi2, KvDtype::kKivi2}, k4{KvDtype::kKivi4, KvDtype::kKivi4};
   const KvDtypes k8v2{KvDtype::kInt8, KvDtype::kKivi2}, k2v16{KvDtype::kKivi2, KvDtype::kF16};
-  return {{k2, 32, 40, 64, 8, 2}, {k4, 32, 8, 64, 4, 4},    {k2, 64, 20, 13, 3, 1},
-          {k4, 32, 33, 8, 4, 2},  {k8v2, 32, 16, 64, 4, 2}, {k2v16, 32, 1, 37, 2, 2},
-          {k2, 32, 128, 16, 2, 1}};
+  return {{k2, 32, 40, 64, 8, 2},  {k4, 32, 8, 64, 4, 4},    {k2, 64, 20, 13, 3, 1},
+          {k4, 32, 33, 8, 4, 2},   {k8v2, 32, 16, 64, 4, 2}, {k2v16, 32, 1, 37, 2, 2},
+          {k2, 32, 128, 16, 2, 1}, {k2, 32, 32, 8, 8, 4}};
 }
 
 // Length 150: up to four whole groups of 32 before the last query, two of 64.

@@ -80,14 +80,19 @@ TEST(CliKvCache, KiviPerplexityWithinItsBounds) {
   EXPECT_GE(k8v2, f16 * 0.999);
 }
 
-// The serving engine does not hold KIVI tables yet: a startup error naming the flag, never a
-// silent fallback to another type.
-TEST(CliKvCache, KiviIsRefusedByTheServingEngineNamingTheFlag) {
-  auto r = run_vesper(
-      {"generate", kModel, "--prompt", "Once", "--max-tokens", "2", "--kv-cache-dtype", "kivi2"});
+// What KIVI does not run with yet is a startup error naming the flags (speculative decoding), or
+// said in the startup log (prefix caching, turned off); a bad group size is a usage error.
+TEST(CliKvCache, KiviLimitsAreStatedNamingTheFlags) {
+  auto r =
+      run_vesper({"generate", kModel, "--prompt", "Once", "--max-tokens", "2", "--kv-cache-dtype",
+                  "kivi2", "--speculative-model", "[ngram]", "--num-speculative-tokens", "3"});
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("--kv-cache-dtype"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("KIVI"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--kv-cache-dtype kivi2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--speculative-model"), std::string::npos) << r.err;
+  auto ok = run_vesper(
+      {"generate", kModel, "--prompt", "Once", "--max-tokens", "2", "--kv-cache-dtype", "kivi2"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("prefix caching is off"), std::string::npos) << ok.err;
   auto bad = run_vesper(
       {"perplexity", kModel, "-f", kText, "--kv-cache-dtype", "kivi2", "--kivi-group-size", "48"});
   EXPECT_NE(bad.exit_code, 0);
@@ -168,6 +173,12 @@ TEST(CliKvCache, SameMemoryHoldsMoreTokensOfSmallerTypes) {
   std::string log;
   EXPECT_NEAR(64.0 / 28.0, capacity({"-ctk", "int8", "-ctv", "f16"}, &log) / f32, 0.03);
   EXPECT_NE(log.find("KV cache (k int8, v f16)"), std::string::npos) << log;
+  // KIVI, scales and zero points included (groups of 32, head size 8): kivi2 a group's keys
+  // 8 x 4 + 32 x 2 bytes and values 32 x (2 + 4), 9 bytes a token and head against f32's 64;
+  // kivi4 13.
+  EXPECT_NEAR(64.0 / 9.0, capacity({"--kv-cache-dtype", "kivi2"}, &log) / f32, 0.1);
+  EXPECT_NE(log.find("KV cache (kivi2) 180 bytes/token"), std::string::npos) << log;
+  EXPECT_NEAR(64.0 / 13.0, capacity({"--kv-cache-dtype", "kivi4"}) / f32, 0.1);
 }
 
 // `vesper inspect` states a model's KV bytes per token in every type (stories260K: 5 layers x 4 KV
@@ -211,14 +222,17 @@ TEST(CliKvCache, GreedyOutputPerTypeIsTheSameAloneAndBatched) {
       if (!line.empty()) v.push_back(nlohmann::json::parse(line)["token_ids"]);
     return v;
   };
-  for (const std::string type : {"f16", "int8", "fp8_e5m2"}) {
-    auto alone = run_vesper({"generate", kModel, "--prompt", "Lily wanted a", "--max-tokens", "24",
-                             "--temperature", "0", "--json", "--kv-cache-dtype", type});
+  // KIVI with a residual window of 8 over 60 tokens: groups are stored quantized as it runs.
+  for (const std::string type : {"f16", "int8", "fp8_e5m2", "kivi2", "kivi4"}) {
+    const std::string max_tokens = type.starts_with("kivi") ? "60" : "24";
+    auto alone = run_vesper({"generate", kModel, "--prompt", "Lily wanted a", "--max-tokens",
+                             max_tokens, "--temperature", "0", "--json", "--kv-cache-dtype", type,
+                             "--kivi-residual-length", "8"});
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
-    auto batched =
-        run_vesper({"generate", kModel, "--prompt", "One day, a big dog", "--prompt",
-                    "Lily wanted a", "--max-tokens", "24", "--temperature", "0", "--json",
-                    "--max-num-batched-tokens", "8", "--kv-cache-dtype", type});
+    auto batched = run_vesper({"generate", kModel, "--prompt", "One day, a big dog", "--prompt",
+                               "Lily wanted a", "--max-tokens", max_tokens, "--temperature", "0",
+                               "--json", "--max-num-batched-tokens", "8", "--kv-cache-dtype", type,
+                               "--kivi-residual-length", "8"});
     ASSERT_EQ(batched.exit_code, 0) << batched.err;
     const auto a = ids(alone.out), b = ids(batched.out);
     ASSERT_EQ(1u, a.size());

@@ -18,8 +18,10 @@ bool alloc(KvCacheManager& kv, SeqId seq, int64_t first_written, int64_t num_tok
   const auto granted = kv.allocate_slots(seq, first_written, num_tokens - first_written);
   kv.check_invariants();
   const std::vector<BlockCopy> copies = granted ? granted->copies() : std::vector<BlockCopy>{};
-  if (copies_out != nullptr) *copies_out = copies;
-  else EXPECT_TRUE(copies.empty());
+  if (copies_out != nullptr)
+    *copies_out = copies;
+  else
+    EXPECT_TRUE(copies.empty());
   return granted.has_value();
 }
 
@@ -341,6 +343,72 @@ TEST_F(KvCacheManagerDeathTest, MisuseAborts) {
   ASSERT_TRUE(kv.allocate_slots(2, 0, 1));
   kv.swap_out(2);
   EXPECT_DEATH(kv.allocate_slots(2, 1, 1), "allocate_slots for swapped-out sequence 2");
+}
+
+}  // namespace
+}  // namespace vesper::kv
+
+namespace vesper::kv {
+namespace {
+
+// KIVI tables: groups of 4 tokens whose residual rows take 3 blocks each; a residual window of 2.
+TEST(KvCacheManager, KiviTablesQuantizeGroupsOutOfTheResidualWindow) {
+  KvCacheManager kv(40, 40, 4);
+  kv.enable_kivi(3, 2);
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 10).has_value());  // 3 groups as residual rows
+  kv.check_invariants();
+  EXPECT_EQ(kv.block_table(1).size(), 9u);
+  EXPECT_EQ(kv.blocks_for(10), 9);
+  EXPECT_EQ(kv.entries_for(1, 10), 9);
+  const std::vector<BlockId> before = kv.block_table(1);
+  // A query at position 10 reads tokens before 10 + 1 - 2 = 9 quantized: groups 0 and 1.
+  const std::vector<GroupQuantization> q = kv.compact(1, 10);
+  kv.check_invariants();
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0].rows, std::vector<BlockId>(before.begin(), before.begin() + 3));
+  EXPECT_EQ(q[1].rows, std::vector<BlockId>(before.begin() + 3, before.begin() + 6));
+  EXPECT_EQ(kv.quantized_groups(1), 2);
+  const std::vector<BlockId>& table = kv.block_table(1);
+  ASSERT_EQ(table.size(), 5u);  // two quantized blocks, then group 2's three
+  EXPECT_EQ(table[0], q[0].dst);
+  EXPECT_EQ(table[1], q[1].dst);
+  EXPECT_EQ(std::vector<BlockId>(table.begin() + 2, table.end()),
+            std::vector<BlockId>(before.begin() + 6, before.end()));
+  for (const GroupQuantization& g : q)
+    for (BlockId r : g.rows) EXPECT_NE(r, g.dst) << "a group's rows are not its destination";
+  EXPECT_EQ(kv.device_pool().num_used(), 5);
+  EXPECT_TRUE(kv.compact(1, 10).empty()) << "nothing more to quantize at the same position";
+  // Growing past group 2 adds whole residual groups after the quantized ones.
+  ASSERT_TRUE(kv.allocate_slots(1, 10, 3).has_value());
+  kv.check_invariants();
+  EXPECT_EQ(kv.block_table(1).size(), 2u + 2 * 3);
+  EXPECT_EQ(kv.entries_for(1, 13), 8);
+  // Rollback keeps whole groups; a fork shares everything, quantized groups included.
+  kv.truncate(1, 11);
+  kv.check_invariants();
+  EXPECT_EQ(kv.block_table(1).size(), 5u);
+  kv.fork(1, 2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.quantized_groups(2), 2);
+  // Swapped out and in, the table keeps its form.
+  ASSERT_TRUE(kv.can_swap_out(2));
+  kv.swap_out(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.quantized_groups(2), 2);
+  ASSERT_TRUE(kv.can_swap_in(2, 11));
+  kv.swap_in(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.block_table(2).size(), 5u);
+  // With no free block, compaction waits (attention quantizes the group itself meanwhile).
+  KvCacheManager full(3, 0, 4);
+  full.enable_kivi(3, 0);
+  ASSERT_TRUE(full.allocate_slots(7, 0, 4).has_value());
+  EXPECT_TRUE(full.compact(7, 4).empty());
+  EXPECT_EQ(full.quantized_groups(7), 0);
+  kv.free(1);
+  kv.free(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.device_pool().num_used(), 0);
 }
 
 }  // namespace
