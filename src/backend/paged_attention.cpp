@@ -1,5 +1,7 @@
 #include "backend/paged_attention.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -117,7 +119,8 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
   if (batch.num_tokens == 0) return;
   const AttentionKernel kernel =
       isa == Isa::kScalar ? paged_attention_scalar : paged_attention_avx2;
-  const AttentionArgs args{&cache, layer, batch, q, n_heads, group, scale, out};
+  static std::atomic<uint64_t> calls{0};
+  const AttentionArgs args{&cache, layer, batch, q, n_heads, group, scale, out, ++calls};
 
   int64_t keys = 0;  // key rows visited per KV head, summed over tokens
   for (int64_t t = 0; t < batch.num_tokens; ++t) keys += int64_t{batch.positions[t]} + 1;

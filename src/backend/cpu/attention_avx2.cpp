@@ -162,6 +162,162 @@ void decode_rows(const std::byte* const* rows, int64_t n, int64_t head_dim, floa
   }
 }
 
+// KIVI codes of 8 consecutive elements as 8 bytes: 2-bit elements from 2 bytes, 4-bit from 4
+// (element c at bit c * bits, little endian), through per-byte tables built at compile time (no
+// static initializer runs in this file, which is compiled for AVX2 but linked into every build).
+struct KiviLanes {
+  uint32_t two[256];   // a byte's four 2-bit codes, one per byte
+  uint16_t four[256];  // a byte's two 4-bit codes, one per byte
+};
+constexpr KiviLanes make_kivi_lanes() {
+  KiviLanes t{};
+  for (unsigned b = 0; b < 256; ++b) {
+    t.two[b] = (b & 3u) | ((b >> 2) & 3u) << 8 | ((b >> 4) & 3u) << 16 | (b >> 6) << 24;
+    t.four[b] = static_cast<uint16_t>((b & 15u) | (b >> 4) << 8);
+  }
+  return t;
+}
+constexpr KiviLanes kKiviLanes = make_kivi_lanes();
+
+// Elements [c, c + 8) of a packed KIVI row as f32 codes.
+inline __m256 kivi_codes8(const std::byte* row, int64_t c, int bits) {
+  const auto* p = reinterpret_cast<const uint8_t*>(row);
+  uint64_t v;
+  if (bits == 2) {
+    const uint8_t* q = p + c / 4;
+    v = uint64_t{kKiviLanes.two[q[0]]} | uint64_t{kKiviLanes.two[q[1]]} << 32;
+  } else {
+    const uint8_t* q = p + c / 2;
+    v = uint64_t{kKiviLanes.four[q[0]]} | uint64_t{kKiviLanes.four[q[1]]} << 16 |
+        uint64_t{kKiviLanes.four[q[2]]} << 32 | uint64_t{kKiviLanes.four[q[3]]} << 48;
+  }
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(v))));
+}
+
+// Codes of elements [c, c + 16 * n) of a packed row (c a multiple of 64 for 2 bits, of 32 for 4),
+// 16 to a vector in element order: n = 4 (2 bits) or 2 (4 bits) vectors.
+inline int unpack_codes(const std::byte* row, int64_t c, int bits, __m128i* out) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c * bits / 8));
+  if (bits == 2) {
+    const __m128i m = _mm_set1_epi8(3);
+    const __m128i a0 = _mm_and_si128(v, m), a1 = _mm_and_si128(_mm_srli_epi16(v, 2), m);
+    const __m128i a2 = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    const __m128i a3 = _mm_and_si128(_mm_srli_epi16(v, 6), m);
+    const __m128i lo01 = _mm_unpacklo_epi8(a0, a1), lo23 = _mm_unpacklo_epi8(a2, a3);
+    const __m128i hi01 = _mm_unpackhi_epi8(a0, a1), hi23 = _mm_unpackhi_epi8(a2, a3);
+    out[0] = _mm_unpacklo_epi16(lo01, lo23);
+    out[1] = _mm_unpackhi_epi16(lo01, lo23);
+    out[2] = _mm_unpacklo_epi16(hi01, hi23);
+    out[3] = _mm_unpackhi_epi16(hi01, hi23);
+    return 4;
+  }
+  const __m128i m = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(v, m), hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+  out[0] = _mm_unpacklo_epi8(lo, hi);
+  out[1] = _mm_unpackhi_epi8(lo, hi);
+  return 2;
+}
+
+// fma(code, scale, zero) for 16 codes, into o[0, 16).
+inline void emit16(__m128i codes, __m256 s0, __m256 z0, __m256 s1, __m256 z1, float* o) {
+  _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), s0, z0));
+  _mm256_storeu_ps(
+      o + 8,
+      _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))), s1, z1));
+}
+
+inline float f16_at(const std::byte* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof(h));
+  return _cvtsh_ss(h);  // F16C: exact, as fp16_to_f32
+}
+
+// decode_kv_group_rows for KIVI groups, 8 elements at a time: fma(code, scale, zero) as the
+// portable decoder computes it, so the values are the same bits.
+void decode_kivi_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const std::byte* group,
+                       int64_t first, int64_t n, float* out) {
+  const int64_t g = spec.block_size, d = spec.head_dim, body = d / kLanes * kLanes;
+  const int bits = kv_kivi_bits(dtype);
+  const int64_t packed = kivi_packed_row_bytes(dtype, d);
+  if (side == KvSide::kKey) {
+    // Per-channel scales and zero points, widened once for the tile.
+    alignas(32) float scale[512], zero[512];
+    if (d > 512) return decode_kv_group_rows(spec, dtype, side, group, first, n, out);
+    int64_t c0 = 0;
+    for (; c0 + kLanes <= d; c0 += kLanes) {
+      _mm256_store_ps(
+          scale + c0,
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 2 * c0))));
+      _mm256_store_ps(
+          zero + c0,
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 2 * (d + c0)))));
+    }
+    for (; c0 < d; ++c0) {
+      scale[c0] = f16_at(group + 2 * c0);
+      zero[c0] = f16_at(group + 2 * (d + c0));
+    }
+    const std::byte* rows = group + 4 * d;
+    const int64_t span = bits == 2 ? 64 : 32;  // elements unpack_codes gives at once
+    const int64_t wide = d / span * span;
+    for (int64_t i = 0; i < n; ++i) {
+      const std::byte* row = rows + (first + i) * packed;
+      float* o = out + i * d;
+      for (int64_t c = 0; c < wide; c += span) {
+        __m128i codes[4];
+        const int k = unpack_codes(row, c, bits, codes);
+        for (int j = 0; j < k; ++j) {
+          const int64_t e = c + 16 * j;
+          emit16(codes[j], _mm256_load_ps(scale + e), _mm256_load_ps(zero + e),
+                 _mm256_load_ps(scale + e + 8), _mm256_load_ps(zero + e + 8), o + e);
+        }
+      }
+      for (int64_t c = wide; c < body; c += kLanes)
+        _mm256_storeu_ps(o + c,
+                         _mm256_fmadd_ps(kivi_codes8(row, c, bits), _mm256_load_ps(scale + c),
+                                         _mm256_load_ps(zero + c)));
+      for (int64_t c = body; c < d; ++c) {
+        const int64_t bit = c * bits;
+        const auto q = static_cast<float>((static_cast<unsigned>(row[bit / 8]) >> (bit % 8)) &
+                                          ((1u << bits) - 1));
+        o[c] = std::fma(q, scale[c], zero[c]);
+      }
+    }
+    return;
+  }
+  const int64_t width = std::min(g, d);
+  const int64_t row_bytes = packed + 4 * kivi_value_channel_groups(g, d);
+  for (int64_t i = 0; i < n; ++i) {
+    const std::byte* row = group + (first + i) * row_bytes;
+    float* o = out + i * d;
+    int64_t c = 0;
+    const int64_t span = bits == 2 ? 64 : 32;
+    // Whole unpacks, 16 codes of one channel run at a time (runs a multiple of 16 channels).
+    if (width % 16 == 0)
+      for (; c + span <= d; c += span) {
+        __m128i codes[4];
+        const int k = unpack_codes(row, c, bits, codes);
+        for (int j = 0; j < k; ++j) {
+          const std::byte* meta = row + packed + 4 * ((c + 16 * j) / width);
+          const __m256 s = _mm256_set1_ps(f16_at(meta)), z = _mm256_set1_ps(f16_at(meta + 2));
+          emit16(codes[j], s, z, s, z, o + c + 16 * j);
+        }
+      }
+    for (; c < body && (c % width) + kLanes <= width; c += kLanes) {
+      const std::byte* meta = row + packed + 4 * (c / width);
+      _mm256_storeu_ps(o + c,
+                       _mm256_fmadd_ps(kivi_codes8(row, c, bits), _mm256_set1_ps(f16_at(meta)),
+                                       _mm256_set1_ps(f16_at(meta + 2))));
+    }
+    if (c < d) {
+      // A run whose width is not a multiple of 8, or the tail: the portable decoder's rows.
+      alignas(32) float tmp[512];
+      if (d > 512) return decode_kv_group_rows(spec, dtype, side, group, first, n, out);
+      decode_kv_group_rows(spec, dtype, side, group, first + i, 1, tmp);
+      std::memcpy(o + c, tmp + c, static_cast<size_t>(d - c) * sizeof(float));
+    }
+  }
+}
+
 struct Avx2Tile {
   static void decode(KvDtype dtype, const std::byte* const* rows, int64_t n, int64_t head_dim,
                      float* out) {
@@ -182,6 +338,17 @@ struct Avx2Tile {
         break;
     }
     for (int64_t i = 0; i < n; ++i) decode_kv_row(dtype, rows[i], head_dim, out + i * head_dim);
+  }
+
+  // Rows [first, first + n) of a quantized group (decode_kv_group_rows, bit for bit); row types'
+  // groups are their rows.
+  static void decode_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
+                           const std::byte* group, int64_t first, int64_t n, float* out) {
+    if (kv_is_kivi(dtype)) return decode_kivi_group(spec, dtype, side, group, first, n, out);
+    const std::byte* rows[kAttentionTile];
+    const int64_t row = spec.row_bytes(dtype);
+    for (int64_t i = 0; i < n; ++i) rows[i] = group + (first + i) * row;
+    decode(dtype, rows, n, spec.head_dim, out);
   }
 
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,

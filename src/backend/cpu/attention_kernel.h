@@ -58,6 +58,9 @@ struct AttentionArgs {
   int64_t group;    // n_heads / n_kv_heads
   float scale;
   float* out;  // [num_tokens][n_heads][head_dim]
+  // Distinct for every call (KIVI: groups quantized on the fly are kept per thread for the call's
+  // duration, and its K/V rows do not change during it).
+  uint64_t call = 0;
 };
 
 // Computes items [begin, end). `scratch` holds attention_scratch_floats(group, head_dim) floats

@@ -34,6 +34,10 @@ struct ScalarTile {
                      float* out) {
     for (int64_t i = 0; i < n; ++i) decode_kv_row(dtype, rows[i], head_dim, out + i * head_dim);
   }
+  static void decode_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
+                           const std::byte* group, int64_t first, int64_t n, float* out) {
+    decode_kv_group_rows(spec, dtype, side, group, first, n, out);
+  }
 
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
                    int64_t nt, int64_t head_dim, float scale, float* s, float* acc, float& run_max,

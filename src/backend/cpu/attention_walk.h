@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/attention_kernel.h"
@@ -39,6 +40,9 @@ namespace {
 //                    float& run_max, float& run_sum);
 //     folds keys [0, nt) of one tile (nt <= kAttentionTile) into one query head's running state
 //     (acc[head_dim], run_max, run_sum); scores has room for kAttentionTile floats.
+//   static void decode_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
+//                            const std::byte* group, int64_t first, int64_t n, float* out);
+//     rows [first, first + n) of a quantized group (KIVI), as decode_kv_group_rows gives them.
 //   static void finish(const float* acc, float run_sum, int64_t head_dim, float* out);
 //     writes out[d] = acc[d] * (1 / run_sum).
 // Points rows[0, nt) at a tile's rows of `dtype` (src) as f32: in place for f32, else decoded into
@@ -156,12 +160,23 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   float* acc = scores + kAttentionTile;
   float* k_tile = acc + kAttentionQueryBlock * group * head_dim;
   float* v_tile = k_tile + kAttentionTile * head_dim;
-  // Decoded quantized tiles, one group's residual rows as f32, and its quantized units.
+  // Decoded quantized tiles and one group's residual rows as f32.
   thread_local std::vector<float> extra;
-  thread_local std::vector<std::byte> k_unit, v_unit;
   extra.resize(static_cast<size_t>((2 * kAttentionTile + bs) * head_dim));
-  k_unit.resize(static_cast<size_t>(spec.key_unit_bytes()));
-  v_unit.resize(static_cast<size_t>(spec.value_unit_bytes()));
+  // Groups this thread quantized on the fly during this call, by (first residual block, KV
+  // head): each is quantized once per call, not once per run of queries reading it.
+  struct MadeGroups {
+    uint64_t call = 0;
+    std::unordered_map<uint64_t, size_t> at;  // offset of the key unit; the value unit follows
+    std::vector<std::byte> bytes;
+  };
+  thread_local MadeGroups made;
+  if (made.call != args.call) {
+    made.call = args.call;
+    made.at.clear();
+    made.bytes.clear();
+  }
+  const int64_t k_unit_bytes = spec.key_unit_bytes(), v_unit_bytes = spec.value_unit_bytes();
   float* qk_tile = extra.data();
   float* qv_tile = qk_tile + kAttentionTile * head_dim;
   float* group_rows = qv_tile + kAttentionTile * head_dim;
@@ -185,7 +200,6 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   int64_t max_ctx = 0;
   for (int64_t t = t_begin; t < t_end; ++t)
     max_ctx = std::max(max_ctx, int64_t{batch.positions[t]} + 1);
-  int64_t made_group = -1;  // the residual group whose quantized units k_unit / v_unit hold
   for (int64_t j0 = 0; j0 < max_ctx; j0 += kAttentionTile) {
     const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0), gi = j0 / bs;
     const bool stored_quantized = gi < quantized;
@@ -194,12 +208,20 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       read_quantized =
           batch.positions[t] >= j0 && spec.kivi_quantized_tokens(batch.positions[t]) > j0;
     if (stored_quantized) {
-      decode_kv_group_rows(spec, spec.dtypes.k, KvSide::kKey,
-                           args.cache->key_run(args.layer, table[gi], g), j0 % bs, tile_keys,
-                           qk_tile);
-      decode_kv_group_rows(spec, spec.dtypes.v, KvSide::kValue,
-                           args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys,
-                           qv_tile);
+      // The next group's units, while this one is decoded (the hardware prefetcher does not
+      // follow the block table).
+      if (j0 % bs == 0 && gi + 1 < quantized) {
+        const std::byte* nk = args.cache->key_run(args.layer, table[gi + 1], g);
+        const std::byte* nv = args.cache->value_run(args.layer, table[gi + 1], g);
+        for (int64_t at = 0; at < spec.key_unit_bytes(); at += 64) __builtin_prefetch(nk + at);
+        for (int64_t at = 0; at < spec.value_unit_bytes(); at += 64) __builtin_prefetch(nv + at);
+      }
+      Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey,
+                         args.cache->key_run(args.layer, table[gi], g), j0 % bs, tile_keys,
+                         qk_tile);
+      Tile::decode_group(spec, spec.dtypes.v, KvSide::kValue,
+                         args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys,
+                         qv_tile);
     } else {
       for (int64_t i = 0; i < tile_keys; ++i) {
         const int64_t slot = residual_slot(j0 + i);
@@ -209,23 +231,28 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
       load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
       if (read_quantized) {
-        if (made_group != gi) {
+        const uint64_t key = static_cast<uint64_t>(table[quantized + (gi - quantized) * per_group])
+                                 << 24 |
+                             static_cast<uint64_t>(g);
+        auto [it, fresh] = made.at.try_emplace(key, made.bytes.size());
+        if (fresh) {
+          made.bytes.resize(made.bytes.size() + static_cast<size_t>(k_unit_bytes + v_unit_bytes));
+          std::byte* unit = made.bytes.data() + it->second;
           for (int64_t i = 0; i < bs; ++i)
             decode_kv_row(k_row_type,
                           args.cache->key_row(args.layer, residual_slot(gi * bs + i), g), head_dim,
                           group_rows + i * head_dim);
-          encode_kv_group(spec, spec.dtypes.k, KvSide::kKey, group_rows, k_unit.data());
+          encode_kv_group(spec, spec.dtypes.k, KvSide::kKey, group_rows, unit);
           for (int64_t i = 0; i < bs; ++i)
             decode_kv_row(v_row_type,
                           args.cache->value_row(args.layer, residual_slot(gi * bs + i), g),
                           head_dim, group_rows + i * head_dim);
-          encode_kv_group(spec, spec.dtypes.v, KvSide::kValue, group_rows, v_unit.data());
-          made_group = gi;
+          encode_kv_group(spec, spec.dtypes.v, KvSide::kValue, group_rows, unit + k_unit_bytes);
         }
-        decode_kv_group_rows(spec, spec.dtypes.k, KvSide::kKey, k_unit.data(), j0 % bs, tile_keys,
-                             qk_tile);
-        decode_kv_group_rows(spec, spec.dtypes.v, KvSide::kValue, v_unit.data(), j0 % bs, tile_keys,
-                             qv_tile);
+        const std::byte* unit = made.bytes.data() + it->second;
+        Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey, unit, j0 % bs, tile_keys, qk_tile);
+        Tile::decode_group(spec, spec.dtypes.v, KvSide::kValue, unit + k_unit_bytes, j0 % bs,
+                           tile_keys, qv_tile);
       }
     }
     for (int64_t t = t_begin; t < t_end; ++t) {
