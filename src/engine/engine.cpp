@@ -74,10 +74,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const SpeculativeConfig& spec = e->config_.speculative;
   const backend::KvDtypes kv_dtypes = config.cache.kv_dtypes;
   const bool kivi = kv_is_kivi(kv_dtypes.k) || kv_is_kivi(kv_dtypes.v);
-  if (kivi && spec.enabled())
+  // n-gram proposals verify as a chain (a chunk of queries, which KIVI attention handles); a
+  // draft model's own cache and Medusa's tree paths do not follow KIVI's group compaction yet.
+  if (kivi && spec.enabled() && spec.method != SpeculativeConfig::Method::kNgram)
     return make_error("--kv-cache-dtype " + kv_dtypes.describe() +
-                      ": speculative decoding (--speculative-model) does not run on KIVI caches "
-                      "yet");
+                      ": a draft model or Medusa heads (--speculative-model) do not run on KIVI "
+                      "caches yet; n-gram lookup (--speculative-model [ngram]) does");
   if (kivi && e->config_.cache.enable_prefix_caching) {
     // A prefix-cache hit needs the f16 rows of the residual window before it, which compaction
     // releases; until cached residual blocks are kept, KIVI runs without the prefix cache.

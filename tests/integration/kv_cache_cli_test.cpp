@@ -83,9 +83,9 @@ TEST(CliKvCache, KiviPerplexityWithinItsBounds) {
 // What KIVI does not run with yet is a startup error naming the flags (speculative decoding), or
 // said in the startup log (prefix caching, turned off); a bad group size is a usage error.
 TEST(CliKvCache, KiviLimitsAreStatedNamingTheFlags) {
-  auto r =
-      run_vesper({"generate", kModel, "--prompt", "Once", "--max-tokens", "2", "--kv-cache-dtype",
-                  "kivi2", "--speculative-model", "[ngram]", "--num-speculative-tokens", "3"});
+  auto r = run_vesper({"generate", kModel, "--prompt", "Once", "--max-tokens", "2",
+                       "--kv-cache-dtype", "kivi2", "--speculative-model",
+                       "../shared/models/stories-draft.gguf", "--num-speculative-tokens", "3"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--kv-cache-dtype kivi2"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--speculative-model"), std::string::npos) << r.err;
@@ -239,6 +239,33 @@ TEST(CliKvCache, GreedyOutputPerTypeIsTheSameAloneAndBatched) {
     ASSERT_EQ(2u, b.size());
     EXPECT_EQ(a[0], b[1]) << type;
   }
+}
+
+// n-gram speculation verifies chains of proposals over a KIVI cache: the greedy ids are those
+// of plain decoding (groups are stored quantized meanwhile: a residual window of 8).
+TEST(CliKvCache, KiviGreedyOutputIsTheSameWithNgramSpeculation) {
+  std::vector<std::string> args = {"generate",
+                                   kModel,
+                                   "--prompt",
+                                   "Once upon a time",
+                                   "--prompt",
+                                   "Lily and Ben",
+                                   "--max-tokens",
+                                   "100",
+                                   "--temperature",
+                                   "0",
+                                   "--json",
+                                   "--kv-cache-dtype",
+                                   "kivi2",
+                                   "--kivi-residual-length",
+                                   "8"};
+  auto plain = run_vesper(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  args.insert(args.end(), {"--speculative-model", "[ngram]", "--num-speculative-tokens", "4"});
+  auto speculated = run_vesper(args);
+  ASSERT_EQ(speculated.exit_code, 0) << speculated.err;
+  EXPECT_NE(speculated.err.find("n-gram"), std::string::npos) << speculated.err;
+  EXPECT_EQ(plain.out, speculated.out);
 }
 
 TEST(CliKvCache, BadTypesAreUsageErrorsNamingTheFlag) {

@@ -213,8 +213,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       if (j0 % bs == 0 && gi + 1 < quantized) {
         const std::byte* nk = args.cache->key_run(args.layer, table[gi + 1], g);
         const std::byte* nv = args.cache->value_run(args.layer, table[gi + 1], g);
-        for (int64_t at = 0; at < spec.key_unit_bytes(); at += 64) __builtin_prefetch(nk + at);
-        for (int64_t at = 0; at < spec.value_unit_bytes(); at += 64) __builtin_prefetch(nv + at);
+        for (int64_t at = 0; at < k_unit_bytes; at += 64) __builtin_prefetch(nk + at);
+        for (int64_t at = 0; at < v_unit_bytes; at += 64) __builtin_prefetch(nv + at);
       }
       Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey,
                          args.cache->key_run(args.layer, table[gi], g), j0 % bs, tile_keys,
