@@ -34,36 +34,43 @@ void KvCache::write_value(int64_t layer, int64_t slot, int64_t head, const float
   encode_kv_row(kv_row_dtype(spec_.dtypes.v), x, spec_.head_dim, value_row(layer, slot, head));
 }
 
-void KvCache::quantize_group(std::span<const int32_t> rows, int64_t dst) {
+void KvCache::encode_group_units(int64_t layer, int64_t head, std::span<const int32_t> rows,
+                                 std::byte* k_unit, std::byte* v_unit) const {
   const int64_t g = spec_.block_size, d = spec_.head_dim;
   VESPER_CHECK(static_cast<int64_t>(rows.size()) == spec_.residual_blocks_per_group(),
-               "quantize_group: %zu residual blocks for a group of %lld rows", rows.size(),
-               static_cast<long long>(g));
-  VESPER_CHECK(dst >= 0 && dst < n_blocks_, "quantize_group: block %lld out of range",
-               static_cast<long long>(dst));
-  for (int32_t b : rows)
-    VESPER_CHECK(b >= 0 && b < n_blocks_ && b != dst, "quantize_group: residual block %d", b);
-  std::vector<float> x(static_cast<size_t>(g * d));
+               "a group's residual rows in %zu blocks, not %lld", rows.size(),
+               static_cast<long long>(spec_.residual_blocks_per_group()));
+  auto slot = [&](int64_t i) {
+    return int64_t{rows[i / rows_per_block_]} * rows_per_block_ + i % rows_per_block_;
+  };
+  thread_local std::vector<float> x;
+  x.resize(static_cast<size_t>(g * d));
   auto one_side = [&](KvDtype dtype, KvSide side, auto row_of, std::byte* unit, int64_t row_bytes) {
-    if (!kv_is_kivi(dtype)) {
-      for (int64_t i = 0; i < g; ++i) std::memcpy(unit + i * row_bytes, row_of(i), row_bytes);
+    if (!kv_is_kivi(dtype)) {  // row types keep their rows' bytes
+      for (int64_t i = 0; i < g; ++i)
+        std::memcpy(unit + i * row_bytes, row_of(i), static_cast<size_t>(row_bytes));
       return;
     }
     for (int64_t i = 0; i < g; ++i) decode_kv_row(kv_row_dtype(dtype), row_of(i), d, &x[i * d]);
     encode_kv_group(spec_, dtype, side, x.data(), unit);
   };
+  one_side(
+      spec_.dtypes.k, KvSide::kKey, [&](int64_t i) { return key_row(layer, slot(i), head); },
+      k_unit, k_row_);
+  one_side(
+      spec_.dtypes.v, KvSide::kValue, [&](int64_t i) { return value_row(layer, slot(i), head); },
+      v_unit, v_row_);
+}
+
+void KvCache::quantize_group(std::span<const int32_t> rows, int64_t dst) {
+  VESPER_CHECK(dst >= 0 && dst < n_blocks_, "quantize_group: block %lld out of range",
+               static_cast<long long>(dst));
+  for (int32_t b : rows)
+    VESPER_CHECK(b >= 0 && b < n_blocks_ && b != dst, "quantize_group: residual block %d", b);
   for (int64_t l = 0; l < spec_.n_layers; ++l)
-    for (int64_t h = 0; h < spec_.n_kv_heads; ++h) {
-      auto slot = [&](int64_t i) {
-        return rows[i / rows_per_block_] * rows_per_block_ + i % rows_per_block_;
-      };
-      one_side(
-          spec_.dtypes.k, KvSide::kKey, [&](int64_t i) { return key_row(l, slot(i), h); },
-          const_cast<std::byte*>(key_run(l, dst, h)), k_row_);
-      one_side(
-          spec_.dtypes.v, KvSide::kValue, [&](int64_t i) { return value_row(l, slot(i), h); },
-          const_cast<std::byte*>(value_run(l, dst, h)), v_row_);
-    }
+    for (int64_t h = 0; h < spec_.n_kv_heads; ++h)
+      encode_group_units(l, h, rows, const_cast<std::byte*>(key_run(l, dst, h)),
+                         const_cast<std::byte*>(value_run(l, dst, h)));
 }
 
 void KvCache::copy_block_from(const KvCache& other, int64_t src, int64_t dst) {

@@ -75,6 +75,11 @@ class KvCache {
   // group of block `dst` (kv_codec.h; row types' rows are copied as they are). `dst` may not be
   // one of `rows`.
   void quantize_group(std::span<const int32_t> rows, int64_t dst);
+  // One layer's and head's part of quantize_group, into k_unit / v_unit (key_unit_bytes() and
+  // value_unit_bytes()): what attention uses for a group it reads quantized while it is still
+  // held as residual rows, so both give the same bytes.
+  void encode_group_units(int64_t layer, int64_t head, std::span<const int32_t> rows,
+                          std::byte* k_unit, std::byte* v_unit) const;
 
   // Copies every layer's K and V rows of slot `src` into slot `dst` (an accepted speculative tree
   // path moved to its positions), metadata included.

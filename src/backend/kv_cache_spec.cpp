@@ -57,7 +57,7 @@ std::string kv_dtype_choices() {
   for (KvDtype d : kKiviKvDtypes)
     s += ", " + std::string(kv_dtype_name(d)) + " (" + std::to_string(kv_kivi_bits(d)) +
          " bits/element + f16 scale and zero per channel (keys) or per token and channel run "
-         "(values) of a group; perplexity only so far)";
+         "(values) of a group; the newest --kivi-residual-length tokens in f16)";
   s += ", fp8 (= fp8_e4m3)";
   return s;
 }

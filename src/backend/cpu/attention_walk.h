@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -143,7 +144,8 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
 // `context` on are read from its path's slots. Every tile lies within one group (block_size is a
 // multiple of kAttentionTile). Per tile: a group stored quantized is decoded from its block; a
 // group stored as residual rows is read as written, and, for the queries that read it
-// quantized, quantized here once per run exactly as compaction does (kv_codec.h) and decoded.
+// quantized, quantized once per call exactly as compaction does (KvCache::encode_group_units)
+// and decoded.
 template <class Tile>
 void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_begin, int64_t t_end,
                       int64_t g, const int32_t* table, int64_t quantized,
@@ -160,9 +162,9 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   float* acc = scores + kAttentionTile;
   float* k_tile = acc + kAttentionQueryBlock * group * head_dim;
   float* v_tile = k_tile + kAttentionTile * head_dim;
-  // Decoded quantized tiles and one group's residual rows as f32.
+  // Decoded quantized tiles.
   thread_local std::vector<float> extra;
-  extra.resize(static_cast<size_t>((2 * kAttentionTile + bs) * head_dim));
+  extra.resize(static_cast<size_t>(2 * kAttentionTile * head_dim));
   // Groups this thread quantized on the fly during this call, by (first residual block, KV
   // head): each is quantized once per call, not once per run of queries reading it.
   struct MadeGroups {
@@ -179,7 +181,6 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   const int64_t k_unit_bytes = spec.key_unit_bytes(), v_unit_bytes = spec.value_unit_bytes();
   float* qk_tile = extra.data();
   float* qv_tile = qk_tile + kAttentionTile * head_dim;
-  float* group_rows = qv_tile + kAttentionTile * head_dim;
   const std::byte* k_src[kAttentionTile];
   const std::byte* v_src[kAttentionTile];
   const float* k_rows[kAttentionTile];
@@ -231,23 +232,15 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
       load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
       if (read_quantized) {
-        const uint64_t key = static_cast<uint64_t>(table[quantized + (gi - quantized) * per_group])
-                                 << 24 |
-                             static_cast<uint64_t>(g);
+        const int32_t* rows = table + quantized + (gi - quantized) * per_group;
+        const uint64_t key = static_cast<uint64_t>(rows[0]) << 24 | static_cast<uint64_t>(g);
         auto [it, fresh] = made.at.try_emplace(key, made.bytes.size());
         if (fresh) {
           made.bytes.resize(made.bytes.size() + static_cast<size_t>(k_unit_bytes + v_unit_bytes));
           std::byte* unit = made.bytes.data() + it->second;
-          for (int64_t i = 0; i < bs; ++i)
-            decode_kv_row(k_row_type,
-                          args.cache->key_row(args.layer, residual_slot(gi * bs + i), g), head_dim,
-                          group_rows + i * head_dim);
-          encode_kv_group(spec, spec.dtypes.k, KvSide::kKey, group_rows, unit);
-          for (int64_t i = 0; i < bs; ++i)
-            decode_kv_row(v_row_type,
-                          args.cache->value_row(args.layer, residual_slot(gi * bs + i), g),
-                          head_dim, group_rows + i * head_dim);
-          encode_kv_group(spec, spec.dtypes.v, KvSide::kValue, group_rows, unit + k_unit_bytes);
+          args.cache->encode_group_units(
+              args.layer, g, std::span<const int32_t>(rows, static_cast<size_t>(per_group)), unit,
+              unit + k_unit_bytes);
         }
         const std::byte* unit = made.bytes.data() + it->second;
         Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey, unit, j0 % bs, tile_keys, qk_tile);
