@@ -72,8 +72,10 @@ struct BatchArrays {
 // Times paged_attention over `arrays` on `threads` threads, with queries (n_heads per token)
 // uniform in [-1, 1).
 void time_attention(benchmark::State& state, const vesper::backend::KvCache& cache,
-                    const BatchArrays& arrays, int64_t n_heads, int threads, std::mt19937& rng) {
-  const vesper::backend::AttentionBatch batch = arrays.batch();
+                    const BatchArrays& arrays, int64_t n_heads, int threads, std::mt19937& rng,
+                    const int32_t* quantized_groups = nullptr) {
+  vesper::backend::AttentionBatch batch = arrays.batch();
+  batch.quantized_groups = quantized_groups;
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> q(batch.num_tokens * n_heads * kHeadDim), out(q.size());
   for (auto& v : q) v = dist(rng);
@@ -112,6 +114,72 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   time_attention(state, cache, a, n_heads, threads, rng);
   const int64_t kv_bytes =
       seqs * context * n_kv_heads * (cache.spec().key_row_bytes() + cache.spec().value_row_bytes());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * seqs);
+}
+
+// Args: cached tokens per sequence, sequences, query heads, KV heads, threads, KIVI type (index in
+// kKiviKvDtypes). Groups of 32 tokens, residual window 128: each sequence's groups before
+// kivi_quantized_tokens(context - 1) are stored quantized (one block each, as the engine's
+// compaction leaves them), the rest as residual rows.
+void BM_PagedAttentionDecodeKivi(benchmark::State& state) {
+  const int64_t context = state.range(0), seqs = state.range(1);
+  const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
+  const int threads = static_cast<int>(state.range(4));
+  const vesper::backend::KvDtype dtype = vesper::backend::kKiviKvDtypes[state.range(5)];
+  state.SetLabel(std::string(vesper::backend::kv_dtype_name(dtype)));
+  vesper::backend::KvCacheSpec spec = cache_spec(n_kv_heads, dtype);
+  spec.block_size = 32;
+  spec.kivi_residual_length = 128;
+  const int64_t g = spec.block_size, per_group = spec.residual_blocks_per_group();
+  const int64_t rows_per = spec.residual_rows_per_block();
+  const int64_t groups = (context + g - 1) / g;
+  const int64_t quantized = spec.kivi_quantized_tokens(context - 1) / g;
+  // Per sequence: its quantized blocks, its residual groups' blocks, and one group of scratch
+  // blocks the quantized groups' rows are written to first.
+  const int64_t blocks_per_seq = quantized + (groups - quantized + 1) * per_group;
+  vesper::backend::KvCache cache(spec, blocks_per_seq * seqs);
+  std::mt19937 rng(1);
+  fill_cache(cache, rng);  // every residual row; the quantized groups' rows come from scratch
+  BatchArrays a;
+  a.offsets.push_back(0);
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int32_t base = static_cast<int32_t>(s * blocks_per_seq);
+    const int32_t scratch = static_cast<int32_t>(base + blocks_per_seq - per_group);
+    std::vector<int32_t> rows(static_cast<size_t>(per_group));
+    std::iota(rows.begin(), rows.end(), scratch);
+    for (int64_t q = 0; q < quantized; ++q) {
+      for (int64_t slot = int64_t{scratch} * rows_per; slot < (scratch + per_group) * rows_per;
+           ++slot) {
+        std::vector<float> k(kHeadDim), v(kHeadDim);
+        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+        for (int64_t h = 0; h < n_kv_heads; ++h) {
+          for (int64_t i = 0; i < kHeadDim; ++i) {
+            k[i] = dist(rng);
+            v[i] = dist(rng);
+          }
+          cache.write_key(0, slot, h, k.data());
+          cache.write_value(0, slot, h, v.data());
+        }
+      }
+      cache.quantize_group(rows, base + q);
+    }
+    for (int64_t b = 0; b < blocks_per_seq - per_group; ++b) a.tables.push_back(base + b);
+    a.offsets.push_back(static_cast<int32_t>(a.tables.size()));
+    a.positions.push_back(static_cast<int32_t>(context - 1));
+    a.token_seq.push_back(static_cast<int32_t>(s));
+    const int64_t r = context - 1 - (groups - 1) * g;  // the new token's row in its group
+    a.slots.push_back(int64_t{a.tables[a.offsets[s] + quantized +
+                                       (groups - 1 - quantized) * per_group + r / rows_per]} *
+                          rows_per +
+                      r % rows_per);
+  }
+  std::vector<int32_t> quantized_groups(static_cast<size_t>(seqs), static_cast<int32_t>(quantized));
+  time_attention(state, cache, a, n_heads, threads, rng, quantized_groups.data());
+  const int64_t kv_bytes =
+      seqs * n_kv_heads *
+      (quantized * (spec.key_unit_bytes() + spec.value_unit_bytes()) +
+       (context - quantized * g) * (spec.key_row_bytes() + spec.value_row_bytes()));
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * seqs);
 }
@@ -158,6 +226,21 @@ void attention_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_PagedAttentionDecode)
     ->Apply(attention_args)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Both KIVI types at the 110M model's shape, 1 and 8 sequences of 2,048 tokens (against the row
+// types' cases above).
+void kivi_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"context", "seqs", "heads", "kv_heads", "threads", "kv"});
+  const int64_t hw = vesper::ThreadPool::hardware_threads();
+  for (int64_t seqs : {1, 8})
+    for (int64_t kv = 0; kv < static_cast<int64_t>(std::size(vesper::backend::kKiviKvDtypes)); ++kv)
+      b->Args({2048, seqs, 12, 12, hw, kv});
+}
+
+BENCHMARK(BM_PagedAttentionDecodeKivi)
+    ->Apply(kivi_args)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -16,6 +16,7 @@
 
 #include "backend/cpu/attention_cpu.h"
 #include "backend/paged_attention.h"
+#include "core/fp16.h"
 #include "reference/reference_attention.h"
 #include "reference/reference_kv.h"
 
@@ -134,7 +135,9 @@ class KiviSequence {
 
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
 
-  // The reference for the query at `pos`.
+  // The reference for the query at `pos`. Keys of a KIVI group enter a score as the kernel's
+  // contract defines (attention_kernel.h): q * scale rounded to 16-bit steps against the codes,
+  // plus q . zero, here folded into each query head's own copy of the group's keys.
   std::vector<double> reference(int64_t pos) const {
     const int64_t kv = c_.n_kv_heads, d = c_.head_dim, gs = c_.group;
     const int64_t quantized = spec_.kivi_quantized_tokens(pos);
@@ -143,8 +146,11 @@ class KiviSequence {
       ks.emplace_back(k_.begin() + j * kv * d, k_.begin() + (j + 1) * kv * d);
       vs.emplace_back(v_.begin() + j * kv * d, v_.begin() + (j + 1) * kv * d);
     }
+    // Groups read quantized with KIVI keys: each group's and head's encoded bytes.
+    std::vector<std::vector<std::vector<std::byte>>> key_groups;
     // Groups read quantized: the reference encoding of their stored rows, per head.
-    for (int64_t g = 0; g * gs < quantized; ++g)
+    for (int64_t g = 0; g * gs < quantized; ++g) {
+      key_groups.emplace_back(static_cast<size_t>(kv));
       for (int64_t h = 0; h < kv; ++h)
         for (int side = 0; side < 2; ++side) {
           const KvDtype dtype = side == 0 ? c_.dtypes.k : c_.dtypes.v;
@@ -156,6 +162,7 @@ class KiviSequence {
           const KvSide s = side == 0 ? KvSide::kKey : KvSide::kValue;
           const std::vector<std::byte> bytes =
               reference::encode_kivi_group(dtype, s, x.data(), gs, d);
+          if (side == 0) key_groups[g][h] = bytes;
           const std::vector<double> values =
               reference::decode_kivi_group(dtype, s, bytes.data(), gs, d);
           auto& dst = side == 0 ? ks : vs;
@@ -163,13 +170,47 @@ class KiviSequence {
             for (int64_t e = 0; e < d; ++e)
               dst[g * gs + i][h * d + e] = static_cast<float>(values[i * d + e]);
         }
-    std::vector<const float*> kp, vp;
-    for (int64_t j = 0; j <= pos; ++j) {
-      kp.push_back(ks[j].data());
-      vp.push_back(vs[j].data());
     }
-    return reference::attention(q_.data() + pos * c_.n_heads * d, c_.n_heads, kv, d, kp, vp,
-                                scale());
+    const int64_t heads_per_kv = c_.n_heads / kv;
+    std::vector<double> out;
+    for (int64_t qh = 0; qh < c_.n_heads; ++qh) {
+      const int64_t h = qh / heads_per_kv;
+      const float* q = q_.data() + (pos * c_.n_heads + qh) * d;
+      std::vector<std::vector<float>> keys(static_cast<size_t>(pos + 1));
+      std::vector<const float*> kp, vp;
+      for (int64_t j = 0; j <= pos; ++j) {
+        keys[j].assign(ks[j].begin() + h * d, ks[j].begin() + (h + 1) * d);
+        vp.push_back(vs[j].data() + h * d);
+      }
+      for (int64_t g = 0; g * gs < quantized && kv_is_kivi(c_.dtypes.k); ++g) {
+        const std::byte* group = key_groups[g][h].data();
+        const int bits = kv_kivi_bits(c_.dtypes.k);
+        auto f16 = [&](int64_t i) {
+          uint16_t x;
+          std::memcpy(&x, group + 2 * i, 2);
+          return fp16_to_f32(x);
+        };
+        // The 16-bit terms, as the contract computes them (f32).
+        float m = 0.0f;
+        for (int64_t c = 0; c < d; ++c) m = std::max(m, std::fabs(q[c] * f16(c)));
+        const float inv = 32767.0f / m, step = m / 32767.0f;
+        for (int64_t i = 0; i < gs; ++i)
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t bit = c * bits;
+            const auto* row = reinterpret_cast<const uint8_t*>(
+                group + 4 * d + i * kivi_packed_row_bytes(c_.dtypes.k, d));
+            const int code = row[bit / 8] >> (bit % 8) & ((1 << bits) - 1);
+            const double q16 = std::clamp(std::nearbyint(q[c] * f16(c) * inv), -32767.0f, 32767.0f);
+            // q[c] * key = step * q16 * code + q[c] * zero.
+            keys[g * gs + i][c] = static_cast<float>(
+                f16(d + c) + (q[c] != 0.0f ? double{step} * q16 * code / q[c] : 0.0));
+          }
+      }
+      for (const auto& k : keys) kp.push_back(k.data());
+      const std::vector<double> o = reference::attention(q, 1, 1, d, kp, vp, scale());
+      out.insert(out.end(), o.begin(), o.end());
+    }
+    return out;
   }
 
   const KvCacheSpec& spec() const { return spec_; }

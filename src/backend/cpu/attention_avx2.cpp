@@ -162,38 +162,6 @@ void decode_rows(const std::byte* const* rows, int64_t n, int64_t head_dim, floa
   }
 }
 
-// KIVI codes of 8 consecutive elements as 8 bytes: 2-bit elements from 2 bytes, 4-bit from 4
-// (element c at bit c * bits, little endian), through per-byte tables built at compile time (no
-// static initializer runs in this file, which is compiled for AVX2 but linked into every build).
-struct KiviLanes {
-  uint32_t two[256];   // a byte's four 2-bit codes, one per byte
-  uint16_t four[256];  // a byte's two 4-bit codes, one per byte
-};
-constexpr KiviLanes make_kivi_lanes() {
-  KiviLanes t{};
-  for (unsigned b = 0; b < 256; ++b) {
-    t.two[b] = (b & 3u) | ((b >> 2) & 3u) << 8 | ((b >> 4) & 3u) << 16 | (b >> 6) << 24;
-    t.four[b] = static_cast<uint16_t>((b & 15u) | (b >> 4) << 8);
-  }
-  return t;
-}
-constexpr KiviLanes kKiviLanes = make_kivi_lanes();
-
-// Elements [c, c + 8) of a packed KIVI row as f32 codes.
-inline __m256 kivi_codes8(const std::byte* row, int64_t c, int bits) {
-  const auto* p = reinterpret_cast<const uint8_t*>(row);
-  uint64_t v;
-  if (bits == 2) {
-    const uint8_t* q = p + c / 4;
-    v = uint64_t{kKiviLanes.two[q[0]]} | uint64_t{kKiviLanes.two[q[1]]} << 32;
-  } else {
-    const uint8_t* q = p + c / 2;
-    v = uint64_t{kKiviLanes.four[q[0]]} | uint64_t{kKiviLanes.four[q[1]]} << 16 |
-        uint64_t{kKiviLanes.four[q[2]]} << 32 | uint64_t{kKiviLanes.four[q[3]]} << 48;
-  }
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(v))));
-}
-
 // Codes of elements [c, c + 16 * n) of a packed row (c a multiple of 64 for 2 bits, of 32 for 4),
 // 16 to a vector in element order: n = 4 (2 bits) or 2 (4 bits) vectors.
 inline int unpack_codes(const std::byte* row, int64_t c, int bits, __m128i* out) {
@@ -218,103 +186,304 @@ inline int unpack_codes(const std::byte* row, int64_t c, int bits, __m128i* out)
   return 2;
 }
 
-// fma(code, scale, zero) for 16 codes, into o[0, 16).
-inline void emit16(__m128i codes, __m256 s0, __m256 z0, __m256 s1, __m256 z1, float* o) {
-  _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), s0, z0));
-  _mm256_storeu_ps(
-      o + 8,
-      _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))), s1, z1));
-}
-
 inline float f16_at(const std::byte* p) {
   uint16_t h;
   std::memcpy(&h, p, sizeof(h));
   return _cvtsh_ss(h);  // F16C: exact, as fp16_to_f32
 }
 
-// decode_kv_group_rows for KIVI groups, 8 elements at a time: fma(code, scale, zero) as the
-// portable decoder computes it, so the values are the same bits.
-void decode_kivi_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const std::byte* group,
-                       int64_t first, int64_t n, float* out) {
-  const int64_t g = spec.block_size, d = spec.head_dim, body = d / kLanes * kLanes;
+// Scores of keys [0, nt) of a tile of f32 rows into s (padded with -inf to a multiple of 8).
+void scores_from_rows(const float* q, const float* const* k_rows, int64_t nt, int64_t head_dim,
+                      float scale, float* s) {
+  const int64_t full = nt / kLanes * kLanes;
+  for (int64_t i = 0; i < full; i += kLanes) score8(q, k_rows + i, head_dim, scale, s + i);
+  for (int64_t i = full; i < nt; ++i) s[i] = score1(q, k_rows[i], head_dim, scale);
+}
+
+// The online-softmax step over a tile's scores s[0, nt): s becomes the weights e (0 past nt, to a
+// multiple of 8), and the running maximum and sum move on; returns alpha.
+float fold(float* s, int64_t nt, float& run_max, float& run_sum) {
+  const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
+  for (int64_t i = nt; i < padded; ++i) s[i] = -INFINITY;
+  // The max is exact whatever the order (the sign of a zero cannot reach a result: exp(+-0)
+  // is 1 either way).
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < padded; i += kLanes) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
+  alignas(32) float lanes[kLanes];
+  _mm256_store_ps(lanes, vmax);
+  float tile_max = lanes[0];
+  for (int l = 1; l < kLanes; ++l) tile_max = std::max(tile_max, lanes[l]);
+  const float m_new = std::max(run_max, tile_max);
+  const float alpha = exp_lane(run_max - m_new);
+  run_max = m_new;
+  const __m256 vm = _mm256_set1_ps(m_new);
+  __m256 vsum = _mm256_setzero_ps();
+  for (int64_t i = 0; i < padded; i += kLanes) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+    _mm256_storeu_ps(s + i, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  run_sum = std::fma(run_sum, alpha, tree8(vsum));
+  return alpha;
+}
+
+// acc = fma(acc, alpha, the tile's weighted values) over f32 rows.
+void accumulate_rows(const float* e, const float* const* v_rows, int64_t nt, int64_t head_dim,
+                     float alpha, float* acc) {
+  const int64_t body = head_dim / kLanes * kLanes;
+  const __m256 valpha = _mm256_set1_ps(alpha);
+  int64_t c = 0;
+  for (; c + 16 <= body; c += 16) accumulate_chunks<2>(acc, c, valpha, e, v_rows, nt);
+  for (; c < body; c += 8) accumulate_chunks<1>(acc, c, valpha, e, v_rows, nt);
+  for (int64_t d = body; d < head_dim; ++d) {
+    float u[4] = {};
+    for (int64_t i = 0; i < nt; ++i) u[i % 4] = std::fma(e[i], v_rows[i][d], u[i % 4]);
+    acc[d] = std::fma(acc[d], alpha, (u[0] + u[1]) + (u[2] + u[3]));
+  }
+}
+
+// codes[i * head_dim + c]: the codes of rows [first, first + n) of a KIVI group, one byte each;
+// params: the group's parameters as f32, as KiviTile lays them out.
+void unpack_kivi_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const std::byte* group,
+                       int64_t first, int64_t n, uint8_t* codes, float* params) {
+  const int64_t d = spec.head_dim;
   const int bits = kv_kivi_bits(dtype);
   const int64_t packed = kivi_packed_row_bytes(dtype, d);
+  const int64_t runs = kivi_value_channel_groups(spec.block_size, d);
+  const std::byte* rows = side == KvSide::kKey ? group + 4 * d : group;
+  const int64_t stride = side == KvSide::kKey ? packed : packed + 4 * runs;
   if (side == KvSide::kKey) {
-    // Per-channel scales and zero points, widened once for the tile.
-    alignas(32) float scale[512], zero[512];
-    if (d > 512) return decode_kv_group_rows(spec, dtype, side, group, first, n, out);
-    int64_t c0 = 0;
-    for (; c0 + kLanes <= d; c0 += kLanes) {
-      _mm256_store_ps(
-          scale + c0,
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 2 * c0))));
-      _mm256_store_ps(
-          zero + c0,
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 2 * (d + c0)))));
-    }
-    for (; c0 < d; ++c0) {
-      scale[c0] = f16_at(group + 2 * c0);
-      zero[c0] = f16_at(group + 2 * (d + c0));
-    }
-    const std::byte* rows = group + 4 * d;
-    const int64_t span = bits == 2 ? 64 : 32;  // elements unpack_codes gives at once
-    const int64_t wide = d / span * span;
-    for (int64_t i = 0; i < n; ++i) {
-      const std::byte* row = rows + (first + i) * packed;
-      float* o = out + i * d;
-      for (int64_t c = 0; c < wide; c += span) {
-        __m128i codes[4];
-        const int k = unpack_codes(row, c, bits, codes);
-        for (int j = 0; j < k; ++j) {
-          const int64_t e = c + 16 * j;
-          emit16(codes[j], _mm256_load_ps(scale + e), _mm256_load_ps(zero + e),
-                 _mm256_load_ps(scale + e + 8), _mm256_load_ps(zero + e + 8), o + e);
-        }
-      }
-      for (int64_t c = wide; c < body; c += kLanes)
-        _mm256_storeu_ps(o + c,
-                         _mm256_fmadd_ps(kivi_codes8(row, c, bits), _mm256_load_ps(scale + c),
-                                         _mm256_load_ps(zero + c)));
-      for (int64_t c = body; c < d; ++c) {
-        const int64_t bit = c * bits;
-        const auto q = static_cast<float>((static_cast<unsigned>(row[bit / 8]) >> (bit % 8)) &
-                                          ((1u << bits) - 1));
-        o[c] = std::fma(q, scale[c], zero[c]);
-      }
-    }
-    return;
-  }
-  const int64_t width = std::min(g, d);
-  const int64_t row_bytes = packed + 4 * kivi_value_channel_groups(g, d);
-  for (int64_t i = 0; i < n; ++i) {
-    const std::byte* row = group + (first + i) * row_bytes;
-    float* o = out + i * d;
     int64_t c = 0;
-    const int64_t span = bits == 2 ? 64 : 32;
-    // Whole unpacks, 16 codes of one channel run at a time (runs a multiple of 16 channels).
-    if (width % 16 == 0)
-      for (; c + span <= d; c += span) {
-        __m128i codes[4];
-        const int k = unpack_codes(row, c, bits, codes);
-        for (int j = 0; j < k; ++j) {
-          const std::byte* meta = row + packed + 4 * ((c + 16 * j) / width);
-          const __m256 s = _mm256_set1_ps(f16_at(meta)), z = _mm256_set1_ps(f16_at(meta + 2));
-          emit16(codes[j], s, z, s, z, o + c + 16 * j);
-        }
+    for (; c + kLanes <= 2 * d; c += kLanes)
+      _mm256_storeu_ps(
+          params + c,
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 2 * c))));
+    for (; c < 2 * d; ++c) params[c] = f16_at(group + 2 * c);
+  } else {
+    for (int64_t r = 0; r < runs; ++r)
+      for (int64_t i = 0; i < kAttentionTile; ++i) {
+        const std::byte* meta = rows + (first + i) * stride + packed + 4 * r;
+        params[2 * r * kAttentionTile + i] = i < n ? f16_at(meta) : 0.0f;
+        params[(2 * r + 1) * kAttentionTile + i] = i < n ? f16_at(meta + 2) : 0.0f;
       }
-    for (; c < body && (c % width) + kLanes <= width; c += kLanes) {
-      const std::byte* meta = row + packed + 4 * (c / width);
-      _mm256_storeu_ps(o + c,
-                       _mm256_fmadd_ps(kivi_codes8(row, c, bits), _mm256_set1_ps(f16_at(meta)),
-                                       _mm256_set1_ps(f16_at(meta + 2))));
+  }
+  const int64_t span = bits == 2 ? 64 : 32;  // elements unpack_codes gives at once
+  const int64_t wide = d / span * span;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::byte* row = rows + (first + i) * stride;
+    uint8_t* o = codes + i * d;
+    for (int64_t c = 0; c < wide; c += span) {
+      // Stores written out by count (a loop of k stores became a memcpy call).
+      __m128i v[4];
+      auto* out = reinterpret_cast<__m128i*>(o + c);
+      if (unpack_codes(row, c, bits, v) == 4) {
+        _mm_storeu_si128(out, v[0]);
+        _mm_storeu_si128(out + 1, v[1]);
+        _mm_storeu_si128(out + 2, v[2]);
+        _mm_storeu_si128(out + 3, v[3]);
+      } else {
+        _mm_storeu_si128(out, v[0]);
+        _mm_storeu_si128(out + 1, v[1]);
+      }
     }
-    if (c < d) {
-      // A run whose width is not a multiple of 8, or the tail: the portable decoder's rows.
-      alignas(32) float tmp[512];
-      if (d > 512) return decode_kv_group_rows(spec, dtype, side, group, first, n, out);
-      decode_kv_group_rows(spec, dtype, side, group, first + i, 1, tmp);
-      std::memcpy(o + c, tmp + c, static_cast<size_t>(d - c) * sizeof(float));
+    const auto* p = reinterpret_cast<const uint8_t*>(row);
+    for (int64_t c = wide; c < d; ++c)
+      o[c] = static_cast<uint8_t>(p[c * bits / 8] >> (c * bits % 8) & ((1u << bits) - 1));
+  }
+}
+
+// Sum of the eight int32 lanes of each of a[0..8), lane i of the result (exact).
+__m256i hsum8x8_epi32(const __m256i* a) {
+  const __m256i t0 = _mm256_hadd_epi32(a[0], a[1]);
+  const __m256i t1 = _mm256_hadd_epi32(a[2], a[3]);
+  const __m256i t2 = _mm256_hadd_epi32(a[4], a[5]);
+  const __m256i t3 = _mm256_hadd_epi32(a[6], a[7]);
+  const __m256i u0 = _mm256_hadd_epi32(t0, t1);
+  const __m256i u1 = _mm256_hadd_epi32(t2, t3);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                          _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// The query's 16-bit key terms against a KIVI key group (attention_kernel.h), 8 at a time: the
+// portable kernel's values (the maximum is exact in any order; cvtps rounds to nearest even, as
+// nearbyint does).
+float key_q16(const KiviTile& t, const float* q) {
+  const int64_t d = t.spec->head_dim, body = d / kLanes * kLanes;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 inf = _mm256_set1_ps(INFINITY);
+  __m256 vmax = _mm256_setzero_ps();
+  int finite = 0xff;
+  for (int64_t c = 0; c < body; c += kLanes) {
+    const __m256 x = _mm256_and_ps(
+        _mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(t.k_params + c)), abs_mask);
+    finite &= _mm256_movemask_ps(_mm256_cmp_ps(x, inf, _CMP_LT_OQ));
+    vmax = _mm256_max_ps(vmax, x);
+  }
+  alignas(32) float lanes[kLanes];
+  _mm256_store_ps(lanes, vmax);
+  float m = 0.0f;
+  for (float l : lanes) m = std::max(m, l);
+  for (int64_t c = body; c < d; ++c) {
+    const float x = std::fabs(q[c] * t.k_params[c]);
+    if (!(x < INFINITY)) finite = 0;
+    m = std::max(m, x);
+  }
+  if (finite != 0xff || m == 0.0f) {
+    std::fill(t.q16, t.q16 + d, int16_t{0});
+    return finite == 0xff ? 0.0f : NAN;
+  }
+  const float inv = 32767.0f / m;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i lo = _mm256_set1_epi32(-32767), hi = _mm256_set1_epi32(32767);
+  int64_t c = 0;
+  for (; c + 16 <= body; c += 16) {
+    __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(
+        _mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(t.k_params + c)), vinv));
+    __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(
+        _mm256_mul_ps(_mm256_loadu_ps(q + c + 8), _mm256_loadu_ps(t.k_params + c + 8)), vinv));
+    a = _mm256_min_epi32(_mm256_max_epi32(a, lo), hi);
+    b = _mm256_min_epi32(_mm256_max_epi32(b, lo), hi);
+    // packs works within 128-bit lanes: put the 16 results back in element order.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.q16 + c),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
+  }
+  for (; c < d; ++c)
+    t.q16[c] = static_cast<int16_t>(
+        std::clamp(std::nearbyint(q[c] * t.k_params[c] * inv), -32767.0f, 32767.0f));
+  return m / 32767.0f;
+}
+
+// Scores of a tile's KIVI keys (attention_kernel.h): the query's 16-bit terms against each key's
+// codes, an exact integer dot product, then fma(step, dot, q . zero) * scale.
+void kivi_scores(const KiviTile& t, const float* q, int64_t nt, float scale, float* s) {
+  const int64_t d = t.spec->head_dim;
+  const float step = key_q16(t, q);
+  const float qz = score1(q, t.k_params + d, d, 1.0f);
+  const int64_t wide = d / 16 * 16;
+  const __m256 vstep = _mm256_set1_ps(step), vqz = _mm256_set1_ps(qz);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  auto tail = [&](int64_t i) {
+    int32_t dot = 0;
+    for (int64_t e = wide; e < d; ++e) dot += int32_t{t.q16[e]} * t.k_codes[i * d + e];
+    return dot;
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= nt; i += kLanes) {
+    __m256i a[kLanes];
+    for (int k = 0; k < kLanes; ++k) a[k] = _mm256_setzero_si256();
+    for (int64_t e = 0; e < wide; e += 16) {
+      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q16 + e));
+      for (int k = 0; k < kLanes; ++k) {
+        const __m256i kv = _mm256_cvtepu8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k_codes + (i + k) * d + e)));
+        a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(qv, kv));
+      }
     }
+    __m256i dots = hsum8x8_epi32(a);
+    if (wide < d) {
+      alignas(32) int32_t extra[kLanes];
+      for (int k = 0; k < kLanes; ++k) extra[k] = tail(i + k);
+      dots = _mm256_add_epi32(dots, _mm256_load_si256(reinterpret_cast<const __m256i*>(extra)));
+    }
+    _mm256_storeu_ps(s + i,
+                     _mm256_mul_ps(_mm256_fmadd_ps(vstep, _mm256_cvtepi32_ps(dots), vqz), vscale));
+  }
+  for (; i < nt; ++i) {
+    __m256i a = _mm256_setzero_si256();
+    for (int64_t e = 0; e < wide; e += 16)
+      a = _mm256_add_epi32(
+          a, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q16 + e)),
+                               _mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                   reinterpret_cast<const __m128i*>(t.k_codes + i * d + e)))));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    h = _mm_hadd_epi32(h, h);
+    h = _mm_hadd_epi32(h, h);
+    const int32_t dot = _mm_cvtsi128_si32(h) + tail(i);
+    s[i] = std::fma(step, static_cast<float>(dot), qz) * scale;
+  }
+}
+
+// The tile's weighted KIVI values (attention_kernel.h): per key, its weight for each channel run
+// times its codes, in four partial sums as for rows, plus each run's zero term.
+void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, float* acc) {
+  const int64_t d = t.spec->head_dim, body = d / kLanes * kLanes;
+  const int64_t width = std::min(t.spec->block_size, d);
+  const int64_t runs = kivi_value_channel_groups(t.spec->block_size, d);
+  // Each run's weights and zero term, over the keys padded to whole vectors (fold made their
+  // weights 0, and their parameters are 0).
+  const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
+  for (int64_t r = 0; r < runs; ++r) {
+    const float* scales = t.v_params + 2 * r * kAttentionTile;
+    const float* zeros = scales + kAttentionTile;
+    __m256 lanes = _mm256_setzero_ps();
+    for (int64_t i = 0; i < padded; i += kLanes) {
+      const __m256 ei = _mm256_loadu_ps(e + i);
+      _mm256_storeu_ps(t.weights + r * kAttentionTile + i,
+                       _mm256_mul_ps(ei, _mm256_loadu_ps(scales + i)));
+      lanes = _mm256_fmadd_ps(ei, _mm256_loadu_ps(zeros + i), lanes);
+    }
+    t.zero_terms[r] = tree8(lanes);
+  }
+  const __m256 valpha = _mm256_set1_ps(alpha);
+  auto codes8 = [&](int64_t i, int64_t c) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.v_codes + i * d + c))));
+  };
+  // Chunks of 8 channels; a chunk lies within one run when runs are multiples of 8 (a single run
+  // otherwise: width = d).
+  int64_t c = 0;
+  for (; c + 16 <= body && width % 8 == 0; c += 16) {
+    const int64_t r0 = c / width, r1 = (c + 8) / width;
+    __m256 u[4][2];
+    for (auto& ur : u) ur[0] = ur[1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    // Key k into partial sum R; R is a constant so the partial sums stay in registers.
+    auto step = [&](int64_t k, auto R) {
+      u[R][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(t.weights + r0 * kAttentionTile + k),
+                                codes8(k, c), u[R][0]);
+      u[R][1] = _mm256_fmadd_ps(_mm256_broadcast_ss(t.weights + r1 * kAttentionTile + k),
+                                codes8(k, c + 8), u[R][1]);
+    };
+    using R0 = std::integral_constant<int, 0>;
+    using R1 = std::integral_constant<int, 1>;
+    using R2 = std::integral_constant<int, 2>;
+    using R3 = std::integral_constant<int, 3>;
+    for (; i + 4 <= nt; i += 4) {
+      step(i, R0{});
+      step(i + 1, R1{});
+      step(i + 2, R2{});
+      step(i + 3, R3{});
+    }
+    if (i < nt) step(i, R0{});
+    if (i + 1 < nt) step(i + 1, R1{});
+    if (i + 2 < nt) step(i + 2, R2{});
+    for (int k = 0; k < 2; ++k) {
+      const __m256 pv = _mm256_add_ps(
+          _mm256_add_ps(_mm256_add_ps(u[0][k], u[1][k]), _mm256_add_ps(u[2][k], u[3][k])),
+          _mm256_broadcast_ss(t.zero_terms + (k == 0 ? r0 : r1)));
+      _mm256_storeu_ps(acc + c + 8 * k,
+                       _mm256_fmadd_ps(_mm256_loadu_ps(acc + c + 8 * k), valpha, pv));
+    }
+  }
+  for (; c + 8 <= body && (c % width) + 8 <= width; c += 8) {
+    const int64_t r0 = c / width;
+    __m256 u[4];
+    for (auto& ur : u) ur = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nt; ++i)
+      u[i % 4] = _mm256_fmadd_ps(_mm256_broadcast_ss(t.weights + r0 * kAttentionTile + i),
+                                 codes8(i, c), u[i % 4]);
+    const __m256 pv =
+        _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(u[0], u[1]), _mm256_add_ps(u[2], u[3])),
+                      _mm256_broadcast_ss(t.zero_terms + r0));
+    _mm256_storeu_ps(acc + c, _mm256_fmadd_ps(_mm256_loadu_ps(acc + c), valpha, pv));
+  }
+  for (; c < d; ++c) {
+    const int64_t r = c / width;
+    float u[4] = {};
+    for (int64_t i = 0; i < nt; ++i)
+      u[i % 4] = std::fma(t.weights[r * kAttentionTile + i],
+                          static_cast<float>(t.v_codes[i * d + c]), u[i % 4]);
+    acc[c] = std::fma(acc[c], alpha, ((u[0] + u[1]) + (u[2] + u[3])) + t.zero_terms[r]);
   }
 }
 
@@ -340,11 +509,11 @@ struct Avx2Tile {
     for (int64_t i = 0; i < n; ++i) decode_kv_row(dtype, rows[i], head_dim, out + i * head_dim);
   }
 
-  // Rows [first, first + n) of a quantized group (decode_kv_group_rows, bit for bit); row types'
-  // groups are their rows.
+  // Rows [first, first + n) of a row type's group (its rows; KIVI groups go through
+  // unpack_group and kivi_tile instead).
   static void decode_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
                            const std::byte* group, int64_t first, int64_t n, float* out) {
-    if (kv_is_kivi(dtype)) return decode_kivi_group(spec, dtype, side, group, first, n, out);
+    if (kv_is_kivi(dtype)) return decode_kv_group_rows(spec, dtype, side, group, first, n, out);
     const std::byte* rows[kAttentionTile];
     const int64_t row = spec.row_bytes(dtype);
     for (int64_t i = 0; i < n; ++i) rows[i] = group + (first + i) * row;
@@ -354,43 +523,27 @@ struct Avx2Tile {
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
                    int64_t nt, int64_t head_dim, float scale, float* s, float* acc, float& run_max,
                    float& run_sum) {
-    const int64_t body = head_dim / kLanes * kLanes;
-    const int64_t full = nt / kLanes * kLanes;
-    const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
-    for (int64_t i = 0; i < full; i += kLanes) score8(q, k_rows + i, head_dim, scale, s + i);
-    for (int64_t i = full; i < nt; ++i) s[i] = score1(q, k_rows[i], head_dim, scale);
-    for (int64_t i = nt; i < padded; ++i) s[i] = -INFINITY;
+    scores_from_rows(q, k_rows, nt, head_dim, scale, s);
+    const float alpha = fold(s, nt, run_max, run_sum);
+    accumulate_rows(s, v_rows, nt, head_dim, alpha, acc);
+  }
 
-    // The max is exact whatever the order (the sign of a zero cannot reach a result: exp(+-0)
-    // is 1 either way).
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < padded; i += kLanes) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
-    alignas(32) float lanes[kLanes];
-    _mm256_store_ps(lanes, vmax);
-    float tile_max = lanes[0];
-    for (int l = 1; l < kLanes; ++l) tile_max = std::max(tile_max, lanes[l]);
-    const float m_new = std::max(run_max, tile_max);
-    const float alpha = exp_lane(run_max - m_new);
-    run_max = m_new;
+  static void unpack_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
+                           const std::byte* group, int64_t first, int64_t n, uint8_t* codes,
+                           float* params) {
+    unpack_kivi_group(spec, dtype, side, group, first, n, codes, params);
+  }
 
-    const __m256 vm = _mm256_set1_ps(m_new);
-    __m256 vsum = _mm256_setzero_ps();
-    for (int64_t i = 0; i < padded; i += kLanes) {
-      const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
-      _mm256_storeu_ps(s + i, e);
-      vsum = _mm256_add_ps(vsum, e);
-    }
-    run_sum = std::fma(run_sum, alpha, tree8(vsum));
-
-    const __m256 valpha = _mm256_set1_ps(alpha);
-    int64_t c = 0;
-    for (; c + 16 <= body; c += 16) accumulate_chunks<2>(acc, c, valpha, s, v_rows, nt);
-    for (; c < body; c += 8) accumulate_chunks<1>(acc, c, valpha, s, v_rows, nt);
-    for (int64_t d = body; d < head_dim; ++d) {
-      float u[4] = {};
-      for (int64_t i = 0; i < nt; ++i) u[i % 4] = std::fma(s[i], v_rows[i][d], u[i % 4]);
-      acc[d] = std::fma(acc[d], alpha, (u[0] + u[1]) + (u[2] + u[3]));
-    }
+  static void kivi_tile(const KiviTile& t, const float* q, int64_t nt, float scale, float* s,
+                        float* acc, float& run_max, float& run_sum) {
+    const int64_t d = t.spec->head_dim;
+    if (t.k_codes != nullptr)
+      kivi_scores(t, q, nt, scale, s);
+    else
+      scores_from_rows(q, t.k_rows, nt, d, scale, s);
+    const float alpha = fold(s, nt, run_max, run_sum);
+    if (t.v_codes == nullptr) return accumulate_rows(s, t.v_rows, nt, d, alpha, acc);
+    kivi_values(t, s, nt, alpha, acc);
   }
 
   static void finish(const float* acc, float run_sum, int64_t head_dim, float* out) {

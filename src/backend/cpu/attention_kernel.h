@@ -24,6 +24,20 @@
 //   out[d] = acc[d] * (1 / l).
 // Keys and values are the values the cache's rows decode to (kv_codec.h's decode_kv_row: exact
 // for f32, f16, bf16 and fp8; one fma for int8), so the contract holds for every KV type.
+// KIVI (a tile of a group the query reads quantized; kv_codec.h) is computed from the codes, with
+// no decoded copy of the keys or values:
+//   keys (channel scales s, zero points z, codes k_j): with x_c = q[c] * s[c], m = max |x_c|,
+//     q16[c] = nearbyint(x_c * (32767 / m)) clamped to +-32767 and step = m / 32767 (q16 = 0 and
+//     step = 0 when m is 0; step NaN when an x_c is not finite):
+//     score(j) = fma(step, float(sum_c q16[c] * k_j[c]), qz) * scale, the sum exact in int32 and
+//     qz = q . z in score's order above. (q * s rounded to 16 bits: an error of at most 2^-16 of
+//     the largest term, below the f16 rounding of the cached rows the codes come from.)
+//   values (row j: codes v_j, per channel run r a scale sigma_jr and zero point zeta_jr): for each
+//     run, w_jr = e_j * sigma_jr, and zt_r = the tree over lanes l of fma chains
+//     y_l = fma(e_j, zeta_jr, y_l) over the tile's keys j = l, l + 8, ... in order; then
+//     u_(j%4)[d] = fma(w_jr, float(v_j[d]), u_(j%4)[d]) over the tile's keys in order and
+//     acc[d] = fma(acc[d], alpha, ((u_0[d] + u_1[d]) + (u_2[d] + u_3[d])) + zt_r), r = d's run.
+//   A row type on one side (K8V2's int8 keys) follows the row rules on that side.
 // Every operation of a query's result is fixed by the query's position and the shapes, so the
 // result does not depend on the batch, the chunking of the prompt, the block table or threads,
 // and the AVX2 and portable kernels agree bit for bit.

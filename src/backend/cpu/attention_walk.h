@@ -30,7 +30,8 @@ namespace {
 // Compressed caches: each tile's rows are decoded once into scratch (32 rows of keys and of
 // values, in L1) by the kernel's decoder and then serve every query and head that reaches the
 // tile, so memory traffic is the compressed bytes and the decode costs once per tile, not per
-// query head. f32 rows are used in place.
+// query head. f32 rows are used in place. KIVI groups are not decoded: their codes are unpacked
+// to bytes once per tile and enter the dot products directly (kivi_tile).
 //
 // Tile must provide:
 //   static void decode(KvDtype dtype, const std::byte* const* rows, int64_t n, int64_t head_dim,
@@ -43,9 +44,44 @@ namespace {
 //     (acc[head_dim], run_max, run_sum); scores has room for kAttentionTile floats.
 //   static void decode_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
 //                            const std::byte* group, int64_t first, int64_t n, float* out);
-//     rows [first, first + n) of a quantized group (KIVI), as decode_kv_group_rows gives them.
+//     rows [first, first + n) of a group's row-type side (K8V2's int8 keys), as
+//     decode_kv_group_rows gives them.
 //   static void finish(const float* acc, float run_sum, int64_t head_dim, float* out);
 //     writes out[d] = acc[d] * (1 / run_sum).
+//   static void unpack_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
+//                            const std::byte* group, int64_t first, int64_t n, uint8_t* codes,
+//                            float* params);
+//     codes[i * head_dim + c] = element c's code in row first + i of a KIVI group, i < n, and
+//     the parameters as KiviTile lays them out (k_params or v_params).
+//   static void kivi_tile(const KiviTile& t, const float* q, int64_t nt, float scale, float*
+//   scores,
+//                         float* acc, float& run_max, float& run_sum);
+//     tile() for a tile read quantized, its KIVI sides straight from their codes
+//     (attention_kernel.h's KIVI terms).
+// One tile of a group read quantized (KIVI), as Tile::kivi_tile takes it: each side either a
+// KIVI group's codes, one byte per element, with its parameters as f32, unpacked once per tile
+// for every query and head that reaches it; or, for a row type (K8V2's int8 keys), the decoded
+// rows.
+struct KiviTile {
+  const KvCacheSpec* spec = nullptr;
+  // KIVI keys: the codes of the tile's rows, and the group's per-channel scales and zero points
+  // as f32 ([2][head_dim]); row-type keys: the decoded rows.
+  const uint8_t* k_codes = nullptr;
+  const float* k_params = nullptr;
+  const float* const* k_rows = nullptr;
+  // KIVI values: the codes, and each row's per-run scale and zero point as f32
+  // ([runs][2][kAttentionTile]: scales of run r at (2r) * kAttentionTile, zero points at
+  // (2r + 1) * kAttentionTile, rows past the tile's end 0); row-type values: the decoded rows.
+  const uint8_t* v_codes = nullptr;
+  const float* v_params = nullptr;
+  const float* const* v_rows = nullptr;
+  // Per-head scratch: the query's 16-bit key terms [head_dim]; the values' per-key weights
+  // [runs][kAttentionTile] and per-run zero terms [runs].
+  int16_t* q16 = nullptr;
+  float* weights = nullptr;
+  float* zero_terms = nullptr;
+};
+
 // Points rows[0, nt) at a tile's rows of `dtype` (src) as f32: in place for f32, else decoded into
 // `tile` ([kAttentionTile][head_dim]) by the kernel's decoder, the whole tile in one call.
 template <class Tile>
@@ -142,10 +178,10 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
 // Queries [t_begin, t_end) of one sequence (a run; state indexed from run_begin) over a KIVI
 // cache (paged_attention.h's quantized_groups). For a tree row (path non-null), positions from
 // `context` on are read from its path's slots. Every tile lies within one group (block_size is a
-// multiple of kAttentionTile). Per tile: a group stored quantized is decoded from its block; a
-// group stored as residual rows is read as written, and, for the queries that read it
-// quantized, quantized once per call exactly as compaction does (KvCache::encode_group_units)
-// and decoded.
+// multiple of kAttentionTile). Per tile: a group stored quantized is read from its block (codes
+// unpacked, kivi_tile); a group stored as residual rows is read as written, and, for the queries
+// that read it quantized, quantized once per call exactly as compaction does
+// (KvCache::encode_group_units) and read as a stored one.
 template <class Tile>
 void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_begin, int64_t t_end,
                       int64_t g, const int32_t* table, int64_t quantized,
@@ -162,9 +198,29 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   float* acc = scores + kAttentionTile;
   float* k_tile = acc + kAttentionQueryBlock * group * head_dim;
   float* v_tile = k_tile + kAttentionTile * head_dim;
-  // Decoded quantized tiles.
-  thread_local std::vector<float> extra;
-  extra.resize(static_cast<size_t>(2 * kAttentionTile * head_dim));
+  // A tile read quantized: row-type sides decoded, KIVI sides' codes unpacked, and the per-head
+  // scratch of kivi_tile.
+  const int64_t runs = kivi_value_channel_groups(bs, head_dim);
+  struct KiviScratch {
+    std::vector<float> rows;     // [2][kAttentionTile][head_dim]
+    std::vector<uint8_t> codes;  // [2][kAttentionTile][head_dim]
+    std::vector<int16_t> q16;    // [head_dim]
+    // Key parameters [2][head_dim], value parameters [runs][2][kAttentionTile], weights
+    // [runs][kAttentionTile], zero terms [runs].
+    std::vector<float> terms;
+  };
+  thread_local KiviScratch ks;
+  ks.rows.resize(static_cast<size_t>(2 * kAttentionTile * head_dim));
+  ks.codes.resize(static_cast<size_t>(2 * kAttentionTile * head_dim));
+  ks.q16.resize(static_cast<size_t>(head_dim));
+  ks.terms.resize(static_cast<size_t>(2 * head_dim + 3 * kAttentionTile * runs + runs));
+  KiviTile kt;
+  kt.spec = &spec;
+  kt.q16 = ks.q16.data();
+  float* k_params = ks.terms.data();
+  float* v_params = k_params + 2 * head_dim;
+  kt.weights = v_params + 2 * kAttentionTile * runs;
+  kt.zero_terms = kt.weights + kAttentionTile * runs;
   // Groups this thread quantized on the fly during this call, by (first residual block, KV
   // head): each is quantized once per call, not once per run of queries reading it.
   struct MadeGroups {
@@ -179,8 +235,10 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
     made.bytes.clear();
   }
   const int64_t k_unit_bytes = spec.key_unit_bytes(), v_unit_bytes = spec.value_unit_bytes();
-  float* qk_tile = extra.data();
+  float* qk_tile = ks.rows.data();
   float* qv_tile = qk_tile + kAttentionTile * head_dim;
+  uint8_t* k_codes = ks.codes.data();
+  uint8_t* v_codes = k_codes + kAttentionTile * head_dim;
   const std::byte* k_src[kAttentionTile];
   const std::byte* v_src[kAttentionTile];
   const float* k_rows[kAttentionTile];
@@ -191,6 +249,30 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
     qk_rows[i] = qk_tile + i * head_dim;
     qv_rows[i] = qv_tile + i * head_dim;
   }
+  // Sets kt up for a tile of n rows from `first` of the quantized group whose units are k_unit,
+  // v_unit.
+  auto load_quantized = [&](const std::byte* k_unit, const std::byte* v_unit, int64_t first,
+                            int64_t n) {
+    kt.k_codes = kt.v_codes = nullptr;
+    kt.k_params = kt.v_params = nullptr;
+    kt.k_rows = kt.v_rows = nullptr;
+    if (kv_is_kivi(spec.dtypes.k)) {
+      Tile::unpack_group(spec, spec.dtypes.k, KvSide::kKey, k_unit, first, n, k_codes, k_params);
+      kt.k_codes = k_codes;
+      kt.k_params = k_params;
+    } else {
+      Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey, k_unit, first, n, qk_tile);
+      kt.k_rows = qk_rows;
+    }
+    if (kv_is_kivi(spec.dtypes.v)) {
+      Tile::unpack_group(spec, spec.dtypes.v, KvSide::kValue, v_unit, first, n, v_codes, v_params);
+      kt.v_codes = v_codes;
+      kt.v_params = v_params;
+    } else {
+      Tile::decode_group(spec, spec.dtypes.v, KvSide::kValue, v_unit, first, n, qv_tile);
+      kt.v_rows = qv_rows;
+    }
+  };
   // The slot of position j's residual row.
   auto residual_slot = [&](int64_t j) -> int64_t {
     if (path != nullptr && j >= context) return (*path)[static_cast<size_t>(j - context)];
@@ -217,12 +299,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
         for (int64_t at = 0; at < k_unit_bytes; at += 64) __builtin_prefetch(nk + at);
         for (int64_t at = 0; at < v_unit_bytes; at += 64) __builtin_prefetch(nv + at);
       }
-      Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey,
-                         args.cache->key_run(args.layer, table[gi], g), j0 % bs, tile_keys,
-                         qk_tile);
-      Tile::decode_group(spec, spec.dtypes.v, KvSide::kValue,
-                         args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys,
-                         qv_tile);
+      load_quantized(args.cache->key_run(args.layer, table[gi], g),
+                     args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys);
     } else {
       for (int64_t i = 0; i < tile_keys; ++i) {
         const int64_t slot = residual_slot(j0 + i);
@@ -243,9 +321,7 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
               unit + k_unit_bytes);
         }
         const std::byte* unit = made.bytes.data() + it->second;
-        Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey, unit, j0 % bs, tile_keys, qk_tile);
-        Tile::decode_group(spec, spec.dtypes.v, KvSide::kValue, unit + k_unit_bytes, j0 % bs,
-                           tile_keys, qv_tile);
+        load_quantized(unit, unit + k_unit_bytes, j0 % bs, tile_keys);
       }
     }
     for (int64_t t = t_begin; t < t_end; ++t) {
@@ -253,13 +329,15 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       if (n_ctx <= j0) continue;
       const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
       const bool quantized_here = stored_quantized || spec.kivi_quantized_tokens(n_ctx - 1) > j0;
-      const float* const* kr = quantized_here ? qk_rows : k_rows;
-      const float* const* vr = quantized_here ? qv_rows : v_rows;
       const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
       const int64_t first = (t - run_begin) * group;
       for (int64_t h = 0; h < group; ++h)
-        Tile::tile(q + h * head_dim, kr, vr, nt, head_dim, args.scale, scores,
-                   acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+        if (quantized_here)
+          Tile::kivi_tile(kt, q + h * head_dim, nt, args.scale, scores,
+                          acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+        else
+          Tile::tile(q + h * head_dim, k_rows, v_rows, nt, head_dim, args.scale, scores,
+                     acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
     }
   }
 }
