@@ -152,7 +152,7 @@ void CpuBackend::copy_kv_slots(KvHandle kv, std::span<const int64_t> src,
 }
 
 void CpuBackend::quantize_kv_group(KvHandle kv, std::span<const int32_t> rows, int32_t dst) {
-  cache(kv).quantize_group(rows, dst);
+  cache(kv).quantize_group(rows, dst, pool_.get());
 }
 
 void CpuBackend::get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) {

@@ -62,15 +62,25 @@ void KvCache::encode_group_units(int64_t layer, int64_t head, std::span<const in
       v_unit, v_row_);
 }
 
-void KvCache::quantize_group(std::span<const int32_t> rows, int64_t dst) {
+void KvCache::quantize_group(std::span<const int32_t> rows, int64_t dst, ThreadPool* pool) {
   VESPER_CHECK(dst >= 0 && dst < n_blocks_, "quantize_group: block %lld out of range",
                static_cast<long long>(dst));
   for (int32_t b : rows)
     VESPER_CHECK(b >= 0 && b < n_blocks_ && b != dst, "quantize_group: residual block %d", b);
-  for (int64_t l = 0; l < spec_.n_layers; ++l)
-    for (int64_t h = 0; h < spec_.n_kv_heads; ++h)
+  // Every (layer, head) unit on its own: the units are disjoint, the encoder's buffers per thread.
+  auto units = [&](size_t begin, size_t end) {
+    for (size_t u = begin; u < end; ++u) {
+      const auto l = static_cast<int64_t>(u) / spec_.n_kv_heads;
+      const auto h = static_cast<int64_t>(u) % spec_.n_kv_heads;
       encode_group_units(l, h, rows, const_cast<std::byte*>(key_run(l, dst, h)),
                          const_cast<std::byte*>(value_run(l, dst, h)));
+    }
+  };
+  const auto n = static_cast<size_t>(spec_.n_layers * spec_.n_kv_heads);
+  if (pool != nullptr)
+    pool->parallel_for(n, units);
+  else
+    units(0, n);
 }
 
 void KvCache::copy_block_from(const KvCache& other, int64_t src, int64_t dst) {

@@ -26,6 +26,7 @@
 #include "backend/kv_cache_spec.h"
 #include "core/check.h"
 #include "core/large_buffer.h"
+#include "core/thread_pool.h"
 
 namespace vesper::backend {
 
@@ -73,8 +74,9 @@ class KvCache {
   // Quantizes one group (KIVI): the block_size residual rows held by `rows` (residual row i in
   // block rows[i / residual_rows_per_block()]) become, in every layer and head, the quantized
   // group of block `dst` (kv_codec.h; row types' rows are copied as they are). `dst` may not be
-  // one of `rows`.
-  void quantize_group(std::span<const int32_t> rows, int64_t dst);
+  // one of `rows`. With `pool`, the layers' and heads' units are encoded in parallel (the same
+  // bytes).
+  void quantize_group(std::span<const int32_t> rows, int64_t dst, ThreadPool* pool = nullptr);
   // One layer's and head's part of quantize_group, into k_unit / v_unit (key_unit_bytes() and
   // value_unit_bytes()): what attention uses for a group it reads quantized while it is still
   // held as residual rows, so both give the same bytes.
