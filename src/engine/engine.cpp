@@ -80,13 +80,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     return make_error("--kv-cache-dtype " + kv_dtypes.describe() +
                       ": a draft model or Medusa heads (--speculative-model) do not run on KIVI "
                       "caches yet; n-gram lookup (--speculative-model [ngram]) does");
-  if (kivi && e->config_.cache.enable_prefix_caching) {
-    // A prefix-cache hit needs the f16 rows of the residual window before it, which compaction
-    // releases; until cached residual blocks are kept, KIVI runs without the prefix cache.
-    log_info("prefix caching is off: KIVI caches (--kv-cache-dtype %s) do not support it yet",
-             kv_dtypes.describe().c_str());
-    e->config_.cache.enable_prefix_caching = false;
-  }
   if (spec.enabled()) {
     if (spec.num_speculative_tokens < 1)
       return make_error(

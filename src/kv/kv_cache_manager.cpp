@@ -6,6 +6,24 @@
 
 namespace vesper::kv {
 
+namespace {
+
+// KIVI's prefix cache indexes each of a residual group's blocks on its own: block k under the
+// chain hash of the group's tokens after residual_parent(h, k), h the group's chain hash. That
+// parent is the hash of a one-token block, which no block of a real chain (block_size tokens)
+// has, so these keys never meet a real chain's, and the pool's checks (hash = chain of parent
+// and tokens, tokens compared on a hit) hold as they are.
+BlockHash residual_parent(const BlockHash& group, int64_t k) {
+  const auto index = static_cast<int32_t>(k);
+  return chain_block_hash(group, std::span<const int32_t>(&index, 1));
+}
+
+BlockHash residual_block_hash(const BlockHash& group, int64_t k, std::span<const int32_t> tokens) {
+  return chain_block_hash(residual_parent(group, k), tokens);
+}
+
+}  // namespace
+
 KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_blocks,
                                int64_t block_size, bool enable_prefix_caching)
     : block_size_(block_size),
@@ -16,7 +34,6 @@ KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_block
 }
 
 void KvCacheManager::enable_kivi(int64_t blocks_per_group, int64_t residual_length) {
-  VESPER_CHECK(!prefix_caching_, "KIVI tables with prefix caching");
   VESPER_CHECK(device_tables_.empty() && host_tables_.empty(), "enable_kivi with sequences");
   VESPER_CHECK(blocks_per_group >= 1 && residual_length >= 0, "bad KIVI layout");
   kivi_ = true;
@@ -176,19 +193,28 @@ PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens,
   if (!prefix_caching_ || tokens.empty()) return m;
   const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
   BlockHash parent = root;
+  std::vector<BlockId> found;
   for (int64_t i = 0; i < max_blocks; ++i) {
     const std::span<const int32_t> block = tokens.subspan(i * block_size_, block_size_);
     const BlockHash h = chain_block_hash(parent, block);
-    const std::optional<BlockId> id = device_.lookup(h);
-    if (!id) break;
-    // Belt and braces: a hit must also hold exactly these tokens.
-    const std::span<const int32_t> cached = device_.tokens_of(*id);
-    if (!std::equal(cached.begin(), cached.end(), block.begin(), block.end())) break;
-    m.blocks.push_back(*id);
+    // Without KIVI one block under h; with KIVI the group's residual blocks, each under its own
+    // hash (residual_block_hash), all of them or no hit.
+    found.clear();
+    for (int64_t k = 0; k < blocks_per_group_; ++k) {
+      const BlockHash key = kivi_ ? residual_block_hash(h, k, block) : h;
+      const std::optional<BlockId> id = device_.lookup(key);
+      if (!id) break;
+      // Belt and braces: a hit must also hold exactly these tokens.
+      const std::span<const int32_t> cached = device_.tokens_of(*id);
+      if (!std::equal(cached.begin(), cached.end(), block.begin(), block.end())) break;
+      found.push_back(*id);
+    }
+    if (static_cast<int64_t>(found.size()) != blocks_per_group_) break;
+    m.blocks.insert(m.blocks.end(), found.begin(), found.end());
     m.hashes.push_back(h);
     parent = h;
   }
-  m.num_tokens = static_cast<int64_t>(m.blocks.size()) * block_size_;
+  m.num_tokens = static_cast<int64_t>(m.hashes.size()) * block_size_;
   return m;
 }
 
@@ -199,8 +225,8 @@ void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> token
   if (t == device_tables_.end()) return;
   const std::vector<BlockId>& table = t->second;
   std::vector<BlockHash>& hashes = hashes_[seq];
-  const int64_t full =
-      std::min<int64_t>(num_computed / block_size_, static_cast<int64_t>(table.size()));
+  const int64_t m = quantized_groups(seq);
+  const int64_t full = std::min<int64_t>(num_computed / block_size_, groups_in(seq, table));
   for (int64_t i = static_cast<int64_t>(hashes.size()); i < full; ++i) {
     const BlockHash parent =
         i == 0 ? root : hashes[i - 1];  // a copy: push_back below may reallocate
@@ -209,7 +235,15 @@ void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> token
     hashes.push_back(h);
     // False when the same content is already cached in another block (computed twice, e.g. by
     // two sequences admitted before either finished it): this copy simply stays private.
-    device_.register_block(table[i], parent, h, block);
+    if (!kivi_) {
+      device_.register_block(table[i], parent, h, block);
+      continue;
+    }
+    // KIVI: a group already quantized has no residual rows left to cache.
+    if (i < m) continue;
+    for (int64_t k = 0; k < blocks_per_group_; ++k)
+      device_.register_block(table[group_entry(m, i) + k], residual_parent(h, k),
+                             residual_block_hash(h, k, block), block);
   }
 }
 
@@ -220,11 +254,15 @@ void KvCacheManager::uncache_blocks_from(SeqId seq, int64_t num_valid_tokens) {
   const int64_t keep = num_valid_tokens / block_size_;
   if (static_cast<int64_t>(hashes.size()) <= keep) return;
   if (auto t = device_tables_.find(seq); t != device_tables_.end()) {
-    for (int64_t i = keep;
-         i < static_cast<int64_t>(hashes.size()) && i < static_cast<int64_t>(t->second.size());
-         ++i) {
-      const BlockHash* cached = device_.hash_of(t->second[i]);
-      if (cached != nullptr && *cached == hashes[i]) device_.unregister_block(t->second[i]);
+    const std::vector<BlockId>& table = t->second;
+    const int64_t m = quantized_groups(seq);
+    for (int64_t i = keep; i < static_cast<int64_t>(hashes.size()); ++i) {
+      for (int64_t k = 0; k < blocks_per_group_; ++k) {
+        if (kivi_ && i < m) break;  // quantized: never cached
+        const int64_t e = group_entry(m, i) + k;
+        if (e >= static_cast<int64_t>(table.size())) break;
+        if (cached_as(table[e], hashes[i], k)) device_.unregister_block(table[e]);
+      }
     }
   }
   hashes.resize(keep);
@@ -295,15 +333,15 @@ void KvCacheManager::check_sequence(SeqId seq, std::span<const int32_t> tokens,
   VESPER_CHECK(static_cast<int64_t>(block_hashes(seq).size()) * block_size_ <= num_committed,
                "sequence %lld has hashed blocks past its committed tokens",
                static_cast<long long>(seq));
-  for (size_t i = 0; i < table.size(); ++i) {
-    const std::span<const int32_t> cached = device_.tokens_of(table[i]);
+  const int64_t m = quantized_groups(seq);
+  for (size_t e = 0; e < table.size(); ++e) {
+    const std::span<const int32_t> cached = device_.tokens_of(table[e]);
     if (cached.empty()) continue;
-    VESPER_CHECK(
-        static_cast<int64_t>((i + 1)) * block_size_ <= static_cast<int64_t>(tokens.size()) &&
-            std::equal(cached.begin(), cached.end(),
-                       tokens.begin() + static_cast<int64_t>(i) * block_size_),
-        "sequence %lld: cached block %d at position %zu holds other tokens",
-        static_cast<long long>(seq), table[i], i);
+    const int64_t i = group_of_entry(m, static_cast<int64_t>(e));  // the block (group) position
+    VESPER_CHECK((i + 1) * block_size_ <= static_cast<int64_t>(tokens.size()) &&
+                     std::equal(cached.begin(), cached.end(), tokens.begin() + i * block_size_),
+                 "sequence %lld: cached block %d at position %lld holds other tokens",
+                 static_cast<long long>(seq), table[e], static_cast<long long>(i));
   }
 }
 
@@ -316,13 +354,19 @@ void KvCacheManager::check_invariants() const {
                  static_cast<long long>(seq));
     for (BlockId b : table) ++device_refs[b];
     const std::span<const BlockHash> hashes = block_hashes(seq);
-    VESPER_CHECK(hashes.size() <= table.size(), "sequence %lld has %zu block hashes for %zu blocks",
-                 static_cast<long long>(seq), hashes.size(), table.size());
-    for (size_t i = 0; i < table.size(); ++i) {
-      const BlockHash* cached = device_.hash_of(table[i]);
-      VESPER_CHECK(cached == nullptr || (i < hashes.size() && *cached == hashes[i]),
+    const int64_t groups = groups_in(seq, table);
+    VESPER_CHECK(static_cast<int64_t>(hashes.size()) <= groups,
+                 "sequence %lld has %zu block hashes for %lld blocks", static_cast<long long>(seq),
+                 hashes.size(), static_cast<long long>(groups));
+    const int64_t m = quantized_groups(seq);
+    for (size_t e = 0; e < table.size(); ++e) {
+      if (device_.hash_of(table[e]) == nullptr) continue;
+      const auto at = static_cast<int64_t>(e);
+      const int64_t i = group_of_entry(m, at);
+      VESPER_CHECK(!(kivi_ && i < m) && i < static_cast<int64_t>(hashes.size()) &&
+                       cached_as(table[e], hashes[i], kivi_ ? (at - m) % blocks_per_group_ : 0),
                    "sequence %lld: block %d at position %zu is cached under another prefix's hash",
-                   static_cast<long long>(seq), table[i], i);
+                   static_cast<long long>(seq), table[e], e);
     }
   }
   for (const auto& [seq, m] : quantized_) {
@@ -350,6 +394,13 @@ void KvCacheManager::check_invariants() const {
     VESPER_CHECK(host_refs[b] == host_.ref_count(b),
                  "host block %d: %d table entries, ref_count %d", b, host_refs[b],
                  host_.ref_count(b));
+}
+
+bool KvCacheManager::cached_as(BlockId block, const BlockHash& group_hash, int64_t k) const {
+  const BlockHash* cached = device_.hash_of(block);
+  if (cached == nullptr) return false;
+  if (!kivi_) return *cached == group_hash;
+  return *cached == residual_block_hash(group_hash, k, device_.tokens_of(block));
 }
 
 }  // namespace vesper::kv

@@ -94,7 +94,9 @@ class KvCacheManager {
   // group's residual rows, blocks_per_group blocks per group (allocated a whole group at a time).
   // compact() turns the groups a query at the sequence's next position reads quantized (whole
   // groups older than residual_length tokens) into quantized blocks. Call before any sequence
-  // holds blocks; not with prefix caching.
+  // holds blocks. With prefix caching, each full group's residual blocks are cached (under
+  // per-block hashes derived from the group's chain hash) until compaction or eviction: a hit is
+  // a run of residual groups, which the next compact() of the sequence quantizes.
   void enable_kivi(int64_t blocks_per_group, int64_t residual_length);
   bool kivi() const { return kivi_; }
   int64_t quantized_groups(SeqId seq) const;
@@ -185,6 +187,17 @@ class KvCacheManager {
   int64_t group_entry(int64_t m, int64_t g) const {
     return g <= m ? g : m + (g - m) * blocks_per_group_;
   }
+  // The group (block position) of table entry e, and the groups a table holds.
+  int64_t group_of_entry(int64_t m, int64_t e) const {
+    return e < m ? e : m + (e - m) / blocks_per_group_;
+  }
+  int64_t groups_in(SeqId seq, const std::vector<BlockId>& table) const {
+    const int64_t m = quantized_groups(seq);
+    return group_of_entry(m, static_cast<int64_t>(table.size()) + blocks_per_group_ - 1);
+  }
+  // Whether `block` is cached as block k of the group (KIVI) or the block (k = 0) with chain hash
+  // group_hash.
+  bool cached_as(BlockId block, const BlockHash& group_hash, int64_t k) const;
 
   int64_t block_size_;
   bool prefix_caching_;

@@ -71,35 +71,38 @@ EngineConfig cache_config(bool on) {
   return c;
 }
 
-TEST(PrefixCache, OnAndOffGiveIdenticalTokensAndLogitsInEveryMode) {
+// Cache on (`on`) against off, in every scheduling mode; `small_blocks` KV blocks force
+// preemption and eviction, and `swap_gib` of swap space makes swap fall back to recompute.
+void check_on_and_off(const EngineConfig& on, int64_t small_blocks, double swap_gib) {
   const auto prompts = sharing_prompts();
   const auto params = greedy_params(24);
 
-  EngineConfig ref_config = cache_config(false);
+  EngineConfig ref_config = on;
+  ref_config.cache.enable_prefix_caching = false;
   ref_config.scheduler.max_num_seqs = 1;
   const RunResult ref = run_ids(ref_config, prompts, params);
   EXPECT_EQ(ref.stats.prefix_cache_hits, 0);
 
-  const RunResult together = run_ids(cache_config(true), prompts, params);
+  const RunResult together = run_ids(on, prompts, params);
   EXPECT_GT(together.stats.prefix_cache_hits, 0) << "nothing was shared";
   EXPECT_LT(together.stats.prefill_tokens_computed, ref.stats.prefill_tokens_computed);
   expect_same(ref, together, "cache on, all at once");
 
-  EngineConfig alone = cache_config(true);
+  EngineConfig alone = on;
   alone.scheduler.max_num_seqs = 1;
   const RunResult one_by_one = run_ids(alone, prompts, params);
   EXPECT_GE(one_by_one.stats.prefix_cache_hits, together.stats.prefix_cache_hits);
   expect_same(ref, one_by_one, "cache on, one at a time");
 
-  EngineConfig chunked = cache_config(true);
+  EngineConfig chunked = on;
   chunked.scheduler.max_num_batched_tokens = 16;
   const RunResult small_budget = run_ids(chunked, prompts, params);
   EXPECT_GT(small_budget.stats.num_chunked_prefill_steps, 0);
   EXPECT_GT(small_budget.stats.prefix_cache_hits, 0);
   expect_same(ref, small_budget, "cache on, max-num-batched-tokens 16");
 
-  EngineConfig recompute = cache_config(true);
-  recompute.cache.num_gpu_blocks_override = 40;
+  EngineConfig recompute = on;
+  recompute.cache.num_gpu_blocks_override = small_blocks;
   recompute.scheduler.preemption_mode = sched::PreemptionMode::kRecompute;
   const RunResult preempted = run_ids(recompute, prompts, params);
   EXPECT_GT(preempted.stats.num_recomputes, 0) << "nothing was preempted";
@@ -110,7 +113,7 @@ TEST(PrefixCache, OnAndOffGiveIdenticalTokensAndLogitsInEveryMode) {
   EngineConfig swap = recompute;
   swap.scheduler.preemption_mode = sched::PreemptionMode::kSwap;
   swap.scheduler.max_num_batched_tokens = 24;
-  swap.cache.swap_space_gib = 0.0002;  // a few blocks: swap falls back to recompute
+  swap.cache.swap_space_gib = swap_gib;  // a few blocks: swap falls back to recompute
   const RunResult swapped = run_ids(swap, prompts, params);
   EXPECT_GT(swapped.stats.num_swap_outs, 0) << "nothing was swapped";
   EXPECT_GT(swapped.stats.prefix_cache_hits, 0);
@@ -119,10 +122,36 @@ TEST(PrefixCache, OnAndOffGiveIdenticalTokensAndLogitsInEveryMode) {
   // n = 2 parallel samples (forked after the prompt, sharing its blocks) on top of shared prefixes.
   auto two = params;
   two.n = 2;
-  const RunResult ref_two = run_ids(cache_config(false), prompts, two);
+  EngineConfig off = on;
+  off.cache.enable_prefix_caching = false;
+  const RunResult ref_two = run_ids(off, prompts, two);
   const RunResult on_two = run_ids(recompute, prompts, two);
   EXPECT_GT(on_two.stats.prefix_cache_hits, 0);
   expect_same(ref_two, on_two, "n = 2, cache on, preemption");
+  if (kv_is_kivi(on.cache.kv_dtypes.k) || kv_is_kivi(on.cache.kv_dtypes.v)) {
+    for (const RunResult* r : {&together, &one_by_one, &small_budget, &preempted, &swapped}) {
+      EXPECT_GT(r->stats.kivi_groups_quantized, 0) << "no KIVI group was stored quantized";
+    }
+  }
+}
+
+TEST(PrefixCache, OnAndOffGiveIdenticalTokensAndLogitsInEveryMode) {
+  check_on_and_off(cache_config(true), 40, 0.0002);
+}
+
+// KIVI (kivi2, groups of 32, a residual window of 16): a hit is a run of cached residual groups,
+// quantized again by the sequence that hits them; outputs equal the cache-off run's bit for bit.
+TEST(PrefixCache, KiviOnAndOffGiveIdenticalTokensAndLogitsInEveryMode) {
+  EngineConfig on = cache_config(true);
+  on.cache.kv_dtypes = {backend::KvDtype::kKivi2, backend::KvDtype::kKivi2};
+  on.cache.block_size = 32;
+  on.cache.kivi_residual_length = 16;
+  backend::KvCacheSpec spec{on.cache.kv_dtypes, 5, 32, 4, 8};
+  spec.kivi_residual_length = 16;
+  const int64_t per_group = spec.residual_blocks_per_group();
+  const double block_gib =
+      static_cast<double>(spec.bytes_per_block()) / static_cast<double>(int64_t{1} << 30);
+  check_on_and_off(on, 12 * per_group, 2.5 * static_cast<double>(per_group) * block_gib);
 }
 
 TEST(PrefixCache, SharedSystemPromptIsComputedOnce) {
@@ -141,7 +170,8 @@ TEST(PrefixCache, SharedSystemPromptIsComputedOnce) {
   EXPECT_EQ(on.stats.prefix_cache_queries, 32 * 420);
   EXPECT_EQ(on.stats.prefix_cache_hits, 31 * 400);
   EXPECT_EQ(on.outputs.at("0").num_cached_tokens, 0);
-  for (int i = 1; i < 32; ++i) EXPECT_EQ(on.outputs.at(std::to_string(i)).num_cached_tokens, 400) << i;
+  for (int i = 1; i < 32; ++i)
+    EXPECT_EQ(on.outputs.at(std::to_string(i)).num_cached_tokens, 400) << i;
   const RunResult off = run_ids(cache_config(false), prompts, params);
   EXPECT_EQ(off.stats.prefill_tokens_computed, 32 * 420);
   EXPECT_EQ(off.stats.prefix_cache_queries, 0);
@@ -177,13 +207,15 @@ TEST(PrefixCache, MultiTurnChatComputesOnlyEachTurnsNewTokens) {
     const int64_t n = static_cast<int64_t>(prompt.size());
     const int64_t expected_hit = std::min(cached_before / kBlock, (n - 1) / kBlock) * kBlock;
     EXPECT_EQ(on_out.num_cached_tokens, expected_hit) << "turn " << turn;
-    EXPECT_EQ(on->stats().prefill_tokens_computed - computed_before, n - expected_hit) << "turn " << turn;
+    EXPECT_EQ(on->stats().prefill_tokens_computed - computed_before, n - expected_hit)
+        << "turn " << turn;
     if (turn > 0) {
       EXPECT_LT(n - expected_hit, 12 + 20 + kBlock) << "more than the new part was computed";
     }
     // Next turn: this prompt, the answer, and a new user message.
     const auto& answer = on_out.outputs[0].token_ids;
-    cached_before = n + static_cast<int64_t>(answer.size()) - 1;  // the last token is never computed
+    cached_before =
+        n + static_cast<int64_t>(answer.size()) - 1;  // the last token is never computed
     prompt = concat(concat(prompt, answer), story_ids(12, 30 + turn));
     ASSERT_LE(static_cast<int64_t>(prompt.size()) + 20, 512);
   }
@@ -301,7 +333,8 @@ TEST(PrefixCacheLongRun, RandomRequestsOverFewPrefixesWithAborts) {
         auto [it, fresh] = greedy_by_prompt.emplace(prompt_of.at(out.request_id), ids);
         const size_t common = std::min(it->second.size(), ids.size());
         ASSERT_TRUE(std::equal(ids.begin(), ids.begin() + common, it->second.begin()))
-            << "request " << out.request_id << " disagrees with an earlier request with the same prompt";
+            << "request " << out.request_id
+            << " disagrees with an earlier request with the same prompt";
         if (ids.size() > it->second.size()) it->second = ids;
         for (const auto& o : out.outputs) ASSERT_EQ(o.token_ids, ids);
       }

@@ -411,5 +411,50 @@ TEST(KvCacheManager, KiviTablesQuantizeGroupsOutOfTheResidualWindow) {
   EXPECT_EQ(kv.device_pool().num_used(), 0);
 }
 
+// KIVI with the prefix cache: a full group's residual blocks are cached; compaction releases them
+// to the evictable list, still findable; a new sequence's hit is the run of residual groups (all
+// of a group's blocks or none), shared, and its own compaction quantizes them into fresh blocks.
+TEST(KvCacheManager, KiviPrefixHitsAreRunsOfCachedResidualGroups) {
+  KvCacheManager kv(40, 40, 4, /*enable_prefix_caching=*/true);
+  kv.enable_kivi(3, 2);
+  const BlockHash root = root_block_hash("");
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // 2 full groups
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 11).has_value());
+  kv.cache_full_blocks(1, tokens, 11, root);
+  kv.check_invariants();
+  kv.check_sequence(1, tokens, 11);
+  const std::vector<BlockId> rows = kv.block_table(1);
+  // Group 0 leaves the residual window: its three blocks are released, but stay cached.
+  ASSERT_EQ(kv.compact(1, 8).size(), 1u);
+  kv.check_invariants();
+  EXPECT_EQ(kv.device_pool().num_used(), 1 + 6);
+  // Another sequence with the same first 10 tokens hits both groups: six residual blocks, in
+  // order (group 0's evictable ones revived).
+  const std::vector<int32_t> other = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 99, 98};
+  const PrefixMatch m = kv.match_prefix(other, root);
+  EXPECT_EQ(m.num_tokens, 8);
+  EXPECT_EQ(m.hashes.size(), 2u);
+  EXPECT_EQ(m.blocks, std::vector<BlockId>(rows.begin(), rows.begin() + 6));
+  ASSERT_TRUE(kv.allocate_slots(2, 8, 4, 0, &m).has_value());
+  kv.check_invariants();
+  kv.check_sequence(2, other, 8);
+  EXPECT_EQ(kv.quantized_groups(2), 0);
+  EXPECT_EQ(kv.block_table(2).size(), 9u);
+  // Its compaction quantizes the hit groups into its own blocks and lets the shared ones go.
+  const std::vector<GroupQuantization> q = kv.compact(2, 11);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_EQ(q[0].rows, std::vector<BlockId>(rows.begin(), rows.begin() + 3));
+  kv.check_invariants();
+  EXPECT_EQ(kv.quantized_groups(2), 2);
+  // With group 1's blocks uncached (sequence 1's tokens from 4 on taken back), only group 0 is
+  // found.
+  kv.uncache_blocks_from(1, 4);
+  kv.check_invariants();
+  EXPECT_EQ(kv.match_prefix(other, root).num_tokens, 4);
+  kv.free(1);
+  kv.free(2);
+  kv.check_invariants();
+}
+
 }  // namespace
 }  // namespace vesper::kv
