@@ -4,9 +4,16 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/kv_codec_cpu.h"
+#include "backend/cpu/matmul_cpu.h"
 #include "backend/kv_codec.h"
 
 namespace vesper::backend {
+
+namespace {
+// The largest KIVI group (--kivi-group-size) the AVX2 encoder takes its rows for at once.
+constexpr int64_t kMaxGroup = 128;
+}  // namespace
 
 KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
     : spec_(spec),
@@ -49,6 +56,14 @@ void KvCache::encode_group_units(int64_t layer, int64_t head, std::span<const in
     if (!kv_is_kivi(dtype)) {  // row types keep their rows' bytes
       for (int64_t i = 0; i < g; ++i)
         std::memcpy(unit + i * row_bytes, row_of(i), static_cast<size_t>(row_bytes));
+      return;
+    }
+    // KIVI residual rows are f16: the AVX2 encoder reads them as they are (the same bytes).
+    static const bool avx2 = cpu::selected_isa() != cpu::Isa::kScalar;
+    if (avx2 && g <= kMaxGroup) {
+      const std::byte* rows_of_group[kMaxGroup];
+      for (int64_t i = 0; i < g; ++i) rows_of_group[i] = row_of(i);
+      cpu::encode_kivi_group_avx2(spec_, dtype, side, rows_of_group, unit);
       return;
     }
     for (int64_t i = 0; i < g; ++i) decode_kv_row(kv_row_dtype(dtype), row_of(i), d, &x[i * d]);

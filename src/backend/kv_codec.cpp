@@ -104,16 +104,12 @@ void quantize_run(const float* x, int64_t n, int64_t stride, int levels, uint8_t
       hi = std::max(hi, v);
     }
   }
-  if (lo > hi) lo = hi = 0;
-  const uint16_t zero_bits = f16_round_down(lo);
-  const float zero = fp16_to_f32(zero_bits);
-  const uint16_t scale_bits = f16_round_up((hi - zero) / static_cast<float>(levels));
-  const float scale = fp16_to_f32(scale_bits);
+  const KiviRunParams p = kivi_run_params(lo, hi, levels);
   for (int64_t i = 0; i < n; ++i)
     codes[i] = static_cast<uint8_t>(
-        scale == 0 ? 0 : clamp_round((x[i * stride] - zero) / scale, 0, levels));
-  store_f16(meta, scale_bits);
-  store_f16(meta + 2, zero_bits);
+        p.scale == 0 ? 0 : clamp_round((x[i * stride] - p.zero) / p.scale, 0, levels));
+  store_f16(meta, p.scale_bits);
+  store_f16(meta + 2, p.zero_bits);
 }
 
 // Packs codes[0..n) of `bits` bits each into a zeroed row of kivi_packed_row_bytes.
@@ -131,6 +127,16 @@ uint8_t unpack_code(const std::byte* row, int64_t c, int bits) {
 }
 
 }  // namespace
+
+KiviRunParams kivi_run_params(float lo, float hi, int levels) {
+  if (lo > hi) lo = hi = 0;
+  KiviRunParams p;
+  p.zero_bits = f16_round_down(lo);
+  p.zero = fp16_to_f32(p.zero_bits);
+  p.scale_bits = f16_round_up((hi - p.zero) / static_cast<float>(levels));
+  p.scale = fp16_to_f32(p.scale_bits);
+  return p;
+}
 
 void encode_kv_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const float* x,
                      std::byte* group) {

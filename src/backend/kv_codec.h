@@ -55,6 +55,16 @@ void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row);
 // elements); the reference for every kernel's decoder, and their tail.
 void decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n, float* out, int64_t begin = 0);
 
+// One KIVI run's parameters (the rule above) from the smallest and largest of its finite values
+// (lo > hi: none): zero = lo rounded down to f16, scale = (hi - zero) / levels rounded up to f16;
+// a value x is coded clamp(round((x - zero) / scale), 0, levels), round to nearest even, a NaN
+// quotient as 0, and every code 0 when scale is 0. Shared by every encoder of the rule.
+struct KiviRunParams {
+  uint16_t scale_bits = 0, zero_bits = 0;
+  float scale = 0, zero = 0;
+};
+KiviRunParams kivi_run_params(float lo, float hi, int levels);
+
 // Encodes G = spec.block_size rows x[G][head_dim] as one head's group of `dtype` (keys or values)
 // into group[spec.group_bytes(dtype, side)]. Row types encode each row.
 void encode_kv_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const float* x,

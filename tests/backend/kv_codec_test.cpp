@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/kv_codec_cpu.h"
+#include "backend/cpu/matmul_cpu.h"
 #include "backend/kv_codec.h"
 #include "reference/reference_kv.h"
 
@@ -210,6 +212,57 @@ TEST(KvCodec, KiviGroupsAsTheirDefinition) {
                 ASSERT_LE(std::fabs(static_cast<double>(all[i * d + c]) - x[i * d + c]), bound)
                     << kv_dtype_name(dtype) << " row " << i << " channel " << c;
               }
+          }
+}
+
+// The AVX2 KIVI encoder (what KvCache uses on AVX2 CPUs) gives the portable encoder's bytes from
+// the same f16 residual rows: signed zeros as extremes, non-finite values, constant runs,
+// outliers, tiny values, every group size and odd head sizes.
+TEST(KvCodec, KiviAvx2EncoderGivesThePortableBytes) {
+  if (!cpu::isa_available(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::mt19937_64 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (KvDtype dtype : kKiviKvDtypes)
+    for (KvSide side : {KvSide::kKey, KvSide::kValue})
+      for (int64_t g : {32, 64, 128})
+        for (int64_t d : {1, 3, 8, 13, 37, 64, 72, 128})
+          for (int variant = 0; variant < 6; ++variant) {
+            KvCacheSpec spec{{dtype, dtype}, 1, g, 1, d};
+            std::vector<float> x(static_cast<size_t>(g * d));
+            for (float& v : x) v = normal(rng) * (variant == 1 ? 300.0f : 1.0f);
+            if (variant == 1)
+              for (int64_t i = 0; i < g; ++i) x[i * d] = 0.25f;  // a constant channel
+            if (variant == 2) x[5 * d] = 40.0f;                  // an outlier token
+            if (variant == 3) {
+              std::fill(x.begin(), x.begin() + d, 0.0f);
+              x[d] = INFINITY;
+              x[2 * d] = NAN;
+              x[3 * d + d / 2] = -INFINITY;
+            }
+            if (variant == 4)  // only zeros of both signs and positives: a zero is the minimum
+              for (size_t i = 0; i < x.size(); ++i)
+                x[i] = i % 3 == 0 ? 0.0f : (i % 3 == 1 ? -0.0f : std::fabs(x[i]));
+            if (variant == 5)  // tiny values: f16 subnormals
+              for (float& v : x) v *= 1e-6f;
+            // The residual rows as stored (f16), and the values they hold.
+            const int64_t row = spec.row_bytes(KvDtype::kF16);
+            std::vector<std::byte> rows(static_cast<size_t>(g * row));
+            std::vector<const std::byte*> row_ptrs;
+            std::vector<float> stored(static_cast<size_t>(g * d));
+            for (int64_t i = 0; i < g; ++i) {
+              encode_kv_row(KvDtype::kF16, x.data() + i * d, d, rows.data() + i * row);
+              decode_kv_row(KvDtype::kF16, rows.data() + i * row, d, stored.data() + i * d);
+              row_ptrs.push_back(rows.data() + i * row);
+            }
+            const int64_t bytes = spec.group_bytes(dtype, side);
+            std::vector<std::byte> want(static_cast<size_t>(bytes)),
+                got(want.size(), std::byte{0x5A});
+            encode_kv_group(spec, dtype, side, stored.data(), want.data());
+            cpu::encode_kivi_group_avx2(spec, dtype, side, row_ptrs.data(), got.data());
+            for (size_t i = 0; i < want.size(); ++i)
+              ASSERT_EQ(static_cast<int>(want[i]), static_cast<int>(got[i]))
+                  << kv_dtype_name(dtype) << (side == KvSide::kKey ? " keys" : " values") << " g "
+                  << g << " d " << d << " variant " << variant << " byte " << i;
           }
 }
 
