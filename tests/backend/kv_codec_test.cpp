@@ -157,25 +157,39 @@ TEST(KvCodec, RoundTripErrorWithinEachTypesBound) {
 // odd head sizes (a row padded to whole bytes, a last value channel run cut short), and groups
 // with a constant channel, an outlier token, zeros and non-finite values; decoding any rows of a
 // group gives its exact values; the round-trip error is within half a step of each run.
+// A group of g tokens x d channels for the KIVI tests, by variant: 0 normal values; 1 large ones
+// with a constant channel; 2 an outlier token; 3 a zero token and non-finite values (NaN, +-inf);
+// 4 zeros of both signs and positives (a zero is every run's minimum); 5 f16 subnormals.
+std::vector<float> kivi_test_group(std::mt19937_64& rng, int64_t g, int64_t d, int variant) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(g * d));
+  for (float& v : x) v = normal(rng) * (variant == 1 ? 300.0f : 1.0f);
+  if (variant == 1)
+    for (int64_t i = 0; i < g; ++i) x[i * d] = 0.25f;
+  if (variant == 2) x[5 * d] = 40.0f;
+  if (variant == 3) {
+    std::fill(x.begin(), x.begin() + d, 0.0f);
+    x[d] = INFINITY;
+    x[2 * d] = NAN;
+    x[3 * d + d / 2] = -INFINITY;
+  }
+  if (variant == 4)
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = i % 3 == 0 ? 0.0f : (i % 3 == 1 ? -0.0f : std::fabs(x[i]));
+  if (variant == 5)
+    for (float& v : x) v *= 1e-6f;
+  return x;
+}
+
 TEST(KvCodec, KiviGroupsAsTheirDefinition) {
   std::mt19937_64 rng(17);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (KvDtype dtype : kKiviKvDtypes)
     for (KvSide side : {KvSide::kKey, KvSide::kValue})
       for (int64_t g : {32, 64})
         for (int64_t d : {1, 3, 8, 13, 37, 64, 72})
           for (int variant = 0; variant < 4; ++variant) {
             KvCacheSpec spec{{dtype, dtype}, 1, g, 1, d};
-            std::vector<float> x(static_cast<size_t>(g * d));
-            for (float& v : x) v = normal(rng) * (variant == 1 ? 300.0f : 1.0f);
-            if (variant == 1)
-              for (int64_t i = 0; i < g; ++i) x[i * d] = 0.25f;  // a constant channel
-            if (variant == 2) x[5 * d] = 40.0f;                  // an outlier token
-            if (variant == 3) {
-              std::fill(x.begin(), x.begin() + d, 0.0f);
-              x[d] = INFINITY;
-              x[2 * d] = NAN;
-            }
+            const std::vector<float> x = kivi_test_group(rng, g, d, variant);
             const int64_t bytes = spec.group_bytes(dtype, side);
             std::vector<std::byte> group(static_cast<size_t>(bytes), std::byte{0x5A});
             encode_kv_group(spec, dtype, side, x.data(), group.data());
@@ -221,29 +235,13 @@ TEST(KvCodec, KiviGroupsAsTheirDefinition) {
 TEST(KvCodec, KiviAvx2EncoderGivesThePortableBytes) {
   if (!cpu::isa_available(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937_64 rng(23);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   for (KvDtype dtype : kKiviKvDtypes)
     for (KvSide side : {KvSide::kKey, KvSide::kValue})
       for (int64_t g : {32, 64, 128})
         for (int64_t d : {1, 3, 8, 13, 37, 64, 72, 128})
           for (int variant = 0; variant < 6; ++variant) {
             KvCacheSpec spec{{dtype, dtype}, 1, g, 1, d};
-            std::vector<float> x(static_cast<size_t>(g * d));
-            for (float& v : x) v = normal(rng) * (variant == 1 ? 300.0f : 1.0f);
-            if (variant == 1)
-              for (int64_t i = 0; i < g; ++i) x[i * d] = 0.25f;  // a constant channel
-            if (variant == 2) x[5 * d] = 40.0f;                  // an outlier token
-            if (variant == 3) {
-              std::fill(x.begin(), x.begin() + d, 0.0f);
-              x[d] = INFINITY;
-              x[2 * d] = NAN;
-              x[3 * d + d / 2] = -INFINITY;
-            }
-            if (variant == 4)  // only zeros of both signs and positives: a zero is the minimum
-              for (size_t i = 0; i < x.size(); ++i)
-                x[i] = i % 3 == 0 ? 0.0f : (i % 3 == 1 ? -0.0f : std::fabs(x[i]));
-            if (variant == 5)  // tiny values: f16 subnormals
-              for (float& v : x) v *= 1e-6f;
+            const std::vector<float> x = kivi_test_group(rng, g, d, variant);
             // The residual rows as stored (f16), and the values they hold.
             const int64_t row = spec.row_bytes(KvDtype::kF16);
             std::vector<std::byte> rows(static_cast<size_t>(g * row));

@@ -83,16 +83,32 @@ void pack_row(const uint8_t* codes, int64_t n, int bits, std::byte* row) {
   }
 }
 
-// The smallest and largest finite value of x[0, n) in order, as std::min / std::max keep them
-// (the first of equal values: a -0 and a +0 are equal).
-void finite_range(const float* x, int64_t n, float& lo, float& hi) {
+// The smallest and largest finite value of x[i * stride], i < n, in order, as std::min / std::max
+// keep them (the first of equal values: a -0 and a +0 are equal).
+void finite_range(const float* x, int64_t n, int64_t stride, float& lo, float& hi) {
   lo = INFINITY;
   hi = -INFINITY;
   for (int64_t i = 0; i < n; ++i)
-    if (std::isfinite(x[i])) {
-      lo = std::min(lo, x[i]);
-      hi = std::max(hi, x[i]);
+    if (std::isfinite(x[i * stride])) {
+      lo = std::min(lo, x[i * stride]);
+      hi = std::max(hi, x[i * stride]);
     }
+}
+
+// Per lane l < 8, the smallest and largest finite value of x[i * stride + l] over i < n, in order
+// of i, as std::min / std::max keep them: min(v, lo) keeps lo unless v < lo, likewise max.
+void lane_ranges(const float* x, int64_t n, int64_t stride, float* lo_out, float* hi_out) {
+  const __m256 inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 lo = inf, hi = ninf;
+  for (int64_t i = 0; i < n; ++i) {
+    const __m256 v = _mm256_loadu_ps(x + i * stride);
+    const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ);
+    lo = _mm256_min_ps(_mm256_blendv_ps(inf, v, finite), lo);
+    hi = _mm256_max_ps(_mm256_blendv_ps(ninf, v, finite), hi);
+  }
+  _mm256_store_ps(lo_out, lo);
+  _mm256_store_ps(hi_out, hi);
 }
 
 }  // namespace
@@ -117,36 +133,19 @@ void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
     for (; c < d; ++c) o[c] = f16_at(rows[i] + 2 * c);
   }
   const __m256 vlevels = _mm256_set1_ps(static_cast<float>(levels));
-  const __m256 inf = _mm256_set1_ps(INFINITY), ninf = _mm256_set1_ps(-INFINITY);
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   if (side == KvSide::kKey) {
     // Per channel over the tokens: 8 channels a vector, tokens in order within each lane.
     thread_local std::vector<KiviRunParams> params;
     params.resize(static_cast<size_t>(d));
     int64_t c = 0;
     for (; c < body; c += kLanes) {
-      __m256 lo = inf, hi = ninf;
-      for (int64_t i = 0; i < g; ++i) {
-        const __m256 v = _mm256_loadu_ps(x.data() + i * d + c);
-        const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ);
-        // min(v, lo) keeps lo unless v < lo, as std::min(lo, v) does; likewise max.
-        lo = _mm256_min_ps(_mm256_blendv_ps(inf, v, finite), lo);
-        hi = _mm256_max_ps(_mm256_blendv_ps(ninf, v, finite), hi);
-      }
       alignas(32) float l[kLanes], h[kLanes];
-      _mm256_store_ps(l, lo);
-      _mm256_store_ps(h, hi);
+      lane_ranges(x.data() + c, g, d, l, h);
       for (int k = 0; k < kLanes; ++k) params[c + k] = kivi_run_params(l[k], h[k], levels);
     }
     for (; c < d; ++c) {
-      float lo = INFINITY, hi = -INFINITY;
-      for (int64_t i = 0; i < g; ++i) {
-        const float v = x[i * d + c];
-        if (std::isfinite(v)) {
-          lo = std::min(lo, v);
-          hi = std::max(hi, v);
-        }
-      }
+      float lo, hi;
+      finite_range(x.data() + c, g, d, lo, hi);
       params[c] = kivi_run_params(lo, hi, levels);
     }
     alignas(32) float zeros[512], scales[512];
@@ -183,16 +182,8 @@ void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
       const int64_t c0 = r * g, n = std::min(g, d - c0), vec = n / kLanes * kLanes;
       float lo = INFINITY, hi = -INFINITY;
       if (vec > 0) {
-        __m256 vlo = inf, vhi = ninf;
-        for (int64_t e = 0; e < vec; e += kLanes) {
-          const __m256 v = _mm256_loadu_ps(xi + c0 + e);
-          const __m256 finite = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ);
-          vlo = _mm256_min_ps(_mm256_blendv_ps(inf, v, finite), vlo);
-          vhi = _mm256_max_ps(_mm256_blendv_ps(ninf, v, finite), vhi);
-        }
         alignas(32) float l[kLanes], h[kLanes];
-        _mm256_store_ps(l, vlo);
-        _mm256_store_ps(h, vhi);
+        lane_ranges(xi + c0, vec / kLanes, kLanes, l, h);
         for (int k = 0; k < kLanes; ++k) {
           lo = std::min(lo, l[k]);
           hi = std::max(hi, h[k]);
@@ -204,9 +195,9 @@ void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
           }
         // Lanes reorder the elements: when an extreme is a zero, its sign is the first zero's
         // in element order, which only the sequential scan knows.
-        if (lo == 0.0f || hi == 0.0f) finite_range(xi + c0, n, lo, hi);
+        if (lo == 0.0f || hi == 0.0f) finite_range(xi + c0, n, 1, lo, hi);
       } else {
-        finite_range(xi + c0, n, lo, hi);
+        finite_range(xi + c0, n, 1, lo, hi);
       }
       const KiviRunParams p = kivi_run_params(lo, hi, levels);
       store_f16(row + packed + 4 * r, p.scale_bits);
