@@ -53,11 +53,11 @@ namespace {
 //                            float* params);
 //     codes[i * head_dim + c] = element c's code in row first + i of a KIVI group, i < n, and
 //     the parameters as KiviTile lays them out (k_params or v_params).
-//   static void kivi_tile(const KiviTile& t, const float* q, int64_t nt, float scale, float*
-//   scores,
-//                         float* acc, float& run_max, float& run_sum);
+//   static void kivi_tile(const KiviTile& t, const float* q, int64_t nt, float scale,
+//                         float* scores, float* acc, float& run_max, float& run_sum);
 //     tile() for a tile read quantized, its KIVI sides straight from their codes
 //     (attention_kernel.h's KIVI terms).
+
 // One tile of a group read quantized (KIVI), as Tile::kivi_tile takes it: each side either a
 // KIVI group's codes, one byte per element, with its parameters as f32, unpacked once per tile
 // for every query and head that reaches it; or, for a row type (K8V2's int8 keys), the decoded
