@@ -25,12 +25,14 @@ namespace {
 constexpr int64_t kHeadDim = 64;
 constexpr int64_t kBlockSize = 16;
 
-// Every K and V element of layer 0 uniform in [-1, 1), encoded in the cache's types.
-void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng) {
+// Every K and V element of layer 0's slots [begin, end) (all of them by default) uniform in
+// [-1, 1), encoded in the cache's types.
+void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng, int64_t begin = 0,
+                int64_t end = -1) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const vesper::backend::KvCacheSpec& shape = cache.spec();
   std::vector<float> k(shape.head_dim), v(shape.head_dim);
-  for (int64_t slot = 0; slot < cache.num_slots(); ++slot)
+  for (int64_t slot = begin; slot < (end < 0 ? cache.num_slots() : end); ++slot)
     for (int64_t h = 0; h < shape.n_kv_heads; ++h) {
       for (int64_t i = 0; i < shape.head_dim; ++i) {
         k[i] = dist(rng);
@@ -149,19 +151,7 @@ void BM_PagedAttentionDecodeKivi(benchmark::State& state) {
     std::vector<int32_t> rows(static_cast<size_t>(per_group));
     std::iota(rows.begin(), rows.end(), scratch);
     for (int64_t q = 0; q < quantized; ++q) {
-      for (int64_t slot = int64_t{scratch} * rows_per; slot < (scratch + per_group) * rows_per;
-           ++slot) {
-        std::vector<float> k(kHeadDim), v(kHeadDim);
-        std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        for (int64_t h = 0; h < n_kv_heads; ++h) {
-          for (int64_t i = 0; i < kHeadDim; ++i) {
-            k[i] = dist(rng);
-            v[i] = dist(rng);
-          }
-          cache.write_key(0, slot, h, k.data());
-          cache.write_value(0, slot, h, v.data());
-        }
-      }
+      fill_cache(cache, rng, int64_t{scratch} * rows_per, (scratch + per_group) * rows_per);
       cache.quantize_group(rows, base + q);
     }
     for (int64_t b = 0; b < blocks_per_seq - per_group; ++b) a.tables.push_back(base + b);

@@ -96,7 +96,19 @@ uint8_t encode_fp8(float v, const Fp8Format& f, float& value) {
 // rule) into codes[i]; stores the f16 scale and zero at meta[0], meta[2].
 void quantize_run(const float* x, int64_t n, int64_t stride, int levels, uint8_t* codes,
                   std::byte* meta) {
-  float lo = INFINITY, hi = -INFINITY;
+  float lo, hi;
+  kivi_finite_range(x, n, stride, lo, hi);
+  const KiviRunParams p = kivi_run_params(lo, hi, levels);
+  for (int64_t i = 0; i < n; ++i) codes[i] = kivi_code(x[i * stride], p, levels);
+  store_f16(meta, p.scale_bits);
+  store_f16(meta + 2, p.zero_bits);
+}
+
+}  // namespace
+
+void kivi_finite_range(const float* x, int64_t n, int64_t stride, float& lo, float& hi) {
+  lo = INFINITY;
+  hi = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i * stride];
     if (std::isfinite(v)) {
@@ -104,29 +116,18 @@ void quantize_run(const float* x, int64_t n, int64_t stride, int levels, uint8_t
       hi = std::max(hi, v);
     }
   }
-  const KiviRunParams p = kivi_run_params(lo, hi, levels);
-  for (int64_t i = 0; i < n; ++i)
-    codes[i] = static_cast<uint8_t>(
-        p.scale == 0 ? 0 : clamp_round((x[i * stride] - p.zero) / p.scale, 0, levels));
-  store_f16(meta, p.scale_bits);
-  store_f16(meta + 2, p.zero_bits);
 }
 
-// Packs codes[0..n) of `bits` bits each into a zeroed row of kivi_packed_row_bytes.
-void pack_codes(const uint8_t* codes, int64_t n, int bits, std::byte* row) {
-  for (int64_t c = 0; c < n; ++c) {
+uint8_t kivi_code(float x, const KiviRunParams& p, int levels) {
+  return static_cast<uint8_t>(p.scale == 0 ? 0 : clamp_round((x - p.zero) / p.scale, 0, levels));
+}
+
+void kivi_pack_codes(const uint8_t* codes, int64_t begin, int64_t n, int bits, std::byte* row) {
+  for (int64_t c = begin; c < n; ++c) {
     const int64_t bit = c * bits;
     row[bit / 8] |= std::byte{static_cast<uint8_t>(codes[c] << (bit % 8))};
   }
 }
-
-uint8_t unpack_code(const std::byte* row, int64_t c, int bits) {
-  const int64_t bit = c * bits;
-  return static_cast<uint8_t>((static_cast<unsigned>(row[bit / 8]) >> (bit % 8)) &
-                              ((1u << bits) - 1));
-}
-
-}  // namespace
 
 KiviRunParams kivi_run_params(float lo, float hi, int levels) {
   if (lo > hi) lo = hi = 0;
@@ -163,7 +164,8 @@ void encode_kv_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const 
       for (int64_t i = 0; i < g; ++i) codes[static_cast<size_t>(i * d + c)] = column[i];
     }
     std::byte* rows = group + 4 * d;
-    for (int64_t i = 0; i < g; ++i) pack_codes(codes.data() + i * d, d, bits, rows + i * packed);
+    for (int64_t i = 0; i < g; ++i)
+      kivi_pack_codes(codes.data() + i * d, 0, d, bits, rows + i * packed);
     return;
   }
   // Values: per token, over runs of min(G, D) channels.
@@ -176,7 +178,7 @@ void encode_kv_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, const 
       const int64_t c0 = r * g, n = std::min(g, d - c0);
       quantize_run(x + i * d + c0, n, 1, levels, row_codes + c0, row + packed + 4 * r);
     }
-    pack_codes(row_codes, d, bits, row);
+    kivi_pack_codes(row_codes, 0, d, bits, row);
   }
 }
 
@@ -200,7 +202,7 @@ void decode_kv_group_rows(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
     for (int64_t i = 0; i < n; ++i) {
       const std::byte* row = rows + (first + i) * packed;
       for (int64_t c = 0; c < d; ++c)
-        out[i * d + c] = std::fma(static_cast<float>(unpack_code(row, c, bits)),
+        out[i * d + c] = std::fma(static_cast<float>(kivi_unpack_code(row, c, bits)),
                                   f16_at(group + 2 * c), f16_at(group + 2 * (d + c)));
     }
     return;
@@ -210,8 +212,8 @@ void decode_kv_group_rows(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
     const std::byte* row = group + (first + i) * row_bytes;
     for (int64_t c = 0; c < d; ++c) {
       const std::byte* meta = row + packed + 4 * (c / g);
-      out[i * d + c] =
-          std::fma(static_cast<float>(unpack_code(row, c, bits)), f16_at(meta), f16_at(meta + 2));
+      out[i * d + c] = std::fma(static_cast<float>(kivi_unpack_code(row, c, bits)), f16_at(meta),
+                                f16_at(meta + 2));
     }
   }
 }

@@ -64,6 +64,20 @@ struct KiviRunParams {
   float scale = 0, zero = 0;
 };
 KiviRunParams kivi_run_params(float lo, float hi, int levels);
+// The smallest and largest finite value of x[i * stride], i < n, taken in order as std::min /
+// std::max keep them (the first of equal values: a -0 before a +0 stays); +inf / -inf when none.
+void kivi_finite_range(const float* x, int64_t n, int64_t stride, float& lo, float& hi);
+// The code of one value under a run's parameters (the rule above).
+uint8_t kivi_code(float x, const KiviRunParams& p, int levels);
+// Packs codes[begin, n) of `bits` bits each into a row (element c at bit c * bits), OR-ing them
+// into its bytes (a zeroed row, or one whose elements before `begin` are packed already).
+void kivi_pack_codes(const uint8_t* codes, int64_t begin, int64_t n, int bits, std::byte* row);
+// Element c's code in a packed row.
+inline uint8_t kivi_unpack_code(const std::byte* row, int64_t c, int bits) {
+  const int64_t bit = c * bits;
+  return static_cast<uint8_t>((static_cast<unsigned>(row[bit / 8]) >> (bit % 8)) &
+                              ((1u << bits) - 1));
+}
 
 // Encodes G = spec.block_size rows x[G][head_dim] as one head's group of `dtype` (keys or values)
 // into group[spec.group_bytes(dtype, side)]. Row types encode each row.

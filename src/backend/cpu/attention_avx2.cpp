@@ -286,9 +286,7 @@ void unpack_kivi_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side, cons
         _mm_storeu_si128(out + 1, v[1]);
       }
     }
-    const auto* p = reinterpret_cast<const uint8_t*>(row);
-    for (int64_t c = wide; c < d; ++c)
-      o[c] = static_cast<uint8_t>(p[c * bits / 8] >> (c * bits % 8) & ((1u << bits) - 1));
+    for (int64_t c = wide; c < d; ++c) o[c] = kivi_unpack_code(row, c, bits);
   }
 }
 
@@ -315,7 +313,7 @@ float key_q16(const KiviTile& t, const float* q) {
   int finite = 0xff;
   for (int64_t c = 0; c < body; c += kLanes) {
     const __m256 x = _mm256_and_ps(
-        _mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(t.k_params + c)), abs_mask);
+        _mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(t.k.params + c)), abs_mask);
     finite &= _mm256_movemask_ps(_mm256_cmp_ps(x, inf, _CMP_LT_OQ));
     vmax = _mm256_max_ps(vmax, x);
   }
@@ -324,7 +322,7 @@ float key_q16(const KiviTile& t, const float* q) {
   float m = 0.0f;
   for (float l : lanes) m = std::max(m, l);
   for (int64_t c = body; c < d; ++c) {
-    const float x = std::fabs(q[c] * t.k_params[c]);
+    const float x = std::fabs(q[c] * t.k.params[c]);
     if (!(x < INFINITY)) finite = 0;
     m = std::max(m, x);
   }
@@ -338,9 +336,9 @@ float key_q16(const KiviTile& t, const float* q) {
   int64_t c = 0;
   for (; c + 16 <= body; c += 16) {
     __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(
-        _mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(t.k_params + c)), vinv));
+        _mm256_mul_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(t.k.params + c)), vinv));
     __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(
-        _mm256_mul_ps(_mm256_loadu_ps(q + c + 8), _mm256_loadu_ps(t.k_params + c + 8)), vinv));
+        _mm256_mul_ps(_mm256_loadu_ps(q + c + 8), _mm256_loadu_ps(t.k.params + c + 8)), vinv));
     a = _mm256_min_epi32(_mm256_max_epi32(a, lo), hi);
     b = _mm256_min_epi32(_mm256_max_epi32(b, lo), hi);
     // packs works within 128-bit lanes: put the 16 results back in element order.
@@ -349,7 +347,7 @@ float key_q16(const KiviTile& t, const float* q) {
   }
   for (; c < d; ++c)
     t.q16[c] = static_cast<int16_t>(
-        std::clamp(std::nearbyint(q[c] * t.k_params[c] * inv), -32767.0f, 32767.0f));
+        std::clamp(std::nearbyint(q[c] * t.k.params[c] * inv), -32767.0f, 32767.0f));
   return m / 32767.0f;
 }
 
@@ -358,13 +356,13 @@ float key_q16(const KiviTile& t, const float* q) {
 void kivi_scores(const KiviTile& t, const float* q, int64_t nt, float scale, float* s) {
   const int64_t d = t.spec->head_dim;
   const float step = key_q16(t, q);
-  const float qz = score1(q, t.k_params + d, d, 1.0f);
+  const float qz = score1(q, t.k.params + d, d, 1.0f);
   const int64_t wide = d / 16 * 16;
   const __m256 vstep = _mm256_set1_ps(step), vqz = _mm256_set1_ps(qz);
   const __m256 vscale = _mm256_set1_ps(scale);
   auto tail = [&](int64_t i) {
     int32_t dot = 0;
-    for (int64_t e = wide; e < d; ++e) dot += int32_t{t.q16[e]} * t.k_codes[i * d + e];
+    for (int64_t e = wide; e < d; ++e) dot += int32_t{t.q16[e]} * t.k.codes[i * d + e];
     return dot;
   };
   int64_t i = 0;
@@ -375,7 +373,7 @@ void kivi_scores(const KiviTile& t, const float* q, int64_t nt, float scale, flo
       const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q16 + e));
       for (int k = 0; k < kLanes; ++k) {
         const __m256i kv = _mm256_cvtepu8_epi16(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k_codes + (i + k) * d + e)));
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k.codes + (i + k) * d + e)));
         a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(qv, kv));
       }
     }
@@ -394,7 +392,7 @@ void kivi_scores(const KiviTile& t, const float* q, int64_t nt, float scale, flo
       a = _mm256_add_epi32(
           a, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q16 + e)),
                                _mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                   reinterpret_cast<const __m128i*>(t.k_codes + i * d + e)))));
+                                   reinterpret_cast<const __m128i*>(t.k.codes + i * d + e)))));
     __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
     h = _mm_hadd_epi32(h, h);
     h = _mm_hadd_epi32(h, h);
@@ -413,7 +411,7 @@ void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, flo
   // weights 0, and their parameters are 0).
   const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
   for (int64_t r = 0; r < runs; ++r) {
-    const float* scales = t.v_params + 2 * r * kAttentionTile;
+    const float* scales = t.v.params + 2 * r * kAttentionTile;
     const float* zeros = scales + kAttentionTile;
     __m256 lanes = _mm256_setzero_ps();
     for (int64_t i = 0; i < padded; i += kLanes) {
@@ -427,7 +425,7 @@ void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, flo
   const __m256 valpha = _mm256_set1_ps(alpha);
   auto codes8 = [&](int64_t i, int64_t c) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.v_codes + i * d + c))));
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.v.codes + i * d + c))));
   };
   // Chunks of 8 channels; a chunk lies within one run when runs are multiples of 8 (a single run
   // otherwise: width = d).
@@ -482,7 +480,7 @@ void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, flo
     float u[4] = {};
     for (int64_t i = 0; i < nt; ++i)
       u[i % 4] = std::fma(t.weights[r * kAttentionTile + i],
-                          static_cast<float>(t.v_codes[i * d + c]), u[i % 4]);
+                          static_cast<float>(t.v.codes[i * d + c]), u[i % 4]);
     acc[c] = std::fma(acc[c], alpha, ((u[0] + u[1]) + (u[2] + u[3])) + t.zero_terms[r]);
   }
 }
@@ -537,12 +535,12 @@ struct Avx2Tile {
   static void kivi_tile(const KiviTile& t, const float* q, int64_t nt, float scale, float* s,
                         float* acc, float& run_max, float& run_sum) {
     const int64_t d = t.spec->head_dim;
-    if (t.k_codes != nullptr)
+    if (t.k.codes != nullptr)
       kivi_scores(t, q, nt, scale, s);
     else
-      scores_from_rows(q, t.k_rows, nt, d, scale, s);
+      scores_from_rows(q, t.k.rows, nt, d, scale, s);
     const float alpha = fold(s, nt, run_max, run_sum);
-    if (t.v_codes == nullptr) return accumulate_rows(s, t.v_rows, nt, d, alpha, acc);
+    if (t.v.codes == nullptr) return accumulate_rows(s, t.v.rows, nt, d, alpha, acc);
     kivi_values(t, s, nt, alpha, acc);
   }
 

@@ -74,7 +74,7 @@ float key_q16(const KiviTile& t, const float* q) {
   float m = 0.0f;
   bool finite = true;
   for (int64_t c = 0; c < d; ++c) {
-    const float x = std::fabs(q[c] * t.k_params[c]);
+    const float x = std::fabs(q[c] * t.k.params[c]);
     finite = finite && x < INFINITY;
     m = std::max(m, x);
   }
@@ -85,7 +85,7 @@ float key_q16(const KiviTile& t, const float* q) {
   const float inv = 32767.0f / m;
   for (int64_t c = 0; c < d; ++c)
     t.q16[c] = static_cast<int16_t>(
-        std::clamp(std::nearbyint(q[c] * t.k_params[c] * inv), -32767.0f, 32767.0f));
+        std::clamp(std::nearbyint(q[c] * t.k.params[c] * inv), -32767.0f, 32767.0f));
   return m / 32767.0f;
 }
 
@@ -110,16 +110,15 @@ struct ScalarTile {
   static void unpack_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
                            const std::byte* group, int64_t first, int64_t n, uint8_t* codes,
                            float* params) {
-    const int64_t d = spec.head_dim, bits = kv_kivi_bits(dtype);
+    const int64_t d = spec.head_dim;
+    const int bits = kv_kivi_bits(dtype);
     const int64_t packed = kivi_packed_row_bytes(dtype, d);
     const int64_t runs = kivi_value_channel_groups(spec.block_size, d);
     const std::byte* rows = side == KvSide::kKey ? group + 4 * d : group;
     const int64_t stride = side == KvSide::kKey ? packed : packed + 4 * runs;
     for (int64_t i = 0; i < n; ++i) {
-      const auto* row = reinterpret_cast<const uint8_t*>(rows + (first + i) * stride);
-      for (int64_t c = 0; c < d; ++c)
-        codes[i * d + c] =
-            static_cast<uint8_t>(row[c * bits / 8] >> (c * bits % 8) & ((1u << bits) - 1));
+      const std::byte* row = rows + (first + i) * stride;
+      for (int64_t c = 0; c < d; ++c) codes[i * d + c] = kivi_unpack_code(row, c, bits);
     }
     if (side == KvSide::kKey) {
       for (int64_t c = 0; c < 2 * d; ++c) params[c] = f16_at(group + 2 * c);
@@ -135,25 +134,25 @@ struct ScalarTile {
   static void kivi_tile(const KiviTile& t, const float* q, int64_t nt, float scale, float* s,
                         float* acc, float& run_max, float& run_sum) {
     const int64_t d = t.spec->head_dim;
-    if (t.k_codes != nullptr) {
+    if (t.k.codes != nullptr) {
       const float step = key_q16(t, q);
-      const float qz = score(q, t.k_params + d, d, 1.0f);
+      const float qz = score(q, t.k.params + d, d, 1.0f);
       for (int64_t i = 0; i < nt; ++i) {
         int32_t dot = 0;
-        for (int64_t c = 0; c < d; ++c) dot += int32_t{t.q16[c]} * t.k_codes[i * d + c];
+        for (int64_t c = 0; c < d; ++c) dot += int32_t{t.q16[c]} * t.k.codes[i * d + c];
         s[i] = std::fma(step, static_cast<float>(dot), qz) * scale;
       }
     } else {
-      for (int64_t i = 0; i < nt; ++i) s[i] = score(q, t.k_rows[i], d, scale);
+      for (int64_t i = 0; i < nt; ++i) s[i] = score(q, t.k.rows[i], d, scale);
     }
     const float alpha = fold(s, nt, run_max, run_sum);
-    if (t.v_codes == nullptr) return accumulate_rows(s, t.v_rows, nt, d, alpha, acc);
+    if (t.v.codes == nullptr) return accumulate_rows(s, t.v.rows, nt, d, alpha, acc);
     const int64_t width = std::min(t.spec->block_size, d);
     const int64_t runs = kivi_value_channel_groups(t.spec->block_size, d);
     // Over the keys padded to whole lanes: fold made their weights 0, and their parameters are 0.
     const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
     for (int64_t r = 0; r < runs; ++r) {
-      const float* scales = t.v_params + 2 * r * kAttentionTile;
+      const float* scales = t.v.params + 2 * r * kAttentionTile;
       const float* zeros = scales + kAttentionTile;
       float lanes[kLanes] = {};
       for (int64_t i = 0; i < padded; ++i) {
@@ -167,7 +166,7 @@ struct ScalarTile {
       float u[4] = {};
       for (int64_t i = 0; i < nt; ++i)
         u[i % 4] = std::fma(t.weights[r * kAttentionTile + i],
-                            static_cast<float>(t.v_codes[i * d + c]), u[i % 4]);
+                            static_cast<float>(t.v.codes[i * d + c]), u[i % 4]);
       acc[c] = std::fma(acc[c], alpha, ((u[0] + u[1]) + (u[2] + u[3])) + t.zero_terms[r]);
     }
   }

@@ -52,7 +52,7 @@ namespace {
 //                            const std::byte* group, int64_t first, int64_t n, uint8_t* codes,
 //                            float* params);
 //     codes[i * head_dim + c] = element c's code in row first + i of a KIVI group, i < n, and
-//     the parameters as KiviTile lays them out (k_params or v_params).
+//     the parameters as KiviTile lays them out (k.params or v.params).
 //   static void kivi_tile(const KiviTile& t, const float* q, int64_t nt, float scale,
 //                         float* scores, float* acc, float& run_max, float& run_sum);
 //     tile() for a tile read quantized, its KIVI sides straight from their codes
@@ -63,18 +63,20 @@ namespace {
 // for every query and head that reaches it; or, for a row type (K8V2's int8 keys), the decoded
 // rows.
 struct KiviTile {
+  // One side (keys or values): a KIVI side's codes and parameters, or a row type's decoded rows.
+  struct Side {
+    const uint8_t* codes = nullptr;
+    const float* params = nullptr;
+    const float* const* rows = nullptr;
+  };
   const KvCacheSpec* spec = nullptr;
-  // KIVI keys: the codes of the tile's rows, and the group's per-channel scales and zero points
-  // as f32 ([2][head_dim]); row-type keys: the decoded rows.
-  const uint8_t* k_codes = nullptr;
-  const float* k_params = nullptr;
-  const float* const* k_rows = nullptr;
-  // KIVI values: the codes, and each row's per-run scale and zero point as f32
+  // Keys: KIVI parameters are the group's per-channel scales and zero points as f32
+  // ([2][head_dim]).
+  Side k;
+  // Values: KIVI parameters are each row's per-run scale and zero point as f32
   // ([runs][2][kAttentionTile]: scales of run r at (2r) * kAttentionTile, zero points at
-  // (2r + 1) * kAttentionTile, rows past the tile's end 0); row-type values: the decoded rows.
-  const uint8_t* v_codes = nullptr;
-  const float* v_params = nullptr;
-  const float* const* v_rows = nullptr;
+  // (2r + 1) * kAttentionTile, rows past the tile's end 0).
+  Side v;
   // Per-head scratch: the query's 16-bit key terms [head_dim]; the values' per-key weights
   // [runs][kAttentionTile] and per-run zero terms [runs].
   int16_t* q16 = nullptr;
@@ -251,27 +253,25 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   }
   // Sets kt up for a tile of n rows from `first` of the quantized group whose units are k_unit,
   // v_unit.
+  auto load_side = [&](KvDtype dtype, KvSide side, const std::byte* unit, int64_t first, int64_t n,
+                       uint8_t* codes, float* params, float* tile, const float* const* rows) {
+    KiviTile::Side out;
+    if (kv_is_kivi(dtype)) {
+      Tile::unpack_group(spec, dtype, side, unit, first, n, codes, params);
+      out.codes = codes;
+      out.params = params;
+    } else {
+      Tile::decode_group(spec, dtype, side, unit, first, n, tile);
+      out.rows = rows;
+    }
+    return out;
+  };
   auto load_quantized = [&](const std::byte* k_unit, const std::byte* v_unit, int64_t first,
                             int64_t n) {
-    kt.k_codes = kt.v_codes = nullptr;
-    kt.k_params = kt.v_params = nullptr;
-    kt.k_rows = kt.v_rows = nullptr;
-    if (kv_is_kivi(spec.dtypes.k)) {
-      Tile::unpack_group(spec, spec.dtypes.k, KvSide::kKey, k_unit, first, n, k_codes, k_params);
-      kt.k_codes = k_codes;
-      kt.k_params = k_params;
-    } else {
-      Tile::decode_group(spec, spec.dtypes.k, KvSide::kKey, k_unit, first, n, qk_tile);
-      kt.k_rows = qk_rows;
-    }
-    if (kv_is_kivi(spec.dtypes.v)) {
-      Tile::unpack_group(spec, spec.dtypes.v, KvSide::kValue, v_unit, first, n, v_codes, v_params);
-      kt.v_codes = v_codes;
-      kt.v_params = v_params;
-    } else {
-      Tile::decode_group(spec, spec.dtypes.v, KvSide::kValue, v_unit, first, n, qv_tile);
-      kt.v_rows = qv_rows;
-    }
+    kt.k = load_side(spec.dtypes.k, KvSide::kKey, k_unit, first, n, k_codes, k_params, qk_tile,
+                     qk_rows);
+    kt.v = load_side(spec.dtypes.v, KvSide::kValue, v_unit, first, n, v_codes, v_params, qv_tile,
+                     qv_rows);
   };
   // The slot of position j's residual row.
   auto residual_slot = [&](int64_t j) -> int64_t {

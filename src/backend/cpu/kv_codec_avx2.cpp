@@ -28,15 +28,6 @@ void store_f16(std::byte* p, uint16_t h) {
   std::memcpy(p, &h, sizeof(h));
 }
 
-// The portable rule for one value: clamp(round((x - zero) / scale), 0, levels), NaN as 0.
-uint8_t code_of(float x, const KiviRunParams& p, int levels) {
-  if (p.scale == 0) return 0;
-  const float v = (x - p.zero) / p.scale;
-  if (!(v > 0.0f)) return 0;
-  if (!(v < static_cast<float>(levels))) return static_cast<uint8_t>(levels);
-  return static_cast<uint8_t>(std::nearbyint(v));
-}
-
 // Codes of 8 values with per-lane parameters: max(v, 0) turns a NaN into 0 (the second operand
 // wins), min(., levels) clamps, cvtps rounds to nearest even.
 __m256i codes8(__m256 x, __m256 zero, __m256 scale, __m256 levels) {
@@ -77,22 +68,7 @@ void pack_row(const uint8_t* codes, int64_t n, int bits, std::byte* row) {
       std::memcpy(row + c / 2, &u, 16);
     }
   }
-  for (; c < n; ++c) {
-    const int64_t bit = c * bits;
-    row[bit / 8] |= std::byte{static_cast<uint8_t>(codes[c] << (bit % 8))};
-  }
-}
-
-// The smallest and largest finite value of x[i * stride], i < n, in order, as std::min / std::max
-// keep them (the first of equal values: a -0 and a +0 are equal).
-void finite_range(const float* x, int64_t n, int64_t stride, float& lo, float& hi) {
-  lo = INFINITY;
-  hi = -INFINITY;
-  for (int64_t i = 0; i < n; ++i)
-    if (std::isfinite(x[i * stride])) {
-      lo = std::min(lo, x[i * stride]);
-      hi = std::max(hi, x[i * stride]);
-    }
+  kivi_pack_codes(codes, c, n, bits, row);
 }
 
 // Per lane l < 8, the smallest and largest finite value of x[i * stride + l] over i < n, in order
@@ -145,7 +121,7 @@ void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
     }
     for (; c < d; ++c) {
       float lo, hi;
-      finite_range(x.data() + c, g, d, lo, hi);
+      kivi_finite_range(x.data() + c, g, d, lo, hi);
       params[c] = kivi_run_params(lo, hi, levels);
     }
     alignas(32) float zeros[512], scales[512];
@@ -166,7 +142,7 @@ void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
         store_codes8(codes8(_mm256_loadu_ps(x.data() + i * d + e), _mm256_loadu_ps(zeros + e),
                             _mm256_loadu_ps(scales + e), vlevels),
                      q + e);
-      for (; e < d; ++e) q[e] = code_of(x[i * d + e], params[e], levels);
+      for (; e < d; ++e) q[e] = kivi_code(x[i * d + e], params[e], levels);
       pack_row(q, d, bits, out_rows + i * packed);
     }
     return;
@@ -195,9 +171,9 @@ void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
           }
         // Lanes reorder the elements: when an extreme is a zero, its sign is the first zero's
         // in element order, which only the sequential scan knows.
-        if (lo == 0.0f || hi == 0.0f) finite_range(xi + c0, n, 1, lo, hi);
+        if (lo == 0.0f || hi == 0.0f) kivi_finite_range(xi + c0, n, 1, lo, hi);
       } else {
-        finite_range(xi + c0, n, 1, lo, hi);
+        kivi_finite_range(xi + c0, n, 1, lo, hi);
       }
       const KiviRunParams p = kivi_run_params(lo, hi, levels);
       store_f16(row + packed + 4 * r, p.scale_bits);
@@ -206,7 +182,7 @@ void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
       int64_t e = 0;
       for (; e < vec; e += kLanes)
         store_codes8(codes8(_mm256_loadu_ps(xi + c0 + e), vz, vs, vlevels), q + c0 + e);
-      for (; e < n; ++e) q[c0 + e] = code_of(xi[c0 + e], p, levels);
+      for (; e < n; ++e) q[c0 + e] = kivi_code(xi[c0 + e], p, levels);
     }
     pack_row(q, d, bits, row);
   }
