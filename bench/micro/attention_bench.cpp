@@ -209,9 +209,11 @@ void attention_args(benchmark::internal::Benchmark* b) {
     for (int64_t seqs : {1, 8})
       for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 12}, {32, 8}})
         b->Args({context, seqs, heads, kv_heads, hw, 0});
-  // Every type at the 110M model's shape, 8 sequences of 2,048 tokens (150 MB of f32 K/V).
-  for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kRowKvDtypes)); ++kv)
-    b->Args({2048, 8, 12, 12, hw, kv});
+  // Every type at the 110M model's shape, 1 and 8 sequences of 2,048 tokens (19 and 150 MB of
+  // f32 K/V).
+  for (int64_t seqs : {1, 8})
+    for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kRowKvDtypes)); ++kv)
+      b->Args({2048, seqs, 12, 12, hw, kv});
 }
 
 BENCHMARK(BM_PagedAttentionDecode)

@@ -234,40 +234,42 @@ TEST(PagedAttention, Avx2BitIdenticalToPortableKernel) {
 }
 
 // Every query of the mixed batch, computed alone, in the reversed batch, as part of different
-// prefill chunks, and at 1, 2 and 3 threads, gives the same bits.
+// prefill chunks, and at 1, 2 and 3 threads, gives the same bits. Without grouped-query heads a
+// query alone reads its tiles in place (tile_in_place) and within a chunk from a decoded copy.
 TEST(PagedAttention, OutputInvariantToBatchChunkingAndThreads) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (const KvDtypes dtypes : all_kv_dtypes())
-    for (Isa isa : cpu::available_isas()) {
-      for (int64_t hd : {8, 64, 37}) {
-        Fixture f(8, 2, hd, 16, kSeqLens, 7 + hd, 4.0f, dtypes);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        const int64_t row_floats = 8 * hd;
-        // Baseline: each (seq, position) alone.
-        auto alone = [&](int64_t seq, int32_t pos) {
-          return f.run({{seq, pos, 1}}, isa, pool1, scale);
-        };
-        auto check = [&](const std::vector<Span>& spans, ThreadPool& pool, const char* what) {
-          const std::vector<float> out = f.run(spans, isa, pool, scale);
-          size_t row = 0;
-          for (const Span& s : spans)
-            for (int32_t i = 0; i < s.count; ++i, ++row) {
-              const std::vector<float> want = alone(s.seq, s.first + i);
-              ASSERT_EQ(0, std::memcmp(out.data() + row * row_floats, want.data(),
-                                       row_floats * sizeof(float)))
-                  << what << " kv " << dtypes.describe() << " isa " << cpu::isa_name(isa)
-                  << " head_dim " << hd << " seq " << s.seq << " pos " << s.first + i;
-            }
-        };
-        check(kMixed, pool1, "mixed batch, 1 thread");
-        check(kMixed, pool2, "mixed batch, 2 threads");
-        check(kMixed, pool3, "mixed batch, 3 threads");
-        std::vector<Span> reversed(kMixed.rbegin(), kMixed.rend());
-        check(reversed, pool3, "reversed batch");
-        // The prompt of sequence 1 chunked differently: 1, 3, 17 and the rest.
-        check({{1, 0, 1}, {1, 1, 3}, {1, 4, 17}, {1, 21, 50}}, pool2, "chunked prompt");
-      }
-    }
+    for (Isa isa : cpu::available_isas())
+      for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}})
+        for (int64_t hd : {8, 64, 37}) {
+          Fixture f(g.n_heads, g.n_kv_heads, hd, 16, kSeqLens, 7 + hd, 4.0f, dtypes);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          const int64_t row_floats = g.n_heads * hd;
+          // Baseline: each (seq, position) alone.
+          auto alone = [&](int64_t seq, int32_t pos) {
+            return f.run({{seq, pos, 1}}, isa, pool1, scale);
+          };
+          auto check = [&](const std::vector<Span>& spans, ThreadPool& pool, const char* what) {
+            const std::vector<float> out = f.run(spans, isa, pool, scale);
+            size_t row = 0;
+            for (const Span& s : spans)
+              for (int32_t i = 0; i < s.count; ++i, ++row) {
+                const std::vector<float> want = alone(s.seq, s.first + i);
+                ASSERT_EQ(0, std::memcmp(out.data() + row * row_floats, want.data(),
+                                         row_floats * sizeof(float)))
+                    << what << " kv " << dtypes.describe() << " isa " << cpu::isa_name(isa)
+                    << " heads " << g.n_heads << "/" << g.n_kv_heads << " head_dim " << hd
+                    << " seq " << s.seq << " pos " << s.first + i;
+              }
+          };
+          check(kMixed, pool1, "mixed batch, 1 thread");
+          check(kMixed, pool2, "mixed batch, 2 threads");
+          check(kMixed, pool3, "mixed batch, 3 threads");
+          std::vector<Span> reversed(kMixed.rbegin(), kMixed.rend());
+          check(reversed, pool3, "reversed batch");
+          // The prompt of sequence 1 chunked differently: 1, 3, 17 and the rest.
+          check({{1, 0, 1}, {1, 1, 3}, {1, 4, 17}, {1, 21, 50}}, pool2, "chunked prompt");
+        }
 }
 
 // The same sequence's K/V laid out with block sizes 1, 5, 16 and 64 and shuffled tables: each

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "backend/cpu/attention_kernel.h"
@@ -33,52 +34,150 @@ float tree8(__m256 a) {
   return _mm_cvtss_f32(_mm_add_ss(lo, hi));
 }
 
-// tree8 of eight vectors at once: lane i of the result is tree8(a[i]).
-__m256 tree8x8(const __m256* a) {
-  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
-  const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
-  const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+// tree8 of eight vectors at once: lane i of the result is tree8(a_i). Takes the vectors by value
+// so that its callers' accumulators stay in registers (an array argument put them on the stack).
+__m256 tree8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+               __m256 a7) {
+  const __m256 t0 = _mm256_hadd_ps(a0, a1);
+  const __m256 t1 = _mm256_hadd_ps(a2, a3);
+  const __m256 t2 = _mm256_hadd_ps(a4, a5);
+  const __m256 t3 = _mm256_hadd_ps(a6, a7);
   const __m256 u0 = _mm256_hadd_ps(t0, t1);
   const __m256 u1 = _mm256_hadd_ps(t2, t3);
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// Scores of keys k[0..8) against q into s[0..8): eight independent FMA chains.
-void score8(const float* q, const float* const* k, int64_t head_dim, float scale, float* s) {
-  __m256 a[kLanes];
-  for (int i = 0; i < kLanes; ++i) a[i] = _mm256_setzero_ps();
+// The row's f16 metadata word i (0: scale, 1: zero point) as f32, by F16C.
+float row_meta(const unsigned char* meta, int i) {
+  uint16_t h;
+  std::memcpy(&h, meta + 2 * i, sizeof(h));
+  return _cvtsh_ss(h);
+}
+
+// A tile's rows as f32 arrays (f32 cache rows in place, or rows decoded into L1).
+struct F32Rows {
+  const float* const* rows;
+  __m256 load(int64_t i, int64_t c) const { return _mm256_loadu_ps(rows[i] + c); }
+  float at(int64_t i, int64_t d) const { return rows[i][d]; }
+};
+
+// A tile's rows of kType read where they lie in the cache, each chunk of 8 elements decoded in
+// registers to exactly the values decode_rows (and decode_kv_row) give: no copy of the tile. Used
+// where a tile serves a single query head, so that a decoded copy would be read only once.
+template <KvDtype kType>
+struct EncodedRows {
+  const unsigned char* rows[kAttentionTile];
+  // Per row: int8's scale and zero point; fp8's scale times kv_fp8_f16_factor.
+  float scale[kAttentionTile];
+  float zero[kAttentionTile];
+
+  EncodedRows(const std::byte* const* src, int64_t n, int64_t head_dim) {
+    const int64_t meta = head_dim * kv_element_bytes(kType);
+    for (int64_t i = 0; i < n; ++i) {
+      rows[i] = reinterpret_cast<const unsigned char*>(src[i]);
+      if constexpr (kType == KvDtype::kInt8) {
+        scale[i] = row_meta(rows[i] + meta, 0);
+        zero[i] = row_meta(rows[i] + meta, 1);
+      } else if constexpr (kType == KvDtype::kFp8E4M3 || kType == KvDtype::kFp8E5M2) {
+        scale[i] = row_meta(rows[i] + meta, 0) * kv_fp8_f16_factor(kType);
+      }
+    }
+  }
+
+  __m256 load(int64_t i, int64_t c) const {
+    const unsigned char* p = rows[i];
+    if constexpr (kType == KvDtype::kF32) {
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + c);
+    } else if constexpr (kType == KvDtype::kF16) {
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * c)));
+    } else if constexpr (kType == KvDtype::kBF16) {
+      const __m256i w =
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * c)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    } else if constexpr (kType == KvDtype::kFp8E4M3 || kType == KvDtype::kFp8E5M2) {
+      const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c)));
+      // kv_fp8_to_f16_bits, 8 lanes at once.
+      const __m128i h =
+          kType == KvDtype::kFp8E5M2
+              ? _mm_slli_epi16(b, 8)
+              : _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
+                             _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7));
+      return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_broadcast_ss(scale + i));
+    } else {
+      static_assert(kType == KvDtype::kInt8);
+      const __m256 q = _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + c))));
+      return _mm256_fmadd_ps(q, _mm256_broadcast_ss(scale + i), _mm256_broadcast_ss(zero + i));
+    }
+  }
+
+  // Element d of row i (the tails of head sizes that are not multiples of 8), as decode_kv_row.
+  float at(int64_t i, int64_t d) const {
+    const unsigned char* p = rows[i];
+    uint16_t h;
+    if constexpr (kType == KvDtype::kF32) {
+      float x;
+      std::memcpy(&x, p + 4 * d, sizeof(x));
+      return x;
+    } else if constexpr (kType == KvDtype::kF16 || kType == KvDtype::kBF16) {
+      std::memcpy(&h, p + 2 * d, sizeof(h));
+      if constexpr (kType == KvDtype::kF16) return _cvtsh_ss(h);
+      const uint32_t bits = uint32_t{h} << 16;
+      float x;
+      std::memcpy(&x, &bits, sizeof(x));
+      return x;
+    } else if constexpr (kType == KvDtype::kFp8E4M3 || kType == KvDtype::kFp8E5M2) {
+      return _cvtsh_ss(kv_fp8_to_f16_bits(kType, p[d])) * scale[i];
+    } else {
+      return std::fma(static_cast<float>(p[d]), scale[i], zero[i]);
+    }
+  }
+};
+
+// Scores of keys i0 .. i0 + 8 of `k` against q into s[0..8): eight independent FMA chains.
+template <class Rows>
+void score8(const float* q, const Rows& k, int64_t i0, int64_t head_dim, float scale, float* s) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   const int64_t body = head_dim / kLanes * kLanes;
   for (int64_t c = 0; c < body; c += kLanes) {
     const __m256 qc = _mm256_loadu_ps(q + c);
-    for (int i = 0; i < kLanes; ++i) a[i] = _mm256_fmadd_ps(qc, _mm256_loadu_ps(k[i] + c), a[i]);
+    a0 = _mm256_fmadd_ps(qc, k.load(i0, c), a0);
+    a1 = _mm256_fmadd_ps(qc, k.load(i0 + 1, c), a1);
+    a2 = _mm256_fmadd_ps(qc, k.load(i0 + 2, c), a2);
+    a3 = _mm256_fmadd_ps(qc, k.load(i0 + 3, c), a3);
+    a4 = _mm256_fmadd_ps(qc, k.load(i0 + 4, c), a4);
+    a5 = _mm256_fmadd_ps(qc, k.load(i0 + 5, c), a5);
+    a6 = _mm256_fmadd_ps(qc, k.load(i0 + 6, c), a6);
+    a7 = _mm256_fmadd_ps(qc, k.load(i0 + 7, c), a7);
   }
-  __m256 sum = tree8x8(a);
+  __m256 sum = tree8x8(a0, a1, a2, a3, a4, a5, a6, a7);
   if (body != head_dim) {
     alignas(32) float tmp[kLanes];
     _mm256_store_ps(tmp, sum);
     for (int i = 0; i < kLanes; ++i)
-      for (int64_t d = body; d < head_dim; ++d) tmp[i] = std::fma(q[d], k[i][d], tmp[i]);
+      for (int64_t d = body; d < head_dim; ++d) tmp[i] = std::fma(q[d], k.at(i0 + i, d), tmp[i]);
     sum = _mm256_load_ps(tmp);
   }
   _mm256_storeu_ps(s, _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
 }
 
-float score1(const float* q, const float* k, int64_t head_dim, float scale) {
+// Score of key i of `k` against q.
+template <class Rows>
+float score1(const float* q, const Rows& k, int64_t i, int64_t head_dim, float scale) {
   __m256 a = _mm256_setzero_ps();
   const int64_t body = head_dim / kLanes * kLanes;
   for (int64_t c = 0; c < body; c += kLanes)
-    a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), a);
+    a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), k.load(i, c), a);
   float s = tree8(a);
-  for (int64_t d = body; d < head_dim; ++d) s = std::fma(q[d], k[d], s);
+  for (int64_t d = body; d < head_dim; ++d) s = std::fma(q[d], k.at(i, d), s);
   return s * scale;
 }
 
 // Over chunks [c, c + 8 * N): the tile's weighted values in four partial sums (key i goes to
 // u[i % 4]), then acc = fma(acc, alpha, (u0 + u1) + (u2 + u3)). 4 x N independent FMA chains hide
 // the FMA latency even when head_dim is a single vector.
-template <int N>
-void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, const float* const* v,
+template <int N, class Rows>
+void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, const Rows& v,
                        int64_t n) {
   __m256 u[4][N];
   for (int r = 0; r < 4; ++r)
@@ -86,8 +185,7 @@ void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, cons
   // Key i + R into partial sum R; R is a constant so the partial sums stay in registers.
   auto step = [&](int64_t i, auto R) {
     const __m256 ei = _mm256_broadcast_ss(e + i);
-    for (int k = 0; k < N; ++k)
-      u[R][k] = _mm256_fmadd_ps(ei, _mm256_loadu_ps(v[i] + c + 8 * k), u[R][k]);
+    for (int k = 0; k < N; ++k) u[R][k] = _mm256_fmadd_ps(ei, v.load(i, c + 8 * k), u[R][k]);
   };
   using R0 = std::integral_constant<int, 0>;
   using R1 = std::integral_constant<int, 1>;
@@ -108,13 +206,6 @@ void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, cons
         _mm256_add_ps(_mm256_add_ps(u[0][k], u[1][k]), _mm256_add_ps(u[2][k], u[3][k]));
     _mm256_storeu_ps(acc + c + 8 * k, _mm256_fmadd_ps(_mm256_loadu_ps(acc + c + 8 * k), alpha, pv));
   }
-}
-
-// The row's f16 metadata word i (0: scale, 1: zero point) as f32, by F16C.
-float row_meta(const unsigned char* meta, int i) {
-  uint16_t h;
-  std::memcpy(&h, meta + 2 * i, sizeof(h));
-  return _cvtsh_ss(h);
 }
 
 // `rows` KV rows decoded to f32, 8 elements a vector, one type's loop over the whole tile (no
@@ -193,11 +284,12 @@ inline float f16_at(const std::byte* p) {
 }
 
 // Scores of keys [0, nt) of a tile of f32 rows into s (padded with -inf to a multiple of 8).
-void scores_from_rows(const float* q, const float* const* k_rows, int64_t nt, int64_t head_dim,
-                      float scale, float* s) {
+template <class Rows>
+void scores_from_rows(const float* q, const Rows& k, int64_t nt, int64_t head_dim, float scale,
+                      float* s) {
   const int64_t full = nt / kLanes * kLanes;
-  for (int64_t i = 0; i < full; i += kLanes) score8(q, k_rows + i, head_dim, scale, s + i);
-  for (int64_t i = full; i < nt; ++i) s[i] = score1(q, k_rows[i], head_dim, scale);
+  for (int64_t i = 0; i < full; i += kLanes) score8(q, k, i, head_dim, scale, s + i);
+  for (int64_t i = full; i < nt; ++i) s[i] = score1(q, k, i, head_dim, scale);
 }
 
 // The online-softmax step over a tile's scores s[0, nt): s becomes the weights e (0 past nt, to a
@@ -228,16 +320,17 @@ float fold(float* s, int64_t nt, float& run_max, float& run_sum) {
 }
 
 // acc = fma(acc, alpha, the tile's weighted values) over f32 rows.
-void accumulate_rows(const float* e, const float* const* v_rows, int64_t nt, int64_t head_dim,
-                     float alpha, float* acc) {
+template <class Rows>
+void accumulate_rows(const float* e, const Rows& v, int64_t nt, int64_t head_dim, float alpha,
+                     float* acc) {
   const int64_t body = head_dim / kLanes * kLanes;
   const __m256 valpha = _mm256_set1_ps(alpha);
   int64_t c = 0;
-  for (; c + 16 <= body; c += 16) accumulate_chunks<2>(acc, c, valpha, e, v_rows, nt);
-  for (; c < body; c += 8) accumulate_chunks<1>(acc, c, valpha, e, v_rows, nt);
+  for (; c + 16 <= body; c += 16) accumulate_chunks<2>(acc, c, valpha, e, v, nt);
+  for (; c < body; c += 8) accumulate_chunks<1>(acc, c, valpha, e, v, nt);
   for (int64_t d = body; d < head_dim; ++d) {
     float u[4] = {};
-    for (int64_t i = 0; i < nt; ++i) u[i % 4] = std::fma(e[i], v_rows[i][d], u[i % 4]);
+    for (int64_t i = 0; i < nt; ++i) u[i % 4] = std::fma(e[i], v.at(i, d), u[i % 4]);
     acc[d] = std::fma(acc[d], alpha, (u[0] + u[1]) + (u[2] + u[3]));
   }
 }
@@ -356,7 +449,8 @@ float key_q16(const KiviTile& t, const float* q) {
 void kivi_scores(const KiviTile& t, const float* q, int64_t nt, float scale, float* s) {
   const int64_t d = t.spec->head_dim;
   const float step = key_q16(t, q);
-  const float qz = score1(q, t.k.params + d, d, 1.0f);
+  const float* zeros = t.k.params + d;
+  const float qz = score1(q, F32Rows{&zeros}, 0, d, 1.0f);
   const int64_t wide = d / 16 * 16;
   const __m256 vstep = _mm256_set1_ps(step), vqz = _mm256_set1_ps(qz);
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -485,6 +579,32 @@ void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, flo
   }
 }
 
+// Calls f with the tile's n rows of `dtype` as EncodedRows (a row type; KIVI groups never come
+// here).
+template <class F>
+void with_encoded_rows(KvDtype dtype, const std::byte* const* src, int64_t n, int64_t head_dim,
+                       F&& f) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      return f(EncodedRows<KvDtype::kF32>(src, n, head_dim));
+    case KvDtype::kF16:
+      return f(EncodedRows<KvDtype::kF16>(src, n, head_dim));
+    case KvDtype::kBF16:
+      return f(EncodedRows<KvDtype::kBF16>(src, n, head_dim));
+    case KvDtype::kFp8E4M3:
+      return f(EncodedRows<KvDtype::kFp8E4M3>(src, n, head_dim));
+    case KvDtype::kFp8E5M2:
+      return f(EncodedRows<KvDtype::kFp8E5M2>(src, n, head_dim));
+    case KvDtype::kInt8:
+      return f(EncodedRows<KvDtype::kInt8>(src, n, head_dim));
+    case KvDtype::kKivi2:
+    case KvDtype::kKivi4:
+      break;
+  }
+  VESPER_CHECK(false, "attention: %s rows are stored in groups",
+               std::string(kv_dtype_name(dtype)).c_str());
+}
+
 struct Avx2Tile {
   static void decode(KvDtype dtype, const std::byte* const* rows, int64_t n, int64_t head_dim,
                      float* out) {
@@ -521,9 +641,21 @@ struct Avx2Tile {
   static void tile(const float* q, const float* const* k_rows, const float* const* v_rows,
                    int64_t nt, int64_t head_dim, float scale, float* s, float* acc, float& run_max,
                    float& run_sum) {
-    scores_from_rows(q, k_rows, nt, head_dim, scale, s);
+    scores_from_rows(q, F32Rows{k_rows}, nt, head_dim, scale, s);
     const float alpha = fold(s, nt, run_max, run_sum);
-    accumulate_rows(s, v_rows, nt, head_dim, alpha, acc);
+    accumulate_rows(s, F32Rows{v_rows}, nt, head_dim, alpha, acc);
+  }
+
+  // tile() over rows read where they lie (EncodedRows), for a tile that serves one query head.
+  static void tile_in_place(const KvCacheSpec& spec, const float* q, const std::byte* const* k_src,
+                            const std::byte* const* v_src, int64_t nt, float scale, float* s,
+                            float* acc, float& run_max, float& run_sum) {
+    const int64_t d = spec.head_dim;
+    with_encoded_rows(spec.dtypes.k, k_src, nt, d,
+                      [&](const auto& k) { scores_from_rows(q, k, nt, d, scale, s); });
+    const float alpha = fold(s, nt, run_max, run_sum);
+    with_encoded_rows(spec.dtypes.v, v_src, nt, d,
+                      [&](const auto& v) { accumulate_rows(s, v, nt, d, alpha, acc); });
   }
 
   static void unpack_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
@@ -538,9 +670,9 @@ struct Avx2Tile {
     if (t.k.codes != nullptr)
       kivi_scores(t, q, nt, scale, s);
     else
-      scores_from_rows(q, t.k.rows, nt, d, scale, s);
+      scores_from_rows(q, F32Rows{t.k.rows}, nt, d, scale, s);
     const float alpha = fold(s, nt, run_max, run_sum);
-    if (t.v.codes == nullptr) return accumulate_rows(s, t.v.rows, nt, d, alpha, acc);
+    if (t.v.codes == nullptr) return accumulate_rows(s, F32Rows{t.v.rows}, nt, d, alpha, acc);
     kivi_values(t, s, nt, alpha, acc);
   }
 

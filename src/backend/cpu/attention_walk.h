@@ -30,8 +30,9 @@ namespace {
 // Compressed caches: each tile's rows are decoded once into scratch (32 rows of keys and of
 // values, in L1) by the kernel's decoder and then serve every query and head that reaches the
 // tile, so memory traffic is the compressed bytes and the decode costs once per tile, not per
-// query head. f32 rows are used in place. KIVI groups are not decoded: their codes are unpacked
-// to bytes once per tile and enter the dot products directly (kivi_tile).
+// query head. f32 rows are used in place, and so are rows of any row type where a tile serves a
+// single query head (tile_in_place below, when the kernel has it). KIVI groups are not decoded:
+// their codes are unpacked to bytes once per tile and enter the dot products directly (kivi_tile).
 //
 // Tile must provide:
 //   static void decode(KvDtype dtype, const std::byte* const* rows, int64_t n, int64_t head_dim,
@@ -57,6 +58,14 @@ namespace {
 //                         float* scores, float* acc, float& run_max, float& run_sum);
 //     tile() for a tile read quantized, its KIVI sides straight from their codes
 //     (attention_kernel.h's KIVI terms).
+// and may provide:
+//   static void tile_in_place(const KvCacheSpec& spec, const float* q,
+//                             const std::byte* const* k_rows, const std::byte* const* v_rows,
+//                             int64_t nt, float scale, float* scores, float* acc,
+//                             float& run_max, float& run_sum);
+//     tile() over the rows as they lie in the cache (row types), each decoded as it is read, to
+//     the same values as decode: the walk uses it where a tile serves one query head only, so
+//     that a decoded copy of the tile would be read once.
 
 // One tile of a group read quantized (KIVI), as Tile::kivi_tile takes it: each side either a
 // KIVI group's codes, one byte per element, with its parameters as f32, unpacked once per tile
@@ -426,6 +435,13 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
             ++block;
             k_run = args.cache->key_run(args.layer, table[block], g);
             v_run = args.cache->value_run(args.layer, table[block], g);
+          }
+        }
+        if constexpr (requires { &Tile::tile_in_place; }) {
+          if (group == 1 && run_end - run_begin == 1) {
+            Tile::tile_in_place(shape, args.q + (run_begin * args.n_heads + g) * head_dim, k_src,
+                                v_src, tile_keys, args.scale, scores, acc, run_max[0], run_sum[0]);
+            continue;
           }
         }
         load_tile<Tile>(shape, k_src, v_src, tile_keys, k_rows, v_rows, k_tile, v_tile);
