@@ -43,23 +43,31 @@ size_t kept_distribution(const SamplingParams& params, std::span<const float> lo
   }
   scratch.candidates.resize(n_vocab);
   std::iota(scratch.candidates.begin(), scratch.candidates.end(), 0);
-  // Sort candidates by logit, descending; ties by id, so the order is deterministic.
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
   size_t keep = scratch.candidates.size();
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < keep) {
-    keep = static_cast<size_t>(params.top_k);
-    std::partial_sort(scratch.candidates.begin(), scratch.candidates.begin() + keep,
-                      scratch.candidates.end(), by_logit);
+  const bool top_k_cuts = params.top_k > 0 && static_cast<size_t>(params.top_k) < keep;
+  double max_logit = logits[0];
+  if (top_k_cuts || params.top_p < 1.0f || params.min_p > 0.0f) {
+    // Sort candidates by logit, descending; ties by id, so the order is deterministic.
+    auto by_logit = [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    if (top_k_cuts) {
+      keep = static_cast<size_t>(params.top_k);
+      std::partial_sort(scratch.candidates.begin(), scratch.candidates.begin() + keep,
+                        scratch.candidates.end(), by_logit);
+    } else {
+      std::sort(scratch.candidates.begin(), scratch.candidates.end(), by_logit);
+    }
+    scratch.candidates.resize(keep);
+    max_logit = logits[scratch.candidates[0]];
   } else {
-    std::sort(scratch.candidates.begin(), scratch.candidates.end(), by_logit);
+    // Nothing cuts the distribution: the whole vocabulary in id order, unsorted (a sort of the
+    // vocabulary for every sampled token was a tenth of a batched serving run).
+    max_logit = logits[argmax(logits)];
   }
-  scratch.candidates.resize(keep);
 
   // Softmax over the kept candidates at the temperature (double sums for stability).
   scratch.probs.resize(keep);
-  const double max_logit = logits[scratch.candidates[0]];
   // Every token masked (e.g. allowed_token_ids that min_tokens or bad_words all ban): an equal
   // weight each, rather than the NaNs of -inf - -inf.
   const bool all_masked = max_logit == -INFINITY;

@@ -26,8 +26,10 @@ int32_t argmax(std::span<const float> logits);
 std::mt19937_64 make_rng(const SamplingParams& params);
 
 // The distribution sampling draws from, for a row the processors have already seen: the kept
-// candidates in scratch.candidates[0, n) (descending by logit, ties by id) and their unnormalised
-// weights in scratch.probs[0, n), after temperature, top-k, top-p and min-p. Greedy: the argmax
+// candidates in scratch.candidates[0, n) and their unnormalised weights in scratch.probs[0, n),
+// after temperature, top-k, top-p and min-p. The candidates are in descending order of logit
+// (ties by id) when top-k, top-p or min-p is set, else the whole vocabulary in id order (nothing
+// needs the order then, and sorting the vocabulary for every token costs). Greedy: the argmax
 // alone, weight 1. Returns n.
 size_t kept_distribution(const SamplingParams& params, std::span<const float> logits,
                          SamplingScratch& scratch);
