@@ -214,6 +214,9 @@ void attention_args(benchmark::internal::Benchmark* b) {
   for (int64_t seqs : {1, 8})
     for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kRowKvDtypes)); ++kv)
       b->Args({2048, seqs, 12, 12, hw, kv});
+  // And at the 1B model's grouped-query shape (4 query heads a KV head), 8 sequences.
+  for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kRowKvDtypes)); ++kv)
+    b->Args({2048, 8, 32, 8, hw, kv});
 }
 
 BENCHMARK(BM_PagedAttentionDecode)

@@ -646,7 +646,15 @@ struct Avx2Tile {
     accumulate_rows(s, F32Rows{v_rows}, nt, head_dim, alpha, acc);
   }
 
-  // tile() over rows read where they lie (EncodedRows), for a tile that serves one query head.
+  // Conversions of one instruction (f16 by F16C, bf16 by a shift) cost less than a decoded
+  // copy's store and reload up to 4 heads (4 x 8 KV heads at the 1B model's shape:
+  // `vesper_microbench`'s BM_PagedAttentionDecode); int8's and fp8's take 3 to 6, so a copy pays
+  // from the second head on.
+  static int64_t in_place_heads(KvDtype dtype) {
+    return dtype == KvDtype::kF32 || dtype == KvDtype::kF16 || dtype == KvDtype::kBF16 ? 4 : 1;
+  }
+
+  // tile() over rows read where they lie (EncodedRows), for a tile that serves few query heads.
   static void tile_in_place(const KvCacheSpec& spec, const float* q, const std::byte* const* k_src,
                             const std::byte* const* v_src, int64_t nt, float scale, float* s,
                             float* acc, float& run_max, float& run_sum) {

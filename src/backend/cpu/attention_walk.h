@@ -64,8 +64,11 @@ namespace {
 //                             int64_t nt, float scale, float* scores, float* acc,
 //                             float& run_max, float& run_sum);
 //     tile() over the rows as they lie in the cache (row types), each decoded as it is read, to
-//     the same values as decode: the walk uses it where a tile serves one query head only, so
-//     that a decoded copy of the tile would be read once.
+//     the same values as decode;
+//   static int64_t in_place_heads(KvDtype dtype);
+//     the most query heads for which reading a tile of `dtype` in place, once per head, costs
+//     less than decoding it once: the walk reads a decode step's tiles in place when its query
+//     heads per KV head are no more than this for both types.
 
 // One tile of a group read quantized (KIVI), as Tile::kivi_tile takes it: each side either a
 // KIVI group's codes, one byte per element, with its parameters as f32, unpacked once per tile
@@ -438,9 +441,12 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
           }
         }
         if constexpr (requires { &Tile::tile_in_place; }) {
-          if (group == 1 && run_end - run_begin == 1) {
-            Tile::tile_in_place(shape, args.q + (run_begin * args.n_heads + g) * head_dim, k_src,
-                                v_src, tile_keys, args.scale, scores, acc, run_max[0], run_sum[0]);
+          if (run_end - run_begin == 1 && group <= std::min(Tile::in_place_heads(shape.dtypes.k),
+                                                            Tile::in_place_heads(shape.dtypes.v))) {
+            const float* q = args.q + (run_begin * args.n_heads + g * group) * head_dim;
+            for (int64_t h = 0; h < group; ++h)
+              Tile::tile_in_place(shape, q + h * head_dim, k_src, v_src, tile_keys, args.scale,
+                                  scores, acc + h * head_dim, run_max[h], run_sum[h]);
             continue;
           }
         }
