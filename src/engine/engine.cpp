@@ -74,12 +74,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const SpeculativeConfig& spec = e->config_.speculative;
   const backend::KvDtypes kv_dtypes = config.cache.kv_dtypes;
   const bool kivi = kv_is_kivi(kv_dtypes.k) || kv_is_kivi(kv_dtypes.v);
-  // n-gram proposals verify as a chain (a chunk of queries, which KIVI attention handles); a
-  // draft model's own cache and Medusa's tree paths do not follow KIVI's group compaction yet.
-  if (kivi && spec.enabled() && spec.method != SpeculativeConfig::Method::kNgram)
+  // n-gram proposals verify as a chain and Medusa's as a tree (its rows read the committed
+  // context, quantized groups included, then their own path as written); a draft model's cache
+  // shares the target's block tables, whose KIVI geometry (rows per block, group compaction)
+  // follows the target's head size, not the draft's.
+  if (kivi && e->draft_)
     return make_error("--kv-cache-dtype " + kv_dtypes.describe() +
-                      ": a draft model or Medusa heads (--speculative-model) do not run on KIVI "
-                      "caches yet; n-gram lookup (--speculative-model [ngram]) does");
+                      ": a draft model (--speculative-model) does not run on KIVI caches yet; "
+                      "n-gram lookup ([ngram]) and Medusa heads do");
+  // A tree row at depth d reads the groups older than its position + 1 - R quantized: none of its
+  // own path when R exceeds the deepest row's depth (one level per head).
+  if (kivi && e->medusa_) {
+    const int64_t depth =
+        std::min<int64_t>(spec.num_speculative_tokens, e->medusa_->heads().num_heads());
+    if (config.cache.kivi_residual_length <= depth)
+      return make_error("--kivi-residual-length " +
+                        std::to_string(config.cache.kivi_residual_length) +
+                        ": Medusa's candidate trees here are " + std::to_string(depth) +
+                        " deep, and need a longer residual window");
+  }
   if (spec.enabled()) {
     if (spec.num_speculative_tokens < 1)
       return make_error(
@@ -117,7 +130,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                 e->plan_.block_size,
                                                 e->config_.cache.enable_prefix_caching);
   if (kivi)
-    e->kv_->enable_kivi(kv_specs[0].residual_blocks_per_group(), config.cache.kivi_residual_length);
+    e->kv_->enable_kivi(kv_specs[0].residual_rows_per_block(), config.cache.kivi_residual_length);
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                              e->plan_.num_swap_blocks);

@@ -33,12 +33,24 @@ KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_block
   VESPER_CHECK(block_size > 0 && num_device_blocks > 0 && num_host_blocks >= 0);
 }
 
-void KvCacheManager::enable_kivi(int64_t blocks_per_group, int64_t residual_length) {
+void KvCacheManager::enable_kivi(int64_t rows_per_block, int64_t residual_length) {
   VESPER_CHECK(device_tables_.empty() && host_tables_.empty(), "enable_kivi with sequences");
-  VESPER_CHECK(blocks_per_group >= 1 && residual_length >= 0, "bad KIVI layout");
+  VESPER_CHECK(rows_per_block >= 1 && rows_per_block <= block_size_ && residual_length >= 0,
+               "bad KIVI layout");
   kivi_ = true;
-  blocks_per_group_ = blocks_per_group;
+  rows_per_block_ = rows_per_block;
+  blocks_per_group_ = (block_size_ + rows_per_block - 1) / rows_per_block;
   kivi_residual_ = residual_length;
+}
+
+int64_t KvCacheManager::slot(SeqId seq, int64_t pos) const {
+  const std::vector<BlockId>& table = block_table(seq);
+  const int64_t m = quantized_groups(seq), g = pos / block_size_, r = pos % block_size_;
+  const int64_t entry = group_entry(m, g) + (g < m ? 0 : r / rows_per_block_);
+  VESPER_CHECK(g >= m && entry < static_cast<int64_t>(table.size()),
+               "sequence %lld: position %lld has no row slot (quantized, or past its table)",
+               static_cast<long long>(seq), static_cast<long long>(pos));
+  return int64_t{table[static_cast<size_t>(entry)]} * rows_per_block_ + r % rows_per_block_;
 }
 
 int64_t KvCacheManager::quantized_groups(SeqId seq) const {

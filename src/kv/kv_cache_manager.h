@@ -91,13 +91,14 @@ class KvCacheManager {
 
   // KIVI tables (backend/kv_cache_spec.h): a block is a group of block_size tokens; a sequence's
   // table holds quantized_groups(seq) quantized groups first, one block each, then every later
-  // group's residual rows, blocks_per_group blocks per group (allocated a whole group at a time).
+  // group's residual rows: rows_per_block rows a block, so ceil(block_size / rows_per_block) blocks
+  // per group (allocated a whole group at a time).
   // compact() turns the groups a query at the sequence's next position reads quantized (whole
   // groups older than residual_length tokens) into quantized blocks. Call before any sequence
   // holds blocks. With prefix caching, each full group's residual blocks are cached (under
   // per-block hashes derived from the group's chain hash) until compaction or eviction: a hit is
   // a run of residual groups, which the next compact() of the sequence quantizes.
-  void enable_kivi(int64_t blocks_per_group, int64_t residual_length);
+  void enable_kivi(int64_t rows_per_block, int64_t residual_length);
   bool kivi() const { return kivi_; }
   int64_t quantized_groups(SeqId seq) const;
   // Quantizes seq's residual groups that a query at position num_computed reads quantized, as
@@ -160,6 +161,10 @@ class KvCacheManager {
   bool has_device_blocks(SeqId seq) const { return device_tables_.count(seq) != 0; }
   bool is_swapped(SeqId seq) const { return host_tables_.count(seq) != 0; }
   const std::vector<BlockId>& block_table(SeqId seq) const;
+  // The slot (block * rows per block + row) of the row of position `pos` of seq, as written:
+  // block_size rows a block, or with KIVI rows_per_block residual rows a block (the position must
+  // lie past the sequence's quantized groups).
+  int64_t slot(SeqId seq, int64_t pos) const;
 
   // Swap-out moves seq's blocks to the host pool (each block gets its own host copy, so blocks
   // shared on the device are not shared on the host); swap-in brings them back into fresh
@@ -202,6 +207,7 @@ class KvCacheManager {
   int64_t block_size_;
   bool prefix_caching_;
   bool kivi_ = false;
+  int64_t rows_per_block_ = block_size_;
   int64_t blocks_per_group_ = 1;
   int64_t kivi_residual_ = 0;
   // KIVI: each sequence's quantized groups (kept across swap-out).

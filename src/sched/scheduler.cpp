@@ -376,9 +376,7 @@ void Scheduler::accept_spec_path(SeqId id, std::span<const int32_t> path) {
   // belongs at (first proposal's) + its depth. Depth <= index, and both grow along the path, so
   // copying in path order never overwrites a slot a later copy reads.
   const int64_t first = seq.num_computed_tokens;
-  const std::vector<kv::BlockId>& table = kv_.block_table(id);
-  const int64_t bs = kv_.block_size();
-  auto slot_of = [&](int64_t pos) { return int64_t{table[pos / bs]} * bs + pos % bs; };
+  auto slot_of = [&](int64_t pos) { return kv_.slot(id, pos); };
   for (size_t i = 0; i < path.size(); ++i)
     if (path[i] != static_cast<int32_t>(i))
       pending_slot_copies_.push_back(

@@ -267,6 +267,35 @@ TEST(CliKvCache, KiviGreedyOutputIsTheSameWithNgramSpeculation) {
   EXPECT_EQ(plain.out, speculated.out);
 }
 
+// Medusa's candidate trees over a KIVI cache: each tree row reads the quantized groups, then its
+// own path as written, and the accepted rows move to their positions through the residual blocks'
+// slots: the greedy ids equal plain decoding's. A residual window no longer than the trees are
+// deep is refused, naming the flag.
+TEST(CliKvCache, KiviGreedyOutputIsTheSameWithMedusaHeads) {
+  const std::vector<std::string> args = {"generate",      kModel,
+                                         "--prompt",      "Once upon a time",
+                                         "--prompt",      "Lily and Ben",
+                                         "--max-tokens",  "100",
+                                         "--temperature", "0",
+                                         "--json",        "--kv-cache-dtype",
+                                         "kivi2",         "--kivi-residual-length"};
+  const std::vector<std::string> medusa = {"--speculative-model", "../shared/models/medusa",
+                                           "--num-speculative-tokens", "8"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  auto plain = run_vesper(with(args, {"8"}));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto speculated = run_vesper(with(with(args, {"8"}), medusa));
+  ASSERT_EQ(speculated.exit_code, 0) << speculated.err;
+  EXPECT_NE(speculated.err.find("Medusa heads"), std::string::npos) << speculated.err;
+  EXPECT_EQ(plain.out, speculated.out);
+  auto shallow = run_vesper(with(with(args, {"4"}), medusa));
+  EXPECT_NE(shallow.exit_code, 0);
+  EXPECT_NE(shallow.err.find("--kivi-residual-length 4"), std::string::npos) << shallow.err;
+}
+
 // KIVI with the prefix cache: prompts sharing a long prefix, one at a time, so that later ones
 // start from the first one's cached residual groups (released by its compaction, a residual
 // window of 8): the greedy ids equal those with the cache off; and `bench throughput` over

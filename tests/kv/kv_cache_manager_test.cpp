@@ -351,18 +351,23 @@ TEST_F(KvCacheManagerDeathTest, MisuseAborts) {
 namespace vesper::kv {
 namespace {
 
-// KIVI tables: groups of 4 tokens whose residual rows take 3 blocks each; a residual window of 2.
+// KIVI tables: groups of 6 tokens whose residual rows take 3 blocks each (2 rows a block); a
+// residual window of 3.
 TEST(KvCacheManager, KiviTablesQuantizeGroupsOutOfTheResidualWindow) {
-  KvCacheManager kv(40, 40, 4);
-  kv.enable_kivi(3, 2);
-  ASSERT_TRUE(kv.allocate_slots(1, 0, 10).has_value());  // 3 groups as residual rows
+  KvCacheManager kv(40, 40, 6);
+  kv.enable_kivi(2, 3);
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 15).has_value());  // 3 groups as residual rows
   kv.check_invariants();
   EXPECT_EQ(kv.block_table(1).size(), 9u);
-  EXPECT_EQ(kv.blocks_for(10), 9);
-  EXPECT_EQ(kv.entries_for(1, 10), 9);
+  EXPECT_EQ(kv.blocks_for(15), 9);
+  EXPECT_EQ(kv.entries_for(1, 15), 9);
   const std::vector<BlockId> before = kv.block_table(1);
-  // A query at position 10 reads tokens before 10 + 1 - 2 = 9 quantized: groups 0 and 1.
-  const std::vector<GroupQuantization> q = kv.compact(1, 10);
+  // A residual row's slot: its group's blocks, 2 rows each.
+  EXPECT_EQ(kv.slot(1, 0), int64_t{before[0]} * 2);
+  EXPECT_EQ(kv.slot(1, 5), int64_t{before[2]} * 2 + 1);
+  EXPECT_EQ(kv.slot(1, 14), int64_t{before[7]} * 2);
+  // A query at position 15 reads tokens before 15 + 1 - 3 = 13 quantized: groups 0 and 1.
+  const std::vector<GroupQuantization> q = kv.compact(1, 15);
   kv.check_invariants();
   ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(q[0].rows, std::vector<BlockId>(before.begin(), before.begin() + 3));
@@ -374,17 +379,19 @@ TEST(KvCacheManager, KiviTablesQuantizeGroupsOutOfTheResidualWindow) {
   EXPECT_EQ(table[1], q[1].dst);
   EXPECT_EQ(std::vector<BlockId>(table.begin() + 2, table.end()),
             std::vector<BlockId>(before.begin() + 6, before.end()));
+  // Group 2's rows keep their slots after the groups before it are quantized.
+  EXPECT_EQ(kv.slot(1, 14), int64_t{before[7]} * 2);
   for (const GroupQuantization& g : q)
     for (BlockId r : g.rows) EXPECT_NE(r, g.dst) << "a group's rows are not its destination";
   EXPECT_EQ(kv.device_pool().num_used(), 5);
-  EXPECT_TRUE(kv.compact(1, 10).empty()) << "nothing more to quantize at the same position";
+  EXPECT_TRUE(kv.compact(1, 15).empty()) << "nothing more to quantize at the same position";
   // Growing past group 2 adds whole residual groups after the quantized ones.
-  ASSERT_TRUE(kv.allocate_slots(1, 10, 3).has_value());
+  ASSERT_TRUE(kv.allocate_slots(1, 15, 4).has_value());
   kv.check_invariants();
   EXPECT_EQ(kv.block_table(1).size(), 2u + 2 * 3);
-  EXPECT_EQ(kv.entries_for(1, 13), 8);
+  EXPECT_EQ(kv.entries_for(1, 19), 8);
   // Rollback keeps whole groups; a fork shares everything, quantized groups included.
-  kv.truncate(1, 11);
+  kv.truncate(1, 16);
   kv.check_invariants();
   EXPECT_EQ(kv.block_table(1).size(), 5u);
   kv.fork(1, 2);
@@ -395,15 +402,15 @@ TEST(KvCacheManager, KiviTablesQuantizeGroupsOutOfTheResidualWindow) {
   kv.swap_out(2);
   kv.check_invariants();
   EXPECT_EQ(kv.quantized_groups(2), 2);
-  ASSERT_TRUE(kv.can_swap_in(2, 11));
+  ASSERT_TRUE(kv.can_swap_in(2, 16));
   kv.swap_in(2);
   kv.check_invariants();
   EXPECT_EQ(kv.block_table(2).size(), 5u);
   // With no free block, compaction waits (attention quantizes the group itself meanwhile).
-  KvCacheManager full(3, 0, 4);
-  full.enable_kivi(3, 0);
-  ASSERT_TRUE(full.allocate_slots(7, 0, 4).has_value());
-  EXPECT_TRUE(full.compact(7, 4).empty());
+  KvCacheManager full(3, 0, 6);
+  full.enable_kivi(2, 0);
+  ASSERT_TRUE(full.allocate_slots(7, 0, 6).has_value());
+  EXPECT_TRUE(full.compact(7, 6).empty());
   EXPECT_EQ(full.quantized_groups(7), 0);
   kv.free(1);
   kv.free(2);
@@ -415,42 +422,43 @@ TEST(KvCacheManager, KiviTablesQuantizeGroupsOutOfTheResidualWindow) {
 // to the evictable list, still findable; a new sequence's hit is the run of residual groups (all
 // of a group's blocks or none), shared, and its own compaction quantizes them into fresh blocks.
 TEST(KvCacheManager, KiviPrefixHitsAreRunsOfCachedResidualGroups) {
-  KvCacheManager kv(40, 40, 4, /*enable_prefix_caching=*/true);
-  kv.enable_kivi(3, 2);
+  KvCacheManager kv(40, 40, 6, /*enable_prefix_caching=*/true);
+  kv.enable_kivi(2, 3);
   const BlockHash root = root_block_hash("");
-  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // 2 full groups
-  ASSERT_TRUE(kv.allocate_slots(1, 0, 11).has_value());
-  kv.cache_full_blocks(1, tokens, 11, root);
+  // 2 full groups and 4 tokens of a third.
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 16).has_value());
+  kv.cache_full_blocks(1, tokens, 16, root);
   kv.check_invariants();
-  kv.check_sequence(1, tokens, 11);
+  kv.check_sequence(1, tokens, 16);
   const std::vector<BlockId> rows = kv.block_table(1);
   // Group 0 leaves the residual window: its three blocks are released, but stay cached.
-  ASSERT_EQ(kv.compact(1, 8).size(), 1u);
+  ASSERT_EQ(kv.compact(1, 12).size(), 1u);
   kv.check_invariants();
   EXPECT_EQ(kv.device_pool().num_used(), 1 + 6);
-  // Another sequence with the same first 10 tokens hits both groups: six residual blocks, in
+  // Another sequence with the same first 15 tokens hits both full groups: six residual blocks, in
   // order (group 0's evictable ones revived).
-  const std::vector<int32_t> other = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 99, 98};
+  const std::vector<int32_t> other = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 99, 98};
   const PrefixMatch m = kv.match_prefix(other, root);
-  EXPECT_EQ(m.num_tokens, 8);
+  EXPECT_EQ(m.num_tokens, 12);
   EXPECT_EQ(m.hashes.size(), 2u);
   EXPECT_EQ(m.blocks, std::vector<BlockId>(rows.begin(), rows.begin() + 6));
-  ASSERT_TRUE(kv.allocate_slots(2, 8, 4, 0, &m).has_value());
+  ASSERT_TRUE(kv.allocate_slots(2, 12, 5, 0, &m).has_value());
   kv.check_invariants();
-  kv.check_sequence(2, other, 8);
+  kv.check_sequence(2, other, 12);
   EXPECT_EQ(kv.quantized_groups(2), 0);
   EXPECT_EQ(kv.block_table(2).size(), 9u);
   // Its compaction quantizes the hit groups into its own blocks and lets the shared ones go.
-  const std::vector<GroupQuantization> q = kv.compact(2, 11);
+  const std::vector<GroupQuantization> q = kv.compact(2, 16);
   ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(q[0].rows, std::vector<BlockId>(rows.begin(), rows.begin() + 3));
   kv.check_invariants();
   EXPECT_EQ(kv.quantized_groups(2), 2);
-  // With group 1's blocks uncached (sequence 1's tokens from 4 on taken back), only group 0 is
+  // With group 1's blocks uncached (sequence 1's tokens from 6 on taken back), only group 0 is
   // found.
-  kv.uncache_blocks_from(1, 4);
+  kv.uncache_blocks_from(1, 6);
   kv.check_invariants();
-  EXPECT_EQ(kv.match_prefix(other, root).num_tokens, 4);
+  EXPECT_EQ(kv.match_prefix(other, root).num_tokens, 6);
   kv.free(1);
   kv.free(2);
   kv.check_invariants();
