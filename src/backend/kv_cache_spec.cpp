@@ -107,6 +107,7 @@ int64_t KvCacheSpec::group_bytes(KvDtype dtype, KvSide side) const {
 
 int64_t KvCacheSpec::residual_rows_per_block() const {
   if (!kivi()) return block_size;
+  if (residual_rows > 0) return std::min(residual_rows, block_size);
   const int64_t rows =
       std::min(key_unit_bytes() / key_row_bytes(), value_unit_bytes() / value_row_bytes());
   return std::clamp<int64_t>(rows, 1, block_size);

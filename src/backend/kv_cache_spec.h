@@ -4,6 +4,7 @@
 // type changes this file, the codec (kv_codec.h) and the kernels, and nothing that sizes the cache.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -103,6 +104,10 @@ struct KvCacheSpec {
   // KIVI: a query at position p reads the groups wholly before p + 1 - kivi_residual_length
   // quantized, the rest as written (kivi_quantized_tokens).
   int64_t kivi_residual_length = 0;
+  // KIVI: residual rows a block must hold (0: as many as a quantized group's bytes hold). A draft
+  // model's cache follows the target's block tables, so it takes the target's count, and its
+  // units grow to hold that many of its own rows where they need to.
+  int64_t residual_rows = 0;
 
   bool kivi() const { return kv_is_kivi(dtypes.k) || kv_is_kivi(dtypes.v); }
   // Tokens a query at `position` reads in quantized form: whole groups before
@@ -123,8 +128,12 @@ struct KvCacheSpec {
   // Bytes of one head's quantized group of block_size tokens of `dtype` (kv_codec.h's layout).
   int64_t group_bytes(KvDtype dtype, KvSide side) const;
   // Bytes of one head's unit of one block: the larger of its two forms.
-  int64_t key_unit_bytes() const { return group_bytes(dtypes.k, KvSide::kKey); }
-  int64_t value_unit_bytes() const { return group_bytes(dtypes.v, KvSide::kValue); }
+  int64_t key_unit_bytes() const {
+    return std::max(group_bytes(dtypes.k, KvSide::kKey), residual_rows * key_row_bytes());
+  }
+  int64_t value_unit_bytes() const {
+    return std::max(group_bytes(dtypes.v, KvSide::kValue), residual_rows * value_row_bytes());
+  }
   // Residual rows a block holds (block_size without KIVI; at least 1).
   int64_t residual_rows_per_block() const;
   // Blocks the residual rows of one group take.

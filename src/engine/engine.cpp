@@ -74,14 +74,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const SpeculativeConfig& spec = e->config_.speculative;
   const backend::KvDtypes kv_dtypes = config.cache.kv_dtypes;
   const bool kivi = kv_is_kivi(kv_dtypes.k) || kv_is_kivi(kv_dtypes.v);
-  // n-gram proposals verify as a chain and Medusa's as a tree (its rows read the committed
-  // context, quantized groups included, then their own path as written); a draft model's cache
-  // shares the target's block tables, whose KIVI geometry (rows per block, group compaction)
-  // follows the target's head size, not the draft's.
-  if (kivi && e->draft_)
-    return make_error("--kv-cache-dtype " + kv_dtypes.describe() +
-                      ": a draft model (--speculative-model) does not run on KIVI caches yet; "
-                      "n-gram lookup ([ngram]) and Medusa heads do");
   // A tree row at depth d reads the groups older than its position + 1 - R quantized: none of its
   // own path when R exceeds the deepest row's depth (one level per head).
   if (kivi && e->medusa_) {
@@ -118,6 +110,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   int64_t activation_bytes = model::Model::activation_bytes(mc, capacity);
   if (e->draft_) {
     kv_specs.push_back(e->draft_->kv_spec(config.cache.block_size, config.cache.kv_dtypes));
+    // KIVI: the draft's cache follows the target's tables, so its blocks hold as many residual
+    // rows as the target's.
+    kv_specs[1].kivi_residual_length = kv_specs[0].kivi_residual_length;
+    if (kivi) kv_specs[1].residual_rows = kv_specs[0].residual_rows_per_block();
     activation_bytes += model::Model::activation_bytes(e->draft_->model().config(), capacity);
   }
   const int64_t adapter_bytes = e->adapters_ ? e->adapters_->budget_bytes() : 0;
@@ -132,6 +128,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   if (kivi)
     e->kv_->enable_kivi(kv_specs[0].residual_rows_per_block(), config.cache.kivi_residual_length);
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
+  // KIVI: the draft's rows of a group are quantized with the target's, so a group waits for them.
+  if (kivi && e->draft_)
+    e->scheduler_->set_companion_rows(
+        [draft = e->draft_.get()](sched::SeqId id) { return draft->written(id); });
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                              e->plan_.num_swap_blocks);
   if (e->draft_) {
@@ -424,7 +424,6 @@ void Engine::propose() {
 }
 
 void Engine::propose_with_draft(int64_t k_max) {
-  const int64_t bs = plan_.block_size;
   const kv::KvCacheManager& kv = scheduler_->kv();
   draft_requests_.clear();
   scheduler_->for_each_running([&](const sched::Sequence& seq) {
@@ -436,10 +435,12 @@ void Engine::propose_with_draft(int64_t k_max) {
     // The draft writes positions length - 1 .. length + k - 2: they must be in the table, and in
     // blocks of this sequence's own (a block still shared after a fork holds a sibling's K/V
     // there).
-    if (static_cast<int64_t>(table.size()) * bs < length + k - 1) return;
-    for (int64_t b = (length - 1) / bs; b <= (length + k - 2) / bs; ++b)
-      if (kv.device_pool().ref_count(table[b]) != 1) return;
-    draft_requests_.push_back({seq.id, seq.tokens, table, k});
+    if (kv.entries_for(seq.id, length + k - 1) > static_cast<int64_t>(table.size())) return;
+    for (int64_t pos = length - 1; pos <= length + k - 2; ++pos)
+      if (kv.device_pool().ref_count(
+              static_cast<kv::BlockId>(kv.slot(seq.id, pos) / kv.rows_per_block())) != 1)
+        return;
+    draft_requests_.push_back({seq.id, seq.tokens, table, k, kv.quantized_groups(seq.id)});
   });
   if (draft_requests_.empty()) return;
   draft_->propose(draft_requests_, draft_proposals_);

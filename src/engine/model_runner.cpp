@@ -37,6 +37,8 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
   // KIVI groups quantized first: the blocks their rows held may be reused by what follows.
   for (const kv::GroupQuantization& q : plan.group_quantizations) {
     backend_.quantize_kv_group(device_, q.rows, q.dst);
+    for (const auto& [device, host] : companions_)
+      backend_.quantize_kv_group(device, q.rows, q.dst);
   }
   // Accepted tree paths' K/V move to their positions before anything reads or copies them.
   if (!plan.slot_copies.empty()) {
@@ -51,15 +53,20 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
       backend_.copy_kv_slots(device, slot_src_, slot_dst_);
   }
   // Order matters: swap-outs read blocks that this step may hand to others, so they go first.
-  copy_blocks(
-      host_, device_, plan.swap_out, [](const kv::SwapMapping& m) { return m.device; },
-      [](const kv::SwapMapping& m) { return m.host; });
-  copy_blocks(
-      device_, host_, plan.swap_in, [](const kv::SwapMapping& m) { return m.host; },
-      [](const kv::SwapMapping& m) { return m.device; });
-  copy_blocks(
-      device_, device_, plan.block_copies, [](const kv::BlockCopy& c) { return c.src; },
-      [](const kv::BlockCopy& c) { return c.dst; });
+  // The same moves for the target's storage and each companion's.
+  auto move_blocks = [&](backend::KvHandle device, backend::KvHandle host) {
+    copy_blocks(
+        host, device, plan.swap_out, [](const kv::SwapMapping& m) { return m.device; },
+        [](const kv::SwapMapping& m) { return m.host; });
+    copy_blocks(
+        device, host, plan.swap_in, [](const kv::SwapMapping& m) { return m.host; },
+        [](const kv::SwapMapping& m) { return m.device; });
+    copy_blocks(
+        device, device, plan.block_copies, [](const kv::BlockCopy& c) { return c.src; },
+        [](const kv::BlockCopy& c) { return c.dst; });
+  };
+  move_blocks(device_, host_);
+  for (const auto& [device, host] : companions_) move_blocks(device, host);
 
   batch_.clear();
   first_logits_row_.clear();

@@ -62,13 +62,17 @@ int64_t KvCacheManager::entries_for(SeqId seq, int64_t num_tokens) const {
   return group_entry(quantized_groups(seq), (num_tokens + block_size_ - 1) / block_size_);
 }
 
-std::vector<GroupQuantization> KvCacheManager::compact(SeqId seq, int64_t num_computed) {
+std::vector<GroupQuantization> KvCacheManager::compact(SeqId seq, int64_t num_computed,
+                                                       int64_t written) {
   std::vector<GroupQuantization> out;
   auto it = device_tables_.find(seq);
   if (!kivi_ || it == device_tables_.end()) return out;
   std::vector<BlockId>& table = it->second;
   const int64_t before = num_computed + 1 - kivi_residual_;
-  const int64_t target = before <= 0 ? 0 : before / block_size_;
+  // Only groups whose rows are all written: a query at num_computed may read its own group
+  // quantized (a residual window of 0), but its row is written after this, by the step.
+  const int64_t target = std::min(
+      {before <= 0 ? 0 : before / block_size_, written / block_size_, num_computed / block_size_});
   int64_t& m = quantized_[seq];
   while (m < target && m + blocks_per_group_ <= static_cast<int64_t>(table.size()) &&
          device_.num_free() > 0) {

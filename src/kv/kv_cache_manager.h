@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -100,11 +101,16 @@ class KvCacheManager {
   // a run of residual groups, which the next compact() of the sequence quantizes.
   void enable_kivi(int64_t rows_per_block, int64_t residual_length);
   bool kivi() const { return kivi_; }
+  // Rows a block holds as written (block_size, or KIVI's residual rows a block).
+  int64_t rows_per_block() const { return rows_per_block_; }
   int64_t quantized_groups(SeqId seq) const;
   // Quantizes seq's residual groups that a query at position num_computed reads quantized, as
   // free blocks allow (one each; a group left as residual rows is quantized by attention on the
-  // fly, with the same result). Returns the quantizations the step must run first.
-  std::vector<GroupQuantization> compact(SeqId seq, int64_t num_computed);
+  // fly, with the same result), and only groups wholly before `written` (the rows every storage
+  // indexed by the table holds: a draft model's may lag). Returns the quantizations the step
+  // must run first.
+  std::vector<GroupQuantization> compact(SeqId seq, int64_t num_computed,
+                                         int64_t written = std::numeric_limits<int64_t>::max());
   // Table entries seq needs to cover num_tokens tokens (blocks_for(num_tokens) without KIVI).
   int64_t entries_for(SeqId seq, int64_t num_tokens) const;
 

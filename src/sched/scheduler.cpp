@@ -178,7 +178,9 @@ SchedulerOutput Scheduler::schedule() {
   // blocks, first (their residual blocks free up for this step's allocations).
   if (kv_.kivi())
     for (SeqId id : ordered(SeqStatus::kRunning)) {
-      std::vector<kv::GroupQuantization> q = kv_.compact(id, get(id).num_computed_tokens);
+      std::vector<kv::GroupQuantization> q =
+          companion_rows_ ? kv_.compact(id, get(id).num_computed_tokens, companion_rows_(id))
+                          : kv_.compact(id, get(id).num_computed_tokens);
       out.group_quantizations.insert(out.group_quantizations.end(),
                                      std::make_move_iterator(q.begin()),
                                      std::make_move_iterator(q.end()));

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -112,6 +113,14 @@ class Scheduler {
   // plan copies them to the slots of their positions first thing (SchedulerOutput::slot_copies).
   void accept_spec_path(SeqId id, std::span<const int32_t> path);
 
+  // KIVI with companion storage (a draft model's cache, indexed by the same tables): `written`
+  // tells how many leading positions of a sequence the companion holds rows for; compaction
+  // quantizes only groups wholly before that, since a companion cannot write rows into a group
+  // once it is quantized. Without it, compaction follows the residual window alone.
+  void set_companion_rows(std::function<int64_t(SeqId)> written) {
+    companion_rows_ = std::move(written);
+  }
+
   // Creates `child` as a running copy of running sequence `parent`, sharing its blocks.
   void fork(SeqId parent, SeqId child);
 
@@ -160,6 +169,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   kv::KvCacheManager& kv_;
+  std::function<int64_t(SeqId)> companion_rows_;  // set_companion_rows
   std::map<SeqId, Sequence> sequences_;
   std::unordered_map<SeqId, RunnerView> runner_;
   std::vector<SeqId> pending_drops_;  // removed since the last plan, held by the runner

@@ -38,7 +38,7 @@ DraftModelProposer::~DraftModelProposer() {
 void DraftModelProposer::allocate(const backend::KvCacheSpec& spec, int64_t num_blocks,
                                   int64_t num_swap_blocks, int64_t max_rows, int64_t max_seqs,
                                   int64_t max_table_entries) {
-  block_size_ = spec.block_size;
+  layout_ = model::KvTableLayout(spec);
   max_rows_ = max_rows;
   device_ = backend_->create_kv(spec, num_blocks, backend::MemoryKind::kDevice);
   host_ = backend_->create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible);
@@ -60,10 +60,13 @@ void DraftModelProposer::propose(std::span<const Request> requests,
     const int64_t valid = std::min(it == valid_.end() ? 0 : it->second, length - 1);
     const int64_t room = max_rows_ - rows;
     if (room <= 0) break;
+    // Rows of a quantized group cannot be written (the engine keeps a KIVI group as rows until
+    // the draft has written it); such a request gets no proposal.
+    if (valid < r.quantized_groups * layout_.block_size) continue;
     const int64_t n = std::min(length - valid, room);
     const bool whole = n == length - valid;
     batch_.add_sequence(r.tokens.subspan(static_cast<size_t>(valid), static_cast<size_t>(n)),
-                        static_cast<int32_t>(valid), r.block_table, block_size_, whole ? 1 : 0);
+                        static_cast<int32_t>(valid), r.block_table, layout_of(r), whole ? 1 : 0);
     rows += n;
     valid_[r.id] = valid + n;
     if (whole && r.k > 0) proposing.push_back(i);
@@ -89,7 +92,7 @@ void DraftModelProposer::propose(std::span<const Request> requests,
       if (r.k < s) continue;
       const auto length = static_cast<int64_t>(r.tokens.size());
       last_.assign(1, out[i].back());
-      batch_.add_sequence(last_, static_cast<int32_t>(length + s - 2), r.block_table, block_size_,
+      batch_.add_sequence(last_, static_cast<int32_t>(length + s - 2), r.block_table, layout_of(r),
                           1);
     }
     logits = model_->forward(batch_, device_);

@@ -58,6 +58,9 @@ class DraftModelProposer {
     std::span<const int32_t> tokens;
     std::span<const int32_t> block_table;
     int64_t k = 0;
+    // KIVI: the table's quantized groups (the target's compaction quantizes the draft's rows of
+    // a group with its own, once the draft has written them: written()).
+    int64_t quantized_groups = 0;
   };
   // Proposals for each request, in order (out[i] for requests[i]). Catch-up rows of all requests
   // go through one pass, at most `max_rows` of them (requests past the budget get none this
@@ -67,6 +70,12 @@ class DraftModelProposer {
   // After the target verified sequence `id`'s proposals: `num_accepted` of them are committed,
   // so their draft K/V (all but the last proposal's, which the draft never computed) are valid.
   void on_verified(kv::SeqId id, int64_t num_accepted);
+  // Positions [0, written) of the sequence hold the draft's K/V rows: a KIVI cache may quantize
+  // only groups wholly before this (the draft cannot catch up into a quantized group).
+  int64_t written(kv::SeqId id) const {
+    auto it = valid_.find(id);
+    return it == valid_.end() ? 0 : it->second;
+  }
   // The sequence's KV is gone (preempted by recompute): catch up from position 0 next time.
   void reset(kv::SeqId id) { valid_.erase(id); }
   // The sequence is finished or aborted.
@@ -77,11 +86,16 @@ class DraftModelProposer {
 
  private:
   DraftModelProposer() = default;
+  model::KvTableLayout layout_of(const Request& r) const {
+    model::KvTableLayout layout = layout_;
+    layout.quantized_groups = r.quantized_groups;
+    return layout;
+  }
 
   backend::Backend* backend_ = nullptr;
   std::unique_ptr<model::Model> model_;
   backend::KvHandle device_, host_;
-  int64_t block_size_ = 16;
+  model::KvTableLayout layout_{16};  // the tables' geometry (the target's, KIVI included)
   int64_t max_rows_ = 0;
   // Per sequence: positions whose draft K/V match the committed tokens, and (until verified) the
   // length it had and the proposals it was given.

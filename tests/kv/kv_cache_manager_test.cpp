@@ -406,6 +406,17 @@ TEST(KvCacheManager, KiviTablesQuantizeGroupsOutOfTheResidualWindow) {
   kv.swap_in(2);
   kv.check_invariants();
   EXPECT_EQ(kv.block_table(2).size(), 5u);
+  // A residual window of 0: a query at position 5 reads its own group quantized, but the group is
+  // quantized only once its last row (written by that query's step) is in.
+  KvCacheManager none(10, 0, 6);
+  none.enable_kivi(2, 0);
+  ASSERT_TRUE(none.allocate_slots(3, 0, 6).has_value());
+  EXPECT_TRUE(none.compact(3, 5).empty());
+  EXPECT_EQ(none.compact(3, 6).size(), 1u);
+  // Nor past the rows a companion (a draft model's cache) has written.
+  ASSERT_TRUE(none.allocate_slots(4, 0, 12).has_value());
+  EXPECT_TRUE(none.compact(4, 12, 5).empty());
+  EXPECT_EQ(none.compact(4, 12, 7).size(), 1u);
   // With no free block, compaction waits (attention quantizes the group itself meanwhile).
   KvCacheManager full(3, 0, 6);
   full.enable_kivi(2, 0);
