@@ -238,31 +238,39 @@ TEST(CliKvCache, GreedyOutputPerTypeIsTheSameAloneAndBatched) {
   }
 }
 
+// Generates greedily from `prompt` and "Lily and Ben" over kivi2 with a residual window of
+// `residual` (and `extra` flags), without and with the speculation flags `spec`: the ids must be
+// equal, and the speculated run's log mention `log`. Returns the speculated run.
+testing_util::CommandResult expect_speculation_keeps_ids(const std::string& prompt,
+                                                         const std::string& residual,
+                                                         const std::vector<std::string>& extra,
+                                                         const std::vector<std::string>& spec,
+                                                         const std::string& log) {
+  std::vector<std::string> args = {"generate",      kModel,
+                                   "--prompt",      prompt,
+                                   "--prompt",      "Lily and Ben",
+                                   "--max-tokens",  "100",
+                                   "--temperature", "0",
+                                   "--json",        "--kv-cache-dtype",
+                                   "kivi2",         "--kivi-residual-length",
+                                   residual};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto plain = run_vesper(args);
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  args.insert(args.end(), spec.begin(), spec.end());
+  auto speculated = run_vesper(args);
+  EXPECT_EQ(speculated.exit_code, 0) << speculated.err;
+  EXPECT_NE(speculated.err.find(log), std::string::npos) << speculated.err;
+  EXPECT_EQ(plain.out, speculated.out);
+  return speculated;
+}
+
 // n-gram speculation verifies chains of proposals over a KIVI cache: the greedy ids are those
 // of plain decoding (groups are stored quantized meanwhile: a residual window of 8).
 TEST(CliKvCache, KiviGreedyOutputIsTheSameWithNgramSpeculation) {
-  std::vector<std::string> args = {"generate",
-                                   kModel,
-                                   "--prompt",
-                                   "Once upon a time",
-                                   "--prompt",
-                                   "Lily and Ben",
-                                   "--max-tokens",
-                                   "100",
-                                   "--temperature",
-                                   "0",
-                                   "--json",
-                                   "--kv-cache-dtype",
-                                   "kivi2",
-                                   "--kivi-residual-length",
-                                   "8"};
-  auto plain = run_vesper(args);
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  args.insert(args.end(), {"--speculative-model", "[ngram]", "--num-speculative-tokens", "4"});
-  auto speculated = run_vesper(args);
-  ASSERT_EQ(speculated.exit_code, 0) << speculated.err;
-  EXPECT_NE(speculated.err.find("n-gram"), std::string::npos) << speculated.err;
-  EXPECT_EQ(plain.out, speculated.out);
+  expect_speculation_keeps_ids("Once upon a time", "8", {},
+                               {"--speculative-model", "[ngram]", "--num-speculative-tokens", "4"},
+                               "n-gram");
 }
 
 // Medusa's candidate trees over a KIVI cache: each tree row reads the quantized groups, then its
@@ -270,28 +278,16 @@ TEST(CliKvCache, KiviGreedyOutputIsTheSameWithNgramSpeculation) {
 // slots: the greedy ids equal plain decoding's. A residual window no longer than the trees are
 // deep is refused, naming the flag.
 TEST(CliKvCache, KiviGreedyOutputIsTheSameWithMedusaHeads) {
-  const std::vector<std::string> args = {"generate",      kModel,
-                                         "--prompt",      "Once upon a time",
-                                         "--prompt",      "Lily and Ben",
-                                         "--max-tokens",  "100",
-                                         "--temperature", "0",
-                                         "--json",        "--kv-cache-dtype",
-                                         "kivi2",         "--kivi-residual-length"};
   const std::vector<std::string> medusa = {"--speculative-model", "../shared/models/medusa",
                                            "--num-speculative-tokens", "8"};
-  auto with = [](std::vector<std::string> a, const std::vector<std::string>& more) {
-    a.insert(a.end(), more.begin(), more.end());
-    return a;
-  };
-  auto plain = run_vesper(with(args, {"8"}));
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  auto speculated = run_vesper(with(with(args, {"8"}), medusa));
-  ASSERT_EQ(speculated.exit_code, 0) << speculated.err;
-  EXPECT_NE(speculated.err.find("Medusa heads"), std::string::npos) << speculated.err;
-  EXPECT_EQ(plain.out, speculated.out);
-  auto shallow = run_vesper(with(with(args, {"4"}), medusa));
-  EXPECT_NE(shallow.exit_code, 0);
-  EXPECT_NE(shallow.err.find("--kivi-residual-length 4"), std::string::npos) << shallow.err;
+  expect_speculation_keeps_ids("Once upon a time", "8", {}, medusa, "Medusa heads");
+  std::vector<std::string> shallow = {
+      "generate", kModel, "--prompt", "Hi", "--kv-cache-dtype", "kivi2", "--kivi-residual-length",
+      "4"};
+  shallow.insert(shallow.end(), medusa.begin(), medusa.end());
+  auto r = run_vesper(shallow);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--kivi-residual-length 4"), std::string::npos) << r.err;
 }
 
 // A draft model over a KIVI cache: its cache follows the target's tables (as many residual rows a
@@ -299,34 +295,13 @@ TEST(CliKvCache, KiviGreedyOutputIsTheSameWithMedusaHeads) {
 // rows (prompts prefilled in chunks of 16 tokens, a residual window of 8, before the draft has
 // seen them): the greedy ids equal plain decoding's.
 TEST(CliKvCache, KiviGreedyOutputIsTheSameWithADraftModel) {
-  const std::vector<std::string> args = {
-      "generate",
-      kModel,
-      "--prompt",
+  expect_speculation_keeps_ids(
       "Once upon a time, there was a little girl named Lily. She liked to play outside in the sun "
       "with her friends and her dog.",
-      "--prompt",
-      "Lily and Ben",
-      "--max-tokens",
-      "100",
-      "--temperature",
-      "0",
-      "--json",
-      "--kv-cache-dtype",
-      "kivi2",
-      "--kivi-residual-length",
-      "8",
-      "--max-num-batched-tokens",
-      "16"};
-  auto plain = run_vesper(args);
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  std::vector<std::string> draft = args;
-  draft.insert(draft.end(), {"--speculative-model", "../shared/models/stories-draft.gguf",
-                             "--num-speculative-tokens", "3"});
-  auto speculated = run_vesper(draft);
-  ASSERT_EQ(speculated.exit_code, 0) << speculated.err;
-  EXPECT_NE(speculated.err.find("draft model"), std::string::npos) << speculated.err;
-  EXPECT_EQ(plain.out, speculated.out);
+      "8", {"--max-num-batched-tokens", "16"},
+      {"--speculative-model", "../shared/models/stories-draft.gguf", "--num-speculative-tokens",
+       "3"},
+      "draft model");
   // The draft reads its own rows in the quantized groups: 3.56 tokens per target pass here (f16:
   // 4.36); with the groups' draft rows never quantized (garbage read back), 3.2.
   auto bench = run_vesper({"bench",
