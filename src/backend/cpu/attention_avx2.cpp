@@ -655,14 +655,13 @@ struct Avx2Tile {
   }
 
   // tile() over rows read where they lie (EncodedRows), for a tile that serves few query heads.
-  static void tile_in_place(const KvCacheSpec& spec, const float* q, const std::byte* const* k_src,
+  static void tile_in_place(KvDtypes rows, int64_t d, const float* q, const std::byte* const* k_src,
                             const std::byte* const* v_src, int64_t nt, float scale, float* s,
                             float* acc, float& run_max, float& run_sum) {
-    const int64_t d = spec.head_dim;
-    with_encoded_rows(spec.dtypes.k, k_src, nt, d,
+    with_encoded_rows(rows.k, k_src, nt, d,
                       [&](const auto& k) { scores_from_rows(q, k, nt, d, scale, s); });
     const float alpha = fold(s, nt, run_max, run_sum);
-    with_encoded_rows(spec.dtypes.v, v_src, nt, d,
+    with_encoded_rows(rows.v, v_src, nt, d,
                       [&](const auto& v) { accumulate_rows(s, v, nt, d, alpha, acc); });
   }
 

@@ -59,12 +59,12 @@ namespace {
 //     tile() for a tile read quantized, its KIVI sides straight from their codes
 //     (attention_kernel.h's KIVI terms).
 // and may provide:
-//   static void tile_in_place(const KvCacheSpec& spec, const float* q,
+//   static void tile_in_place(KvDtypes rows, int64_t head_dim, const float* q,
 //                             const std::byte* const* k_rows, const std::byte* const* v_rows,
 //                             int64_t nt, float scale, float* scores, float* acc,
 //                             float& run_max, float& run_sum);
-//     tile() over the rows as they lie in the cache (row types), each decoded as it is read, to
-//     the same values as decode;
+//     tile() over rows of the row types `rows` as they lie in the cache, each decoded as it is
+//     read, to the same values as decode (KIVI's residual rows too);
 //   static int64_t in_place_heads(KvDtype dtype);
 //     the most query heads for which reading a tile of `dtype` in place, once per head, costs
 //     less than decoding it once: the walk reads a decode step's tiles in place when its query
@@ -131,6 +131,24 @@ inline void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const 
     for (int64_t at = first * k_row; at < last * k_row; at += 64) __builtin_prefetch(kp + at);
     for (int64_t at = first * v_row; at < last * v_row; at += 64) __builtin_prefetch(vp + at);
   }
+}
+
+// Whether a tile of rows of `rows` serving `heads` query heads is read in place (the kernel has
+// tile_in_place and finds it cheaper than a decoded copy).
+template <class Tile>
+bool reads_in_place(KvDtypes rows, int64_t heads) {
+  if constexpr (requires { &Tile::tile_in_place; })
+    return heads <= std::min(Tile::in_place_heads(rows.k), Tile::in_place_heads(rows.v));
+  return false;
+}
+
+// Tile::tile_in_place where the kernel has it (only called where reads_in_place holds).
+template <class Tile>
+void tile_in_place(KvDtypes rows, int64_t head_dim, const float* q, const std::byte* const* k_src,
+                   const std::byte* const* v_src, int64_t nt, float scale, float* scores,
+                   float* acc, float& run_max, float& run_sum) {
+  if constexpr (requires { &Tile::tile_in_place; })
+    Tile::tile_in_place(rows, head_dim, q, k_src, v_src, nt, scale, scores, acc, run_max, run_sum);
 }
 
 // The slots of tree row t's path from the root, by depth (positions context.. of its sequence).
@@ -205,6 +223,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   const int64_t rows_per = spec.residual_rows_per_block();
   const int64_t per_group = spec.residual_blocks_per_group();
   const KvDtype k_row_type = kv_row_dtype(spec.dtypes.k), v_row_type = kv_row_dtype(spec.dtypes.v);
+  const KvDtypes row_types{k_row_type, v_row_type};
+  bool in_place = false;  // this tile's rows are read where they lie (tile_in_place)
   const AttentionBatch& batch = args.batch;
   float* run_max = scratch;
   float* run_sum = run_max + kAttentionQueryBlock * group;
@@ -249,6 +269,7 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
     made.bytes.clear();
   }
   const int64_t k_unit_bytes = spec.key_unit_bytes(), v_unit_bytes = spec.value_unit_bytes();
+  const int64_t k_row_bytes = spec.key_row_bytes(), v_row_bytes = spec.value_row_bytes();
   float* qk_tile = ks.rows.data();
   float* qv_tile = qk_tile + kAttentionTile * head_dim;
   uint8_t* k_codes = ks.codes.data();
@@ -298,6 +319,7 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   for (int64_t j0 = 0; j0 < max_ctx; j0 += kAttentionTile) {
     const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0), gi = j0 / bs;
     const bool stored_quantized = gi < quantized;
+    in_place = false;
     bool read_quantized = stored_quantized;
     for (int64_t t = t_begin; t < t_end && !read_quantized; ++t)
       read_quantized =
@@ -314,13 +336,36 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       load_quantized(args.cache->key_run(args.layer, table[gi], g),
                      args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys);
     } else {
-      for (int64_t i = 0; i < tile_keys; ++i) {
-        const int64_t slot = residual_slot(j0 + i);
-        k_src[i] = args.cache->key_row(args.layer, slot, g);
-        v_src[i] = args.cache->value_row(args.layer, slot, g);
+      if (path == nullptr) {
+        // The group's residual blocks in order, rows_per rows each: step through them without a
+        // division per key (several per key cost as much as its arithmetic).
+        const int32_t* blocks = table + quantized + (gi - quantized) * per_group;
+        int64_t r = j0 % bs, b = r / rows_per, row = r % rows_per;
+        const std::byte* k_run = args.cache->key_run(args.layer, blocks[b], g);
+        const std::byte* v_run = args.cache->value_run(args.layer, blocks[b], g);
+        for (int64_t i = 0; i < tile_keys; ++i) {
+          k_src[i] = k_run + row * k_row_bytes;
+          v_src[i] = v_run + row * v_row_bytes;
+          if (++row == rows_per && i + 1 < tile_keys) {
+            row = 0;
+            ++b;
+            k_run = args.cache->key_run(args.layer, blocks[b], g);
+            v_run = args.cache->value_run(args.layer, blocks[b], g);
+          }
+        }
+      } else {
+        for (int64_t i = 0; i < tile_keys; ++i) {
+          const int64_t slot = residual_slot(j0 + i);
+          k_src[i] = args.cache->key_row(args.layer, slot, g);
+          v_src[i] = args.cache->value_row(args.layer, slot, g);
+        }
       }
-      load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
-      load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
+      // One query reading the rows as written: in place, as in attend_items.
+      in_place = !read_quantized && t_end - t_begin == 1 && reads_in_place<Tile>(row_types, group);
+      if (!in_place) {
+        load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
+        load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
+      }
       if (read_quantized) {
         const int32_t* rows = table + quantized + (gi - quantized) * per_group;
         const uint64_t key = static_cast<uint64_t>(rows[0]) << 24 | static_cast<uint64_t>(g);
@@ -347,6 +392,10 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
         if (quantized_here)
           Tile::kivi_tile(kt, q + h * head_dim, nt, args.scale, scores,
                           acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+        else if (in_place)
+          tile_in_place<Tile>(row_types, head_dim, q + h * head_dim, k_src, v_src, nt, args.scale,
+                              scores, acc + (first + h) * head_dim, run_max[first + h],
+                              run_sum[first + h]);
         else
           Tile::tile(q + h * head_dim, k_rows, v_rows, nt, head_dim, args.scale, scores,
                      acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
@@ -440,15 +489,12 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
             v_run = args.cache->value_run(args.layer, table[block], g);
           }
         }
-        if constexpr (requires { &Tile::tile_in_place; }) {
-          if (run_end - run_begin == 1 && group <= std::min(Tile::in_place_heads(shape.dtypes.k),
-                                                            Tile::in_place_heads(shape.dtypes.v))) {
-            const float* q = args.q + (run_begin * args.n_heads + g * group) * head_dim;
-            for (int64_t h = 0; h < group; ++h)
-              Tile::tile_in_place(shape, q + h * head_dim, k_src, v_src, tile_keys, args.scale,
-                                  scores, acc + h * head_dim, run_max[h], run_sum[h]);
-            continue;
-          }
+        if (run_end - run_begin == 1 && reads_in_place<Tile>(shape.dtypes, group)) {
+          const float* q = args.q + (run_begin * args.n_heads + g * group) * head_dim;
+          for (int64_t h = 0; h < group; ++h)
+            tile_in_place<Tile>(shape.dtypes, head_dim, q + h * head_dim, k_src, v_src, tile_keys,
+                                args.scale, scores, acc + h * head_dim, run_max[h], run_sum[h]);
+          continue;
         }
         load_tile<Tile>(shape, k_src, v_src, tile_keys, k_rows, v_rows, k_tile, v_tile);
         for (int64_t t = run_begin; t < run_end; ++t) {
