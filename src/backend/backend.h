@@ -186,6 +186,9 @@ class Backend {
   // KIVI: quantizes one group's residual rows (in blocks `rows`, in order) into block `dst` of
   // the same storage, every layer and head (KvCache::quantize_group).
   virtual void quantize_kv_group(KvHandle kv, std::span<const int32_t> rows, int32_t dst) = 0;
+  // fp8 caches: the first write to each layer from now on fixes its per-head scales, and later
+  // rows are coded against them (KvCache::calibrate_fp8_scales; vLLM's --calculate-kv-scales).
+  virtual void calibrate_kv_scales(KvHandle kv) = 0;
 
   // --- ops (in issue order)
   // out[i] = row ids[i] of the embedding matrix `table` (n_out rows of n_in), dequantized.

@@ -155,6 +155,10 @@ void CpuBackend::quantize_kv_group(KvHandle kv, std::span<const int32_t> rows, i
   cache(kv).quantize_group(rows, dst, pool_.get());
 }
 
+void CpuBackend::calibrate_kv_scales(KvHandle kv) {
+  cache(kv).calibrate_fp8_scales();
+}
+
 void CpuBackend::get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) {
   const CpuWeight& w = weight(table);
   VESPER_CHECK(out.cols == w.n_in && out.rows == ids.numel(), "get_rows: shapes do not match");

@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
   void copy_kv_slots(KvHandle kv, std::span<const int64_t> src,
                      std::span<const int64_t> dst) override;
   void quantize_kv_group(KvHandle kv, std::span<const int32_t> rows, int32_t dst) override;
+  void calibrate_kv_scales(KvHandle kv) override;
 
   void get_rows(WeightHandle table, const Tensor& ids, const Tensor& out) override;
   void matmul(WeightHandle w, const Tensor& x, const Tensor& y) override;

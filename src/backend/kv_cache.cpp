@@ -1,6 +1,7 @@
 #include "backend/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -34,11 +35,53 @@ KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
   }
 }
 
+namespace {
+
+bool is_fp8(KvDtype dtype) {
+  return dtype == KvDtype::kFp8E4M3 || dtype == KvDtype::kFp8E5M2;
+}
+
+}  // namespace
+
 void KvCache::write_key(int64_t layer, int64_t slot, int64_t head, const float* x) {
-  encode_kv_row(kv_row_dtype(spec_.dtypes.k), x, spec_.head_dim, key_row(layer, slot, head));
+  const KvDtype dtype = kv_row_dtype(spec_.dtypes.k);
+  std::byte* row = key_row(layer, slot, head);
+  if (is_fp8(dtype) && !layer_calibrated_.empty() && layer_calibrated_[layer])
+    return encode_fp8_row_scaled(dtype, x, spec_.head_dim, fixed_key_scale(layer, head), row);
+  encode_kv_row(dtype, x, spec_.head_dim, row);
 }
 void KvCache::write_value(int64_t layer, int64_t slot, int64_t head, const float* x) {
-  encode_kv_row(kv_row_dtype(spec_.dtypes.v), x, spec_.head_dim, value_row(layer, slot, head));
+  const KvDtype dtype = kv_row_dtype(spec_.dtypes.v);
+  std::byte* row = value_row(layer, slot, head);
+  if (is_fp8(dtype) && !layer_calibrated_.empty() && layer_calibrated_[layer])
+    return encode_fp8_row_scaled(dtype, x, spec_.head_dim, fixed_value_scale(layer, head), row);
+  encode_kv_row(dtype, x, spec_.head_dim, row);
+}
+
+void KvCache::calibrate_fp8_scales() {
+  const auto n = static_cast<size_t>(spec_.n_layers * spec_.n_kv_heads);
+  layer_calibrated_.assign(static_cast<size_t>(spec_.n_layers), 0);
+  k_scale_.assign(n, 0);
+  v_scale_.assign(n, 0);
+}
+
+void KvCache::calibrate_layer(int64_t layer, const float* k, const float* v, int64_t num_tokens) {
+  VESPER_CHECK(awaits_calibration(layer), "KV cache: layer %lld is not awaiting calibration",
+               static_cast<long long>(layer));
+  const int64_t d = spec_.head_dim, n = spec_.token_elements();
+  for (int64_t h = 0; h < spec_.n_kv_heads; ++h) {
+    float k_amax = 0, v_amax = 0;
+    for (int64_t t = 0; t < num_tokens; ++t)
+      for (int64_t i = 0; i < d; ++i) {
+        const float x = k[t * n + h * d + i], y = v[t * n + h * d + i];
+        if (std::isfinite(x)) k_amax = std::max(k_amax, std::fabs(x));
+        if (std::isfinite(y)) v_amax = std::max(v_amax, std::fabs(y));
+      }
+    const auto at = static_cast<size_t>(layer * spec_.n_kv_heads + h);
+    if (is_fp8(spec_.dtypes.k)) k_scale_[at] = fp8_scale_bits(spec_.dtypes.k, k_amax);
+    if (is_fp8(spec_.dtypes.v)) v_scale_[at] = fp8_scale_bits(spec_.dtypes.v, v_amax);
+  }
+  layer_calibrated_[static_cast<size_t>(layer)] = 1;
 }
 
 void KvCache::encode_group_units(int64_t layer, int64_t head, std::span<const int32_t> rows,

@@ -64,6 +64,27 @@ class KvCache {
   void write_key(int64_t layer, int64_t slot, int64_t head, const float* x);
   void write_value(int64_t layer, int64_t slot, int64_t head, const float* x);
 
+  // fp8 scales fixed by calibration (vLLM's --calculate-kv-scales) instead of each row's own:
+  // after calibrate_fp8_scales(), the first write to each layer (calibrate_layer, from write_kv)
+  // fixes each head's key and value scale from the amax of that write's rows, and every later
+  // row of the layer is coded against it (encode_fp8_row_scaled; rows still carry their scale,
+  // so reading, copying and swapping are unchanged). Sides that are not fp8 are not affected.
+  void calibrate_fp8_scales();
+  // Whether `layer` waits for its calibrating write.
+  bool awaits_calibration(int64_t layer) const {
+    return !layer_calibrated_.empty() && !layer_calibrated_[static_cast<size_t>(layer)];
+  }
+  // Fixes `layer`'s scales from num_tokens tokens of keys and values, each token's heads side by
+  // side ([t][n_kv_heads * head_dim]).
+  void calibrate_layer(int64_t layer, const float* k, const float* v, int64_t num_tokens);
+  // A calibrated layer's f16 scale bits of `head` (keys, values).
+  uint16_t fixed_key_scale(int64_t layer, int64_t head) const {
+    return k_scale_[static_cast<size_t>(layer * spec_.n_kv_heads + head)];
+  }
+  uint16_t fixed_value_scale(int64_t layer, int64_t head) const {
+    return v_scale_[static_cast<size_t>(layer * spec_.n_kv_heads + head)];
+  }
+
   // Copies every layer's K and V of physical block `src` into block `dst` (copy-on-write).
   void copy_block(int64_t src, int64_t dst) { copy_block_from(*this, src, dst); }
   // Copies block `src` of another cache of the same spec (but any block count) into block `dst`
@@ -103,6 +124,10 @@ class KvCache {
   // (core/large_buffer.h): attention reads scattered 4-8 KiB runs of it, a TLB miss each on small
   // pages.
   std::vector<Storage> k_, v_;
+  // Calibrated fp8 scales (empty: every row its own): per layer whether fixed, and the f16 bits
+  // per layer and head.
+  std::vector<uint8_t> layer_calibrated_;
+  std::vector<uint16_t> k_scale_, v_scale_;
 };
 
 }  // namespace vesper::backend

@@ -218,6 +218,25 @@ void decode_kv_group_rows(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
   }
 }
 
+void encode_fp8_row_scaled(KvDtype dtype, const float* x, int64_t n, uint16_t scale_bits,
+                           std::byte* row) {
+  VESPER_CHECK(dtype == KvDtype::kFp8E4M3 || dtype == KvDtype::kFp8E5M2,
+               "encode_fp8_row_scaled: %s is not an fp8 type",
+               std::string(kv_dtype_name(dtype)).c_str());
+  const Fp8Format& f = dtype == KvDtype::kFp8E4M3 ? kE4M3 : kE5M2;
+  const float scale = fp16_to_f32(scale_bits);
+  for (int64_t i = 0; i < n; ++i) {
+    float value;
+    row[i] = std::byte{scale == 0 ? uint8_t{0} : encode_fp8(x[i] / scale, f, value)};
+  }
+  store_f16(row + n, scale_bits);
+}
+
+uint16_t fp8_scale_bits(KvDtype dtype, float amax) {
+  const Fp8Format& f = dtype == KvDtype::kFp8E4M3 ? kE4M3 : kE5M2;
+  return f16_round_up(amax / f.max);
+}
+
 void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row) {
   switch (dtype) {
     case KvDtype::kF32:

@@ -51,6 +51,15 @@ inline constexpr float kFp8ScaleSteps[] = {1.0f, 1.41421356f};
 // the n elements).
 void encode_kv_row(KvDtype dtype, const float* x, int64_t n, std::byte* row);
 
+// fp8 with a scale fixed beforehand (--calculate-kv-scales): x[0..n) coded against the f16 scale
+// `scale_bits` (saturating at the format's largest value; a zero scale codes every element 0),
+// the row's metadata that same scale, so it decodes as any fp8 row does.
+void encode_fp8_row_scaled(KvDtype dtype, const float* x, int64_t n, uint16_t scale_bits,
+                           std::byte* row);
+// The f16 scale bits that map a magnitude of `amax` to the fp8 format's largest value (rounded
+// up; 0 for an amax of 0): a calibrated scale.
+uint16_t fp8_scale_bits(KvDtype dtype, float amax);
+
 // The portable decoder: out[i] = the value of the row's element i for i in [begin, n) (a row of n
 // elements); the reference for every kernel's decoder, and their tail.
 void decode_kv_row(KvDtype dtype, const std::byte* row, int64_t n, float* out, int64_t begin = 0);

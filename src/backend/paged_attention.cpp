@@ -38,6 +38,9 @@ void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const 
     VESPER_CHECK(slot >= 0 && slot < cache.num_slots(), "slot %lld out of range",
                  static_cast<long long>(slot));
   }
+  // --calculate-kv-scales: the layer's first write fixes its fp8 scales, from its own rows.
+  if (cache.awaits_calibration(layer) && batch.num_tokens > 0)
+    cache.calibrate_layer(layer, k, v, batch.num_tokens);
   // f32 rows are copies, and a few tokens are less work than waking the pool.
   const KvDtypes d = cache.spec().dtypes;
   const bool copies = d.k == KvDtype::kF32 && d.v == KvDtype::kF32;

@@ -29,6 +29,11 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
                   "runs of this many channels)")
       ->capture_default_str()
       ->check(CLI::IsMember({32, 64, 128}));
+  cmd->add_flag("--calculate-kv-scales", f.calculate_kv_scales,
+                "fp8 caches: fix each layer's and head's key and value scales from the first "
+                "step's rows (vLLM's calibration) instead of a scale per token and head computed "
+                "as each token is written (the default: it follows each token, and a sequence's "
+                "rows then never depend on which requests came first)");
   cmd->add_option("--kivi-residual-length", f.kivi_residual_length,
                   "KIVI: the newest tokens a query reads unquantized (f16); older whole groups "
                   "are read quantized")
@@ -389,6 +394,18 @@ Result<backend::KvDtypes> parse_kv_dtypes(const EngineFlags& f) {
   return d;
 }
 
+Status check_calculate_kv_scales(const EngineFlags& f, backend::KvDtypes dtypes) {
+  auto fp8 = [](backend::KvDtype t) {
+    return t == backend::KvDtype::kFp8E4M3 || t == backend::KvDtype::kFp8E5M2;
+  };
+  if (f.calculate_kv_scales && !fp8(dtypes.k) && !fp8(dtypes.v))
+    return make_error(
+        "--calculate-kv-scales applies to fp8 KV caches (--kv-cache-dtype fp8, "
+        "fp8_e4m3 or fp8_e5m2), not to " +
+        dtypes.describe());
+  return {};
+}
+
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   engine::EngineConfig c;
   c.model_path = f.model_path;
@@ -398,6 +415,8 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.swap_space_gib = f.swap_space;
   c.cache.enable_prefix_caching = f.enable_prefix_caching;
   VESPER_ASSIGN_OR_RETURN(c.cache.kv_dtypes, parse_kv_dtypes(f));
+  VESPER_TRY(check_calculate_kv_scales(f, c.cache.kv_dtypes));
+  c.cache.calculate_kv_scales = f.calculate_kv_scales;
   if (kv_is_kivi(c.cache.kv_dtypes.k) || kv_is_kivi(c.cache.kv_dtypes.v)) {
     // A KIVI block is one group.
     c.cache.block_size = f.kivi_group_size;

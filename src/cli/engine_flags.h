@@ -34,6 +34,7 @@ struct EngineFlags {
   std::string kv_cache_dtype_v;         // --kv-cache-dtype-v (-ctv); empty: --kv-cache-dtype
   int64_t kivi_group_size = 32;         // --kivi-group-size
   int64_t kivi_residual_length = 128;   // --kivi-residual-length
+  bool calculate_kv_scales = false;     // --calculate-kv-scales
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
@@ -73,6 +74,8 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f);
 // The KV element types of --kv-cache-dtype, --kv-cache-dtype-k and -v; an error names the flag
 // and lists the choices.
 Result<backend::KvDtypes> parse_kv_dtypes(const EngineFlags& f);
+// --calculate-kv-scales against the types: an error unless keys or values are fp8.
+Status check_calculate_kv_scales(const EngineFlags& f, backend::KvDtypes dtypes);
 
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& flags);
 

@@ -88,6 +88,7 @@ int run_perplexity(const PerplexityOptions& o) {
     return fail("--kl-divergence needs --kl-divergence-base FILE (the saved base run)");
   auto dtypes = parse_kv_dtypes(o.engine);
   if (!dtypes) return fail(dtypes.error().message);
+  if (Status s = check_calculate_kv_scales(o.engine, *dtypes); !s) return fail(s.error().message);
 
   backend::CpuBackend backend(o.engine.threads);
   auto model = model::Model::load(o.engine.model_path, backend);
@@ -175,6 +176,8 @@ int run_perplexity(const PerplexityOptions& o) {
   const model::KvTableLayout layout(spec);
   const int64_t blocks = layout.entries_for(o.ctx);
   const backend::KvHandle kv = backend.create_kv(spec, blocks, backend::MemoryKind::kDevice);
+  // Calibrated fp8 scales: fixed by the first chunk's rows, then kept for every chunk.
+  if (o.engine.calculate_kv_scales) backend.calibrate_kv_scales(kv);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
   const int64_t pass_rows = std::min(o.batch_size, o.ctx);

@@ -134,6 +134,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
         [draft = e->draft_.get()](sched::SeqId id) { return draft->written(id); });
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                              e->plan_.num_swap_blocks);
+  if (config.cache.calculate_kv_scales) e->backend_->calibrate_kv_scales(e->runner_->device_kv());
   if (e->draft_) {
     e->draft_->allocate(kv_specs[1], e->plan_.num_blocks, e->plan_.num_swap_blocks, capacity.tokens,
                         capacity.seqs, capacity.table_entries);
@@ -162,6 +163,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       static_cast<long long>(mc.n_head_kv), static_cast<long long>(mc.head_dim),
       static_cast<long long>(mc.n_vocab), static_cast<long long>(mc.context_length));
   log_info("%s", e->plan_.describe().c_str());
+  if (config.cache.calculate_kv_scales)
+    log_info(
+        "KV cache: fp8 scales per layer and head, fixed from the first step's rows "
+        "(--calculate-kv-scales)");
   log_info(
       "scheduler: max-num-batched-tokens %lld, max-num-seqs %lld, max-model-len %lld, chunked "
       "prefill %s, "

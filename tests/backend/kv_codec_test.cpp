@@ -12,7 +12,11 @@
 
 #include "backend/cpu/kv_codec_cpu.h"
 #include "backend/cpu/matmul_cpu.h"
+#include "backend/kv_cache.h"
 #include "backend/kv_codec.h"
+#include "backend/paged_attention.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
 #include "reference/reference_kv.h"
 
 namespace vesper::backend {
@@ -88,6 +92,81 @@ TEST(KvCodec, DecodesEveryFp8Code) {
         ASSERT_EQ(want * s, static_cast<double>(out)) << kv_dtype_name(d) << " code " << c;
       }
     }
+  }
+}
+
+// fp8 rows against a scale fixed beforehand (--calculate-kv-scales): the definition's bytes for
+// every test row, with the scale the row's own amax calibrates, one four times too small (the
+// large elements saturate), 1.0 and 0; the calibrated scale is the least f16 mapping amax to the
+// format's largest value.
+TEST(KvCodec, Fp8RowsAgainstAFixedScaleAsTheirDefinition) {
+  for (KvDtype d : {KvDtype::kFp8E4M3, KvDtype::kFp8E5M2}) {
+    const float largest = d == KvDtype::kFp8E4M3 ? 448.0f : 57344.0f;
+    for (const std::vector<float>& x : test_rows()) {
+      const auto n = static_cast<int64_t>(x.size());
+      float amax = 0;
+      for (float v : x)
+        if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+      const uint16_t own = fp8_scale_bits(d, amax);
+      if (amax > 0) {
+        EXPECT_GE(fp16_to_f32(own) * largest, amax);
+        EXPECT_LT(fp16_to_f32(static_cast<uint16_t>(own - 1)) * largest, amax);
+      } else {
+        EXPECT_EQ(own, 0);
+      }
+      for (uint16_t scale : {own, fp8_scale_bits(d, amax / 4), uint16_t{0x3C00}, uint16_t{0}}) {
+        std::vector<std::byte> row(static_cast<size_t>(n + 2));
+        encode_fp8_row_scaled(d, x.data(), n, scale, row.data());
+        ASSERT_EQ(reference::encode_fp8_row_scaled(d, x.data(), n, scale), row)
+            << kv_dtype_name(d) << " n " << n << " scale bits " << scale;
+      }
+    }
+  }
+}
+
+// A cache told to calibrate: each layer's first write_kv fixes every head's scale from the
+// amax of that write's rows, and later rows of the layer carry that scale; other layers wait for
+// their own first write. fp8 keys with f16 values: the values are untouched.
+TEST(KvCodec, CalibratedFp8ScalesComeFromEachLayersFirstWrite) {
+  KvCacheSpec spec{{KvDtype::kFp8E4M3, KvDtype::kF16}, 2, 16, 2, 8};
+  KvCache cache(spec, 4);
+  cache.calibrate_fp8_scales();
+  EXPECT_TRUE(cache.awaits_calibration(0));
+  EXPECT_TRUE(cache.awaits_calibration(1));
+  // Three tokens, head 0's keys up to 3.375 in magnitude, head 1's up to 100.
+  std::vector<float> k(3 * 16), v(3 * 16, 0.25f);
+  for (int64_t t = 0; t < 3; ++t)
+    for (int64_t i = 0; i < 8; ++i) {
+      k[static_cast<size_t>(t * 16 + i)] = (i % 2 ? -1.0f : 1.0f) * (0.5f + t + 0.125f * i);
+      k[static_cast<size_t>(t * 16 + 8 + i)] = 100.0f * static_cast<float>(i + 1) / 8;
+    }
+  const int32_t positions[] = {0, 1, 2}, seqs[] = {0, 0, 0}, tables[] = {0}, offsets[] = {0, 1};
+  const int64_t slots[] = {0, 1, 2};
+  AttentionBatch batch{3, positions, seqs, slots, tables, offsets};
+  ThreadPool pool(1);
+  write_kv(cache, 0, batch, k.data(), v.data(), pool);
+  EXPECT_FALSE(cache.awaits_calibration(0));
+  EXPECT_TRUE(cache.awaits_calibration(1));
+  EXPECT_EQ(cache.fixed_key_scale(0, 0), fp8_scale_bits(KvDtype::kFp8E4M3, 3.375f));
+  EXPECT_EQ(cache.fixed_key_scale(0, 1), fp8_scale_bits(KvDtype::kFp8E4M3, 100.0f));
+  // A later token of small keys keeps the calibrated scale (its own amax would give another).
+  std::vector<float> small(16, 0.01f);
+  const int64_t slot3[] = {3};
+  const int32_t pos3[] = {3};
+  AttentionBatch one{1, pos3, seqs, slot3, tables, offsets};
+  write_kv(cache, 0, one, small.data(), small.data(), pool);
+  for (int64_t h = 0; h < 2; ++h) {
+    uint16_t meta;
+    std::memcpy(&meta, cache.key_row(0, 3, h) + 8, sizeof(meta));
+    EXPECT_EQ(meta, cache.fixed_key_scale(0, h));
+    std::vector<std::byte> want(10);
+    encode_fp8_row_scaled(KvDtype::kFp8E4M3, small.data(), 8, cache.fixed_key_scale(0, h),
+                          want.data());
+    EXPECT_EQ(0, std::memcmp(want.data(), cache.key_row(0, 3, h), want.size()));
+    // Values are f16 rows as ever.
+    float out[8];
+    decode_kv_row(KvDtype::kF16, cache.value_row(0, 3, h), 8, out);
+    EXPECT_EQ(out[0], fp16_to_f32(f32_to_fp16(0.01f)));
   }
 }
 

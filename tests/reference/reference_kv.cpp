@@ -97,6 +97,17 @@ uint8_t fp8_nearest(double v, bool e4m3) {
 
 }  // namespace
 
+std::vector<std::byte> encode_fp8_row_scaled(KvDtype dtype, const float* x, int64_t n,
+                                             uint16_t scale_bits) {
+  const bool e4m3 = dtype == KvDtype::kFp8E4M3;
+  const auto scale = static_cast<float>(fp16_value(scale_bits));
+  std::vector<std::byte> out;
+  for (int64_t i = 0; i < n; ++i)
+    out.push_back(std::byte(scale == 0 ? 0 : fp8_nearest(x[i] / scale, e4m3)));
+  write_u16(out, scale_bits);
+  return out;
+}
+
 double fp8_value(uint8_t code, bool e4m3) {
   const int man_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
   const int e = (code & 0x7F) >> man_bits, m = code & ((1 << man_bits) - 1);

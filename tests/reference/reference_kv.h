@@ -18,6 +18,11 @@ double fp8_value(uint8_t code, bool e4m3);
 // The row encode_kv_row must write for x[0..n): elements, then metadata.
 std::vector<std::byte> encode_kv_row(backend::KvDtype dtype, const float* x, int64_t n);
 
+// The row encode_fp8_row_scaled must write for x[0..n) against the f16 scale `scale_bits`
+// (fp8 types only).
+std::vector<std::byte> encode_fp8_row_scaled(backend::KvDtype dtype, const float* x, int64_t n,
+                                             uint16_t scale_bits);
+
 // The exact values of a row's n elements, in f64.
 std::vector<double> decode_kv_row(backend::KvDtype dtype, const std::byte* row, int64_t n);
 
