@@ -118,6 +118,29 @@ void load_tile(const KvCacheSpec& spec, const std::byte* const* k_src,
   load_rows<Tile>(spec.dtypes.v, v_src, nt, spec.head_dim, v_rows, v_tile);
 }
 
+// Points k_src / v_src[0, n) at head g's K / V rows first .. first + n of a run of blocks,
+// `rows_per` rows each (a table of block_size rows, or a KIVI group's residual blocks), stepping
+// from block to block without a division per key (an integer division costs more than a key's
+// whole dot product at small head sizes).
+inline void tile_rows(const KvCache& cache, int64_t layer, int64_t g, const int32_t* blocks,
+                      int64_t rows_per, int64_t first, int64_t n, const std::byte** k_src,
+                      const std::byte** v_src) {
+  const int64_t k_row = cache.spec().key_row_bytes(), v_row = cache.spec().value_row_bytes();
+  int64_t b = first / rows_per, row = first % rows_per;
+  const std::byte* k_run = cache.key_run(layer, blocks[b], g);
+  const std::byte* v_run = cache.value_run(layer, blocks[b], g);
+  for (int64_t i = 0; i < n; ++i) {
+    k_src[i] = k_run + row * k_row;
+    v_src[i] = v_run + row * v_row;
+    if (++row == rows_per && i + 1 < n) {
+      row = 0;
+      ++b;
+      k_run = cache.key_run(layer, blocks[b], g);
+      v_run = cache.value_run(layer, blocks[b], g);
+    }
+  }
+}
+
 // Prefetches the rows of keys [begin, end) of KV head g (a tile), K and V, through the table.
 inline void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const int32_t* table,
                           int64_t begin, int64_t end) {
@@ -269,7 +292,6 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
     made.bytes.clear();
   }
   const int64_t k_unit_bytes = spec.key_unit_bytes(), v_unit_bytes = spec.value_unit_bytes();
-  const int64_t k_row_bytes = spec.key_row_bytes(), v_row_bytes = spec.value_row_bytes();
   float* qk_tile = ks.rows.data();
   float* qv_tile = qk_tile + kAttentionTile * head_dim;
   uint8_t* k_codes = ks.codes.data();
@@ -337,22 +359,9 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
                      args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys);
     } else {
       if (path == nullptr) {
-        // The group's residual blocks in order, rows_per rows each: step through them without a
-        // division per key (several per key cost as much as its arithmetic).
-        const int32_t* blocks = table + quantized + (gi - quantized) * per_group;
-        int64_t r = j0 % bs, b = r / rows_per, row = r % rows_per;
-        const std::byte* k_run = args.cache->key_run(args.layer, blocks[b], g);
-        const std::byte* v_run = args.cache->value_run(args.layer, blocks[b], g);
-        for (int64_t i = 0; i < tile_keys; ++i) {
-          k_src[i] = k_run + row * k_row_bytes;
-          v_src[i] = v_run + row * v_row_bytes;
-          if (++row == rows_per && i + 1 < tile_keys) {
-            row = 0;
-            ++b;
-            k_run = args.cache->key_run(args.layer, blocks[b], g);
-            v_run = args.cache->value_run(args.layer, blocks[b], g);
-          }
-        }
+        // The group's residual blocks in order, rows_per rows each.
+        tile_rows(*args.cache, args.layer, g, table + quantized + (gi - quantized) * per_group,
+                  rows_per, j0 % bs, tile_keys, k_src, v_src);
       } else {
         for (int64_t i = 0; i < tile_keys; ++i) {
           const int64_t slot = residual_slot(j0 + i);
@@ -443,7 +452,6 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
   const std::byte* v_src[kAttentionTile];
   const float* k_rows[kAttentionTile];
   const float* v_rows[kAttentionTile];
-  const int64_t k_row = shape.key_row_bytes(), v_row = shape.value_row_bytes();
 
   for (int64_t w = begin; w < end; ++w) {
     const int64_t block_begin = w / n_kv * kAttentionQueryBlock, g = w % n_kv;
@@ -471,24 +479,10 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
         attend_tree_run<Tile>(args, run_begin, run_end, g, table, scratch);
       for (int64_t j0 = 0; !tree && !kivi && j0 < max_ctx; j0 += kAttentionTile) {
         const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0);
-        // Walk the block table without a division per key (an integer division costs more than
-        // a key's whole dot product at small head sizes).
-        int64_t block = j0 / bs, offset = j0 % bs;
-        const std::byte* k_run = args.cache->key_run(args.layer, table[block], g);
-        const std::byte* v_run = args.cache->value_run(args.layer, table[block], g);
         if (j0 + kAttentionTile < max_ctx)
           prefetch_tile(*args.cache, args.layer, g, table, j0 + kAttentionTile,
                         std::min(j0 + 2 * kAttentionTile, max_ctx));
-        for (int64_t i = 0; i < tile_keys; ++i) {
-          k_src[i] = k_run + offset * k_row;
-          v_src[i] = v_run + offset * v_row;
-          if (++offset == bs && i + 1 < tile_keys) {
-            offset = 0;
-            ++block;
-            k_run = args.cache->key_run(args.layer, table[block], g);
-            v_run = args.cache->value_run(args.layer, table[block], g);
-          }
-        }
+        tile_rows(*args.cache, args.layer, g, table, bs, j0, tile_keys, k_src, v_src);
         if (run_end - run_begin == 1 && reads_in_place<Tile>(shape.dtypes, group)) {
           const float* q = args.q + (run_begin * args.n_heads + g * group) * head_dim;
           for (int64_t h = 0; h < group; ++h)
