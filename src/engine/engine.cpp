@@ -134,7 +134,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
         [draft = e->draft_.get()](sched::SeqId id) { return draft->written(id); });
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                              e->plan_.num_swap_blocks);
-  if (config.cache.calculate_kv_scales) e->backend_->calibrate_kv_scales(e->runner_->device_kv());
   if (e->draft_) {
     e->draft_->allocate(kv_specs[1], e->plan_.num_blocks, e->plan_.num_swap_blocks, capacity.tokens,
                         capacity.seqs, capacity.table_entries);
@@ -154,6 +153,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                                                                   : Cost::kFree);
     e->calibrate_speculation();
   }
+  // After every warm-up pass (the speculation timing above writes synthetic rows): the first
+  // requests' rows set the scales.
+  if (config.cache.calculate_kv_scales) e->backend_->calibrate_kv_scales(e->runner_->device_kv());
   e->row_.resize(mc.n_vocab);
   log_info(
       "model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, "

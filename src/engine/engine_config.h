@@ -25,8 +25,9 @@ struct CacheConfig {
   // --kivi-residual-length: KIVI caches (kivi2 / kivi4): a query reads the whole groups older
   // than this many tokens quantized. The KIVI group size is block_size.
   int64_t kivi_residual_length = 128;
-  // --calculate-kv-scales: fp8 caches fix each layer's and head's scales from the first step's
-  // rows instead of each row carrying its own (backend::KvCache::calibrate_fp8_scales).
+  // --calculate-kv-scales: the target's fp8 cache fixes each layer's and head's scales from the
+  // first step's rows instead of each row carrying its own
+  // (backend::KvCache::calibrate_fp8_scales; a draft model's cache keeps per-row scales).
   bool calculate_kv_scales = false;
   // --[no-]enable-prefix-caching: reuse the KV of full blocks whose token prefix was already
   // computed; unreferenced cached blocks live in the block budget, evicted least recently used.
