@@ -62,8 +62,8 @@ struct F32Rows {
 };
 
 // A tile's rows of kType read where they lie in the cache, each chunk of 8 elements decoded in
-// registers to exactly the values decode_rows (and decode_kv_row) give: no copy of the tile. Used
-// where a tile serves a single query head, so that a decoded copy would be read only once.
+// registers to exactly the values decode_kv_row gives: no copy of the tile where a tile serves
+// few query heads (tile_in_place), and the conversions decode_rows stores where it serves more.
 template <KvDtype kType>
 struct EncodedRows {
   const unsigned char* rows[kAttentionTile];
@@ -208,47 +208,16 @@ void accumulate_chunks(float* acc, int64_t c, __m256 alpha, const float* e, cons
   }
 }
 
-// `rows` KV rows decoded to f32, 8 elements a vector, one type's loop over the whole tile (no
-// per-row dispatch): the same values as decode_kv_row (every conversion is exact or, for int8,
-// the same single fma), which also decodes the tails of head sizes that are not multiples of 8.
+// `rows` KV rows decoded to f32, 8 elements a vector (EncodedRows' conversions, stored), one
+// type's loop over the whole tile (no per-row dispatch): the same values as decode_kv_row (every
+// conversion is exact or, for int8, the same single fma), which also decodes the tails of head
+// sizes that are not multiples of 8.
 template <KvDtype kType>
 void decode_rows(const std::byte* const* rows, int64_t n, int64_t head_dim, float* out) {
+  const EncodedRows<kType> encoded(rows, n, head_dim);
   const int64_t body = head_dim / kLanes * kLanes;
-  const int64_t meta = head_dim * kv_element_bytes(kType);
   for (int64_t r = 0; r < n; ++r, out += head_dim) {
-    const auto* p = reinterpret_cast<const unsigned char*>(rows[r]);
-    if constexpr (kType == KvDtype::kF16) {
-      for (int64_t i = 0; i < body; i += kLanes)
-        _mm256_storeu_ps(
-            out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
-    } else if constexpr (kType == KvDtype::kBF16) {
-      for (int64_t i = 0; i < body; i += kLanes) {
-        const __m256i w =
-            _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
-        _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-      }
-    } else if constexpr (kType == KvDtype::kFp8E4M3 || kType == KvDtype::kFp8E5M2) {
-      const __m256 scale = _mm256_set1_ps(row_meta(p + meta, 0) * kv_fp8_f16_factor(kType));
-      for (int64_t i = 0; i < body; i += kLanes) {
-        const __m128i b =
-            _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)));
-        // kv_fp8_to_f16_bits, 8 lanes at once.
-        const __m128i h =
-            kType == KvDtype::kFp8E5M2
-                ? _mm_slli_epi16(b, 8)
-                : _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8),
-                               _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7));
-        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(h), scale));
-      }
-    } else if constexpr (kType == KvDtype::kInt8) {
-      const __m256 scale = _mm256_set1_ps(row_meta(p + meta, 0));
-      const __m256 zero = _mm256_set1_ps(row_meta(p + meta, 1));
-      for (int64_t i = 0; i < body; i += kLanes) {
-        const __m256 q = _mm256_cvtepi32_ps(
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(q, scale, zero));
-      }
-    }
+    for (int64_t i = 0; i < body; i += kLanes) _mm256_storeu_ps(out + i, encoded.load(r, i));
     if (body < head_dim) decode_kv_row(kType, rows[r], head_dim, out, body);
   }
 }
