@@ -342,10 +342,17 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
     const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0), gi = j0 / bs;
     const bool stored_quantized = gi < quantized;
     in_place = false;
-    bool read_quantized = stored_quantized;
-    for (int64_t t = t_begin; t < t_end && !read_quantized; ++t)
-      read_quantized =
-          batch.positions[t] >= j0 && spec.kivi_quantized_tokens(batch.positions[t]) > j0;
+    // Whether some query of the run reads this tile quantized, and whether some reads its rows
+    // as written (a prompt chunk's queries past the residual window read its older groups
+    // quantized; decoding their rows as well would be wasted).
+    bool read_quantized = stored_quantized, read_rows = false;
+    for (int64_t t = t_begin; t < t_end && !stored_quantized; ++t) {
+      if (batch.positions[t] < j0) continue;
+      if (spec.kivi_quantized_tokens(batch.positions[t]) > j0)
+        read_quantized = true;
+      else
+        read_rows = true;
+    }
     if (stored_quantized) {
       // The next group's units, while this one is decoded (the hardware prefetcher does not
       // follow the block table).
@@ -371,7 +378,7 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       }
       // One query reading the rows as written: in place, as in attend_items.
       in_place = !read_quantized && t_end - t_begin == 1 && reads_in_place<Tile>(row_types, group);
-      if (!in_place) {
+      if (read_rows && !in_place) {
         load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
         load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
       }
