@@ -41,6 +41,14 @@ bool is_fp8(KvDtype dtype) {
   return dtype == KvDtype::kFp8E4M3 || dtype == KvDtype::kFp8E5M2;
 }
 
+// A row as encode_kv_row writes it; f16 rows (the default type, and KIVI's residual rows) through
+// F16C where the CPU has it (the same bytes).
+void encode_row(KvDtype dtype, const float* x, int64_t n, std::byte* row) {
+  static const bool avx2 = cpu::selected_isa() != cpu::Isa::kScalar;
+  if (dtype == KvDtype::kF16 && avx2) return cpu::encode_f16_row_avx2(x, n, row);
+  encode_kv_row(dtype, x, n, row);
+}
+
 }  // namespace
 
 void KvCache::write_key(int64_t layer, int64_t slot, int64_t head, const float* x) {
@@ -48,14 +56,14 @@ void KvCache::write_key(int64_t layer, int64_t slot, int64_t head, const float* 
   std::byte* row = key_row(layer, slot, head);
   if (is_fp8(dtype) && !layer_calibrated_.empty() && layer_calibrated_[layer])
     return encode_fp8_row_scaled(dtype, x, spec_.head_dim, fixed_key_scale(layer, head), row);
-  encode_kv_row(dtype, x, spec_.head_dim, row);
+  encode_row(dtype, x, spec_.head_dim, row);
 }
 void KvCache::write_value(int64_t layer, int64_t slot, int64_t head, const float* x) {
   const KvDtype dtype = kv_row_dtype(spec_.dtypes.v);
   std::byte* row = value_row(layer, slot, head);
   if (is_fp8(dtype) && !layer_calibrated_.empty() && layer_calibrated_[layer])
     return encode_fp8_row_scaled(dtype, x, spec_.head_dim, fixed_value_scale(layer, head), row);
-  encode_kv_row(dtype, x, spec_.head_dim, row);
+  encode_row(dtype, x, spec_.head_dim, row);
 }
 
 void KvCache::calibrate_fp8_scales() {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -306,6 +307,34 @@ TEST(KvCodec, KiviGroupsAsTheirDefinition) {
                     << kv_dtype_name(dtype) << " row " << i << " channel " << c;
               }
           }
+}
+
+// The AVX2 f16 row encoder (what KvCache writes f16 rows with on AVX2 CPUs) gives the portable
+// bytes: the test rows (halfway cases, subnormals, infinities, NaN), f32 bit patterns spread over
+// the whole range (every exponent, both signs, NaNs with payloads), at every row length's tail.
+TEST(KvCodec, F16Avx2EncoderGivesThePortableBytes) {
+  if (!cpu::isa_available(cpu::Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::vector<std::vector<float>> rows = test_rows();
+  std::vector<float> sweep;
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 65521)  // a prime stride
+    sweep.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  for (float x : {65504.0f, 65519.99f, 65520.0f, -65520.0f, std::ldexp(1.0f, -25),
+                  std::ldexp(3.0f, -26), std::ldexp(1.0f, -14), -std::ldexp(1023.5f, -24),
+                  std::bit_cast<float>(0x7FC01234u), std::bit_cast<float>(0xFF800001u)})
+    sweep.push_back(x);
+  rows.push_back(sweep);
+  for (size_t cut : {size_t{9}, size_t{23}, size_t{1001}})
+    rows.emplace_back(sweep.begin(), sweep.begin() + static_cast<std::ptrdiff_t>(cut));
+  for (const std::vector<float>& x : rows) {
+    const auto n = static_cast<int64_t>(x.size());
+    std::vector<std::byte> want(static_cast<size_t>(2 * n)), got(want.size(), std::byte{0x5A});
+    encode_kv_row(KvDtype::kF16, x.data(), n, want.data());
+    cpu::encode_f16_row_avx2(x.data(), n, got.data());
+    for (int64_t i = 0; i < 2 * n; ++i)
+      ASSERT_EQ(static_cast<int>(want[i]), static_cast<int>(got[i]))
+          << "element " << i / 2 << " of " << n << " (bits 0x" << std::hex
+          << std::bit_cast<uint32_t>(x[static_cast<size_t>(i / 2)]) << ")";
+  }
 }
 
 // The AVX2 KIVI encoder (what KvCache uses on AVX2 CPUs) gives the portable encoder's bytes from

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/kv_codec_cpu.h"
 #include "backend/kv_codec.h"
+#include "core/fp16.h"
 
 namespace vesper::backend::cpu {
 namespace {
@@ -88,6 +89,19 @@ void lane_ranges(const float* x, int64_t n, int64_t stride, float* lo_out, float
 }
 
 }  // namespace
+
+void encode_f16_row_avx2(const float* x, int64_t n, std::byte* row) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(row + 2 * i), h);
+    // F16C keeps a NaN's payload; the portable rule stores a bare quiet NaN. Rare: per element.
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0)
+      for (int64_t k = i; k < i + kLanes; ++k) store_f16(row + 2 * k, f32_to_fp16(x[k]));
+  }
+  for (; i < n; ++i) store_f16(row + 2 * i, f32_to_fp16(x[i]));
+}
 
 void encode_kivi_group_avx2(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
                             const std::byte* const* rows, std::byte* group) {
