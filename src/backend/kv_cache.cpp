@@ -41,11 +41,16 @@ bool is_fp8(KvDtype dtype) {
   return dtype == KvDtype::kFp8E4M3 || dtype == KvDtype::kFp8E5M2;
 }
 
+// Whether the AVX2 + F16C encoders (cpu/kv_codec_cpu.h) run on this CPU.
+bool avx2_encoders() {
+  static const bool avx2 = cpu::selected_isa() != cpu::Isa::kScalar;
+  return avx2;
+}
+
 // A row as encode_kv_row writes it; f16 rows (the default type, and KIVI's residual rows) through
 // F16C where the CPU has it (the same bytes).
 void encode_row(KvDtype dtype, const float* x, int64_t n, std::byte* row) {
-  static const bool avx2 = cpu::selected_isa() != cpu::Isa::kScalar;
-  if (dtype == KvDtype::kF16 && avx2) return cpu::encode_f16_row_avx2(x, n, row);
+  if (dtype == KvDtype::kF16 && avx2_encoders()) return cpu::encode_f16_row_avx2(x, n, row);
   encode_kv_row(dtype, x, n, row);
 }
 
@@ -110,8 +115,7 @@ void KvCache::encode_group_units(int64_t layer, int64_t head, std::span<const in
       return;
     }
     // KIVI residual rows are f16: the AVX2 encoder reads them as they are (the same bytes).
-    static const bool avx2 = cpu::selected_isa() != cpu::Isa::kScalar;
-    if (avx2 && g <= kMaxGroup) {
+    if (avx2_encoders() && g <= kMaxGroup) {
       const std::byte* rows_of_group[kMaxGroup];
       for (int64_t i = 0; i < g; ++i) rows_of_group[i] = row_of(i);
       cpu::encode_kivi_group_avx2(spec_, dtype, side, rows_of_group, unit);
