@@ -4,7 +4,9 @@
 //   cached tokens, the step that dominates decoding at long contexts, for each KV cache type
 //   (`kv`: the index in kRowKvDtypes: 0 f32, 1 f16, 2 bf16, 3 fp8_e4m3, 4 fp8_e5m2, 5 int8).
 //   bytes_per_second counts the K and V bytes read (as stored, scales included);
-//   items_per_second, decoded tokens.
+//   items_per_second, decoded tokens. With `layers` > 1 an iteration is a whole decode step: every
+//   layer in turn, so the K/V read (1.4 GB of f16 at 32 sequences of 1,024 tokens, 12 layers)
+//   comes from memory, not from the last level cache, as in serving.
 // - BM_PagedAttentionPrefill: one prompt of `tokens` tokens attending causally to itself (pp512's
 //   attention). items_per_second counts prompt tokens; FLOPS, the dot products' multiply-adds
 //   (2 per key and dimension for scores, 2 for values).
@@ -25,10 +27,10 @@ namespace {
 constexpr int64_t kHeadDim = 64;
 constexpr int64_t kBlockSize = 16;
 
-// Every K and V element of layer 0's slots [begin, end) (all of them by default) uniform in
-// [-1, 1), encoded in the cache's types.
+// Every K and V element of layer `layer`'s slots [begin, end) (all of them by default) uniform
+// in [-1, 1), encoded in the cache's types.
 void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng, int64_t begin = 0,
-                int64_t end = -1) {
+                int64_t end = -1, int64_t layer = 0) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   const vesper::backend::KvCacheSpec& shape = cache.spec();
   std::vector<float> k(shape.head_dim), v(shape.head_dim);
@@ -38,17 +40,18 @@ void fill_cache(vesper::backend::KvCache& cache, std::mt19937& rng, int64_t begi
         k[i] = dist(rng);
         v[i] = dist(rng);
       }
-      cache.write_key(0, slot, h, k.data());
-      cache.write_value(0, slot, h, v.data());
+      cache.write_key(layer, slot, h, k.data());
+      cache.write_value(layer, slot, h, v.data());
     }
 }
 
-// One layer of 16-token blocks of kHeadDim, n_kv_heads heads, keys and values of `dtype`.
+// `layers` layers of 16-token blocks of kHeadDim, n_kv_heads heads, keys and values of `dtype`.
 vesper::backend::KvCacheSpec cache_spec(
-    int64_t n_kv_heads, vesper::backend::KvDtype dtype = vesper::backend::KvDtype::kF32) {
+    int64_t n_kv_heads, vesper::backend::KvDtype dtype = vesper::backend::KvDtype::kF32,
+    int64_t layers = 1) {
   vesper::backend::KvCacheSpec spec;
   spec.dtypes = {dtype, dtype};
-  spec.n_layers = 1;
+  spec.n_layers = layers;
   spec.block_size = kBlockSize;
   spec.n_kv_heads = n_kv_heads;
   spec.head_dim = kHeadDim;
@@ -72,7 +75,7 @@ struct BatchArrays {
 };
 
 // Times paged_attention over `arrays` on `threads` threads, with queries (n_heads per token)
-// uniform in [-1, 1).
+// uniform in [-1, 1), on each of the cache's layers in turn.
 void time_attention(benchmark::State& state, const vesper::backend::KvCache& cache,
                     const BatchArrays& arrays, int64_t n_heads, int threads, std::mt19937& rng,
                     const int32_t* quantized_groups = nullptr) {
@@ -84,23 +87,26 @@ void time_attention(benchmark::State& state, const vesper::backend::KvCache& cac
   vesper::ThreadPool pool(threads);
   const float scale = 1.0f / 8.0f;  // 1 / sqrt(head_dim)
   for (auto _ : state) {
-    vesper::backend::paged_attention(cache, 0, batch, q.data(), n_heads, scale, out.data(), pool);
+    for (int64_t layer = 0; layer < cache.spec().n_layers; ++layer)
+      vesper::backend::paged_attention(cache, layer, batch, q.data(), n_heads, scale, out.data(),
+                                       pool);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
 }
 
-// Args: cached tokens per sequence, sequences, query heads, KV heads, threads.
+// Args: cached tokens per sequence, sequences, query heads, KV heads, threads, KV type, layers.
 void BM_PagedAttentionDecode(benchmark::State& state) {
   const int64_t context = state.range(0), seqs = state.range(1);
   const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
   const int threads = static_cast<int>(state.range(4));
   const vesper::backend::KvDtype dtype = vesper::backend::kRowKvDtypes[state.range(5)];
+  const int64_t layers = state.range(6);
   state.SetLabel(std::string(vesper::backend::kv_dtype_name(dtype)));
   const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
-  vesper::backend::KvCache cache(cache_spec(n_kv_heads, dtype), blocks_per_seq * seqs);
+  vesper::backend::KvCache cache(cache_spec(n_kv_heads, dtype, layers), blocks_per_seq * seqs);
   std::mt19937 rng(1);
-  fill_cache(cache, rng);
+  for (int64_t layer = 0; layer < layers; ++layer) fill_cache(cache, rng, 0, -1, layer);
   // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
   // last of `context` positions, so it reads all of them.
   BatchArrays a;
@@ -114,8 +120,8 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
   a.offsets.resize(seqs + 1);
   for (int64_t s = 0; s <= seqs; ++s) a.offsets[s] = static_cast<int32_t>(s * blocks_per_seq);
   time_attention(state, cache, a, n_heads, threads, rng);
-  const int64_t kv_bytes =
-      seqs * context * n_kv_heads * (cache.spec().key_row_bytes() + cache.spec().value_row_bytes());
+  const int64_t kv_bytes = layers * seqs * context * n_kv_heads *
+                           (cache.spec().key_row_bytes() + cache.spec().value_row_bytes());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * seqs);
 }
@@ -203,20 +209,23 @@ void BM_PagedAttentionPrefill(benchmark::State& state) {
 }
 
 void attention_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"context", "seqs", "heads", "kv_heads", "threads", "kv"});
+  b->ArgNames({"context", "seqs", "heads", "kv_heads", "threads", "kv", "layers"});
   const int64_t hw = vesper::ThreadPool::hardware_threads();
   for (int64_t context : {512, 2048})
     for (int64_t seqs : {1, 8})
       for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 12}, {32, 8}})
-        b->Args({context, seqs, heads, kv_heads, hw, 0});
+        b->Args({context, seqs, heads, kv_heads, hw, 0, 1});
   // Every type at the 110M model's shape, 1 and 8 sequences of 2,048 tokens (19 and 150 MB of
   // f32 K/V).
   for (int64_t seqs : {1, 8})
     for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kRowKvDtypes)); ++kv)
-      b->Args({2048, seqs, 12, 12, hw, kv});
+      b->Args({2048, seqs, 12, 12, hw, kv, 1});
   // And at the 1B model's grouped-query shape (4 query heads a KV head), 8 sequences.
   for (int64_t kv = 1; kv < static_cast<int64_t>(std::size(vesper::backend::kRowKvDtypes)); ++kv)
-    b->Args({2048, 8, 32, 8, hw, kv});
+    b->Args({2048, 8, 32, 8, hw, kv, 1});
+  // A whole decode step of the serving load (`vesper bench serve`, 32 streams of 1,024-token
+  // prompts) at the 110M model's shape, 12 layers, for f32, f16 and int8.
+  for (int64_t kv : {0, 1, 5}) b->Args({1024, 32, 12, 12, hw, kv, 12});
 }
 
 BENCHMARK(BM_PagedAttentionDecode)

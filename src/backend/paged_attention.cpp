@@ -65,11 +65,11 @@ void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const 
 namespace cpu {
 namespace {
 
-// Per-thread kernel scratch. It grows to the largest group x head_dim seen and
+// Per-thread kernel scratch. It grows to the largest shape seen and
 // is then reused, so steady-state calls do not allocate.
-float* thread_scratch(int64_t group, int64_t head_dim) {
+float* thread_scratch(int64_t group, int64_t head_dim, int64_t n_kv_heads) {
   thread_local std::vector<float> scratch;
-  const size_t need = attention_scratch_floats(group, head_dim);
+  const size_t need = attention_scratch_floats(group, head_dim, n_kv_heads);
   if (scratch.size() < need) scratch.resize(need);
   return scratch.data();
 }
@@ -132,7 +132,7 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
   constexpr int64_t kMinParallelMacs = int64_t{1} << 15;
   const int64_t items = attention_items(batch.num_tokens, n_kv);
   if (keys * n_heads * shape.head_dim < kMinParallelMacs || pool.num_threads() == 1) {
-    kernel(args, 0, items, thread_scratch(group, shape.head_dim));
+    kernel(args, 0, items, thread_scratch(group, shape.head_dim, n_kv));
     return;
   }
   // One pointer-sized capture, so std::function does not allocate.
@@ -145,7 +145,8 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
     const AttentionArgs& a = *job.args;
     const Split s = cost_split(a.batch, a.cache->spec().n_kv_heads, job.total, thread, n_threads);
     if (s.begin >= s.end) return;
-    job.kernel(a, s.begin, s.end, thread_scratch(a.group, a.cache->spec().head_dim));
+    const KvCacheSpec& spec = a.cache->spec();
+    job.kernel(a, s.begin, s.end, thread_scratch(a.group, spec.head_dim, spec.n_kv_heads));
   });
 }
 

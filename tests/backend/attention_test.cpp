@@ -175,7 +175,9 @@ std::vector<KvDtypes> all_kv_dtypes() {
 
 TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes) {
   const int64_t head_dims[] = {8, 64, 80, 128, 1, 3, 13, 37};
-  const Grouping groupings[] = {{4, 4}, {8, 2}, {5, 1}};  // MHA, GQA 4:1, MQA
+  // MHA, GQA 4:1, MQA, and MHA with more KV heads than a token block has tokens (a decode token's
+  // heads are walked side by side, their states in the same scratch).
+  const Grouping groupings[] = {{4, 4}, {8, 2}, {5, 1}, {12, 12}};
   const int64_t block_sizes[] = {1, 16, 7};
   ThreadPool pool(2);
   double worst = 0;
@@ -235,12 +237,14 @@ TEST(PagedAttention, Avx2BitIdenticalToPortableKernel) {
 
 // Every query of the mixed batch, computed alone, in the reversed batch, as part of different
 // prefill chunks, and at 1, 2 and 3 threads, gives the same bits. Without grouped-query heads a
-// query alone reads its tiles in place (tile_in_place) and within a chunk from a decoded copy.
+// query alone reads its tiles in place (tile_in_place), its KV heads side by side, and within a
+// chunk from a decoded copy, one KV head at a time; a thread's share of the work may start or end
+// within a token's KV heads.
 TEST(PagedAttention, OutputInvariantToBatchChunkingAndThreads) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (const KvDtypes dtypes : all_kv_dtypes())
     for (Isa isa : cpu::available_isas())
-      for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}})
+      for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}, Grouping{12, 12}})
         for (int64_t hd : {8, 64, 37}) {
           Fixture f(g.n_heads, g.n_kv_heads, hd, 16, kSeqLens, 7 + hd, 4.0f, dtypes);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));

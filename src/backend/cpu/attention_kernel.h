@@ -77,16 +77,23 @@ struct AttentionArgs {
   uint64_t call = 0;
 };
 
-// Computes items [begin, end). `scratch` holds attention_scratch_floats(group, head_dim) floats
-// private to the calling thread.
+// Computes items [begin, end). `scratch` holds attention_scratch_floats(group, head_dim,
+// n_kv_heads) floats private to the calling thread.
 using AttentionKernel = void (*)(const AttentionArgs& args, int64_t begin, int64_t end,
                                  float* scratch);
 
-// Room for a token block's accumulators, running maxima and sums, one tile's scores, and one
-// tile's keys and values decoded to f32 (caches of other types than f32).
-inline size_t attention_scratch_floats(int64_t group, int64_t head_dim) {
-  return static_cast<size_t>(kAttentionQueryBlock * group * (head_dim + 2) + kAttentionTile +
-                             2 * kAttentionTile * head_dim);
+// Query heads whose running state a work item's scratch holds: a token block's heads of one KV
+// head, or a decode token's heads of every KV head (the walk reads a decode token's KV heads
+// tile by tile, side by side).
+inline int64_t attention_state_heads(int64_t group, int64_t n_kv_heads) {
+  return (kAttentionQueryBlock > n_kv_heads ? kAttentionQueryBlock : n_kv_heads) * group;
+}
+
+// Room for attention_state_heads' accumulators, running maxima and sums, one tile's scores, and
+// one tile's keys and values decoded to f32 (caches of other types than f32).
+inline size_t attention_scratch_floats(int64_t group, int64_t head_dim, int64_t n_kv_heads) {
+  return static_cast<size_t>(attention_state_heads(group, n_kv_heads) * (head_dim + 2) +
+                             kAttentionTile + 2 * kAttentionTile * head_dim);
 }
 
 // The portable kernel (attention_scalar.cpp).
