@@ -468,8 +468,8 @@ void attend_kivi_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
   }
 }
 
-// A run (consecutive tokens of one sequence) over KV head g: its running states, from
-// scratch's first, its tiles, and its outputs.
+// A run (consecutive tokens of one sequence) over KV head g: its running states (the first of
+// the scratch's), its tiles, and its outputs.
 template <class Tile>
 void attend_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, int64_t g,
                 const int32_t* table, bool tree, float* scratch) {
@@ -543,7 +543,6 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
   for (int64_t j0 = 0; j0 < n_ctx; j0 += kAttentionTile) {
     const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
     for (int64_t g = g_begin; g < g_end; ++g) {
-      // The next head's rows of this tile, or the first head's of the next tile.
       tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
       const int64_t first = (g - g_begin) * group;
       for (int64_t h = 0; h < group; ++h)
