@@ -180,13 +180,15 @@ void BM_PagedAttentionDecodeKivi(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * seqs);
 }
 
-// Args: prompt tokens, query heads, KV heads, threads.
+// Args: prompt tokens, query heads, KV heads, threads, KV type (index in kRowKvDtypes).
 void BM_PagedAttentionPrefill(benchmark::State& state) {
   const int64_t tokens = state.range(0);
   const int64_t n_heads = state.range(1), n_kv_heads = state.range(2);
   const int threads = static_cast<int>(state.range(3));
+  const vesper::backend::KvDtype dtype = vesper::backend::kRowKvDtypes[state.range(4)];
+  state.SetLabel(std::string(vesper::backend::kv_dtype_name(dtype)));
   const int64_t n_blocks = (tokens + kBlockSize - 1) / kBlockSize;
-  vesper::backend::KvCache cache(cache_spec(n_kv_heads), n_blocks);
+  vesper::backend::KvCache cache(cache_spec(n_kv_heads, dtype), n_blocks);
   std::mt19937 rng(2);
   fill_cache(cache, rng);
   // One sequence owning blocks 0 .. n_blocks - 1; token t is at position t.
@@ -249,10 +251,13 @@ BENCHMARK(BM_PagedAttentionDecodeKivi)
     ->Unit(benchmark::kMicrosecond);
 
 void prefill_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens", "heads", "kv_heads", "threads"});
+  b->ArgNames({"tokens", "heads", "kv_heads", "threads", "kv"});
   const int64_t hw = vesper::ThreadPool::hardware_threads();
   for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 12}, {32, 8}})
-    b->Args({512, heads, kv_heads, hw});
+    b->Args({512, heads, kv_heads, hw, 0});
+  // The serving load's prompts (1,024 tokens) at the 110M model's shape, f32 and f16 (the default
+  // cache type, whose tiles are decoded once per token block and KV head).
+  for (int64_t kv : {0, 1}) b->Args({1024, 12, 12, hw, kv});
 }
 
 BENCHMARK(BM_PagedAttentionPrefill)

@@ -177,7 +177,7 @@ TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes)
   const int64_t head_dims[] = {8, 64, 80, 128, 1, 3, 13, 37};
   // MHA, GQA 4:1, MQA, and MHA with more KV heads than a token block has tokens (a decode token's
   // heads are walked side by side, their states in the same scratch).
-  const Grouping groupings[] = {{4, 4}, {8, 2}, {5, 1}, {12, 12}};
+  const Grouping groupings[] = {{4, 4}, {8, 2}, {5, 1}, {17, 17}};
   const int64_t block_sizes[] = {1, 16, 7};
   ThreadPool pool(2);
   double worst = 0;
@@ -244,7 +244,7 @@ TEST(PagedAttention, OutputInvariantToBatchChunkingAndThreads) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (const KvDtypes dtypes : all_kv_dtypes())
     for (Isa isa : cpu::available_isas())
-      for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}, Grouping{12, 12}})
+      for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}, Grouping{17, 17}})
         for (int64_t hd : {8, 64, 37}) {
           Fixture f(g.n_heads, g.n_kv_heads, hd, 16, kSeqLens, 7 + hd, 4.0f, dtypes);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
