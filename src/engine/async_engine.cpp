@@ -198,19 +198,23 @@ void AsyncEngine::abort_all_with_outputs() {
   }
 }
 
-void AsyncEngine::shutdown(double timeout_s) {
+void AsyncEngine::begin_shutdown(double timeout_s) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!thread_.joinable()) return;
-    if (timeout_s > 0 && !draining_) {
+    if (timeout_s <= 0) {
+      stopping_ = true;
+    } else if (!draining_) {
       draining_ = true;
       drain_deadline_ = now_s() + timeout_s;
-    } else {
-      stopping_ = true;
     }
   }
   wake_.notify_one();
-  thread_.join();
+}
+
+void AsyncEngine::shutdown(double timeout_s) {
+  begin_shutdown(timeout_s);
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace vesper::engine

@@ -83,6 +83,10 @@ class AsyncEngine {
   // aborts the rest, each getting a last output (finish_reason "abort", finished), and stops
   // the thread.
   void shutdown(double timeout_s);
+  // shutdown()'s first half, which does not wait: from its return on, accepting() is false and
+  // add_request() refuses new work; in-flight requests drain for up to `timeout_s` seconds (0:
+  // abort them now). A later shutdown() with a timeout keeps the drain's deadline and waits.
+  void begin_shutdown(double timeout_s);
 
   // Hooks for metrics: called on the engine thread after every step with the finished outputs.
   void set_step_observer(

@@ -452,6 +452,9 @@ void HttpServer::run() {
              signal, im.config.shutdown_timeout_s);
     beast::error_code ignored;
     im.acceptor.close(ignored);
+    // Refuse new requests (503) from here on, before this handler returns: a request that
+    // arrives on a kept-alive connection while the drain's thread starts must not be admitted.
+    im.engine.begin_shutdown(im.config.shutdown_timeout_s);
     // Draining blocks, so it runs off the I/O threads, which keep streaming meanwhile.
     im.shutdown_thread = std::thread([&im] {
       im.engine.shutdown(im.config.shutdown_timeout_s);

@@ -239,7 +239,8 @@ test('SIGTERM with a keep-alive connection streaming, then a new request on it: 
     req.end(JSON.stringify(body));
   });
   try {
-    const streaming = post({ prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stream: true });
+    // Long enough that the signal is handled while it streams, however busy the machine.
+    const streaming = post({ prompt: 'Once upon a time', max_tokens: 400, temperature: 0, ignore_eos: true, stream: true });
     await started;
     s.proc.kill('SIGTERM');
     const first = await streaming;
