@@ -486,6 +486,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
         load_quantized(unit, unit + k_unit_bytes, j0 % bs, tile_keys);
       }
     }
+    // The queries reading this tile's rows as written (decoded), two at a time.
+    TileQueries<Tile> row_queries(k_rows, v_rows, head_dim, args.scale, scores);
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
       if (n_ctx <= j0) continue;
@@ -502,9 +504,10 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
                               scores, acc + (first + h) * head_dim, run_max[first + h],
                               run_sum[first + h]);
         else
-          Tile::tile(q + h * head_dim, k_rows, v_rows, nt, head_dim, args.scale, scores,
-                     acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+          row_queries.add(q + h * head_dim, nt, acc + (first + h) * head_dim, run_max[first + h],
+                          run_sum[first + h]);
     }
+    row_queries.flush();
   }
 }
 
