@@ -832,6 +832,23 @@ struct Avx2Tile {
                       [&](const auto& v) { accumulate_rows(s, v, nt, d, alpha, acc); });
   }
 
+  // tile_in_place() for two query heads over the same rows (a grouped-query decode token): each
+  // chunk read, and decoded, once for both.
+  static void tile2_in_place(KvDtypes rows, int64_t d, const float* const* q,
+                             const std::byte* const* k_src, const std::byte* const* v_src,
+                             int64_t nt, float scale, float* const* acc, float* const* run_max,
+                             float* const* run_sum) {
+    alignas(32) float s0[kAttentionTile], s1[kAttentionTile];
+    with_encoded_rows(rows.k, k_src, nt, d, [&](const auto& k) {
+      scores2_from_rows(q[0], q[1], k, nt, d, scale, s0, s1);
+    });
+    float alpha[2];
+    fold2(s0, s1, nt, run_max, run_sum, alpha);
+    const float* e[2] = {s0, s1};
+    with_encoded_rows(rows.v, v_src, nt, d,
+                      [&](const auto& v) { accumulate_queries<2>(e, v, nt, d, alpha, acc); });
+  }
+
   static void unpack_group(const KvCacheSpec& spec, KvDtype dtype, KvSide side,
                            const std::byte* group, int64_t first, int64_t n, uint8_t* codes,
                            float* params) {

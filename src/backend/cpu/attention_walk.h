@@ -72,6 +72,12 @@ namespace {
 //                             float& run_max, float& run_sum);
 //     tile() over rows of the row types `rows` as they lie in the cache, each decoded as it is
 //     read, to the same values as decode (KIVI's residual rows too);
+//   static void tile2_in_place(KvDtypes rows, int64_t head_dim, const float* const* q,
+//                              const std::byte* const* k_rows, const std::byte* const* v_rows,
+//                              int64_t nt, float scale, float* const* acc,
+//                              float* const* run_max, float* const* run_sum);
+//     tile_in_place() for two query heads q[0], q[1] (a decode token's grouped-query heads), each
+//     state exactly as tile_in_place() leaves it;
 //   static int64_t in_place_heads(KvDtype dtype);
 //     the most query heads for which reading a tile of `dtype` in place, once per head, costs
 //     less than decoding it once: the walk reads a decode step's tiles in place when its query
@@ -617,7 +623,18 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
     for (int64_t g = g_begin; g < g_end; ++g) {
       tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
       const int64_t first = (g - g_begin) * group;
-      for (int64_t h = 0; h < group; ++h)
+      int64_t h = 0;
+      // Grouped-query heads two at a time where the kernel can (Tile::tile2_in_place).
+      if constexpr (requires { &Tile::tile2_in_place; })
+        for (; h + 2 <= group; h += 2) {
+          const float* qs[2] = {q + (g * group + h) * head_dim, q + (g * group + h + 1) * head_dim};
+          float* accs[2] = {ws.acc + (first + h) * head_dim, ws.acc + (first + h + 1) * head_dim};
+          float* maxs[2] = {&ws.run_max[first + h], &ws.run_max[first + h + 1]};
+          float* sums[2] = {&ws.run_sum[first + h], &ws.run_sum[first + h + 1]};
+          Tile::tile2_in_place(shape.dtypes, head_dim, qs, k_src, v_src, nt, args.scale, accs, maxs,
+                               sums);
+        }
+      for (; h < group; ++h)
         tile_in_place<Tile>(shape.dtypes, head_dim, q + (g * group + h) * head_dim, k_src, v_src,
                             nt, args.scale, ws.scores, ws.acc + (first + h) * head_dim,
                             ws.run_max[first + h], ws.run_sum[first + h]);
