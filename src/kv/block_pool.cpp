@@ -72,13 +72,13 @@ void BlockPool::add_ref(BlockId id) {
 }
 
 void BlockPool::release(BlockId id) {
-  VESPER_CHECK(id >= 0 && id < num_blocks() && ref_counts_[id] > 0, "release of block %d (ref %d)", id,
-               id >= 0 && id < num_blocks() ? ref_counts_[id] : -1);
+  VESPER_CHECK(id >= 0 && id < num_blocks() && ref_counts_[id] > 0, "release of block %d (ref %d)",
+               id, id >= 0 && id < num_blocks() ? ref_counts_[id] : -1);
   if (--ref_counts_[id] != 0) return;
   if (entries_[id].has_value())
     append_evictable(id);
   else
-    free_.push_back(id);
+    free_.push_front(id);
 }
 
 std::optional<BlockId> BlockPool::lookup(const BlockHash& hash) const {
@@ -89,9 +89,11 @@ std::optional<BlockId> BlockPool::lookup(const BlockHash& hash) const {
 
 bool BlockPool::register_block(BlockId id, const BlockHash& parent, const BlockHash& hash,
                                std::span<const int32_t> tokens) {
-  VESPER_CHECK(id >= 0 && id < num_blocks() && ref_counts_[id] > 0, "register_block of block %d not in use", id);
-  VESPER_CHECK(static_cast<int64_t>(tokens.size()) == block_size_, "register_block with %zu tokens, block size %lld",
-               tokens.size(), static_cast<long long>(block_size_));
+  VESPER_CHECK(id >= 0 && id < num_blocks() && ref_counts_[id] > 0,
+               "register_block of block %d not in use", id);
+  VESPER_CHECK(static_cast<int64_t>(tokens.size()) == block_size_,
+               "register_block with %zu tokens, block size %lld", tokens.size(),
+               static_cast<long long>(block_size_));
   if (entries_[id].has_value() || by_hash_.count(hash) != 0) return false;
   entries_[id] = CacheEntry{hash, parent, std::vector<int32_t>(tokens.begin(), tokens.end())};
   by_hash_.emplace(hash, id);
@@ -105,7 +107,7 @@ void BlockPool::unregister_block(BlockId id) {
   if (ref_counts_[id] == 0) {
     // An evictable block that is no longer cached is simply free.
     unlink_evictable(id);
-    free_.push_back(id);
+    free_.push_front(id);
   }
 }
 
@@ -135,31 +137,32 @@ void BlockPool::check_invariants() const {
     VESPER_CHECK(++in_lru[id] == 1, "eviction list holds block %d twice", id);
     VESPER_CHECK(++lru_len <= num_blocks(), "eviction list has a cycle");
   }
-  VESPER_CHECK(lru_len == num_evictable_, "eviction list has %lld blocks, counted %lld", static_cast<long long>(lru_len),
-               static_cast<long long>(num_evictable_));
+  VESPER_CHECK(lru_len == num_evictable_, "eviction list has %lld blocks, counted %lld",
+               static_cast<long long>(lru_len), static_cast<long long>(num_evictable_));
   int64_t used = 0, plain_free = 0, evictable = 0;
   for (size_t i = 0; i < ref_counts_.size(); ++i) {
     const bool cached = entries_[i].has_value();
     VESPER_CHECK(ref_counts_[i] >= 0, "block %zu has negative ref_count", i);
     if (ref_counts_[i] > 0) {
       ++used;
-      VESPER_CHECK(in_free[i] == 0 && in_lru[i] == 0, "block %zu is referenced (%d) but listed as free", i,
-                   ref_counts_[i]);
+      VESPER_CHECK(in_free[i] == 0 && in_lru[i] == 0,
+                   "block %zu is referenced (%d) but listed as free", i, ref_counts_[i]);
     } else if (cached) {
       ++evictable;
-      VESPER_CHECK(in_lru[i] == 1 && in_free[i] == 0, "cached unreferenced block %zu is not (only) in the eviction list", i);
+      VESPER_CHECK(in_lru[i] == 1 && in_free[i] == 0,
+                   "cached unreferenced block %zu is not (only) in the eviction list", i);
     } else {
       ++plain_free;
-      VESPER_CHECK(in_free[i] == 1 && in_lru[i] == 0, "unreferenced block %zu is in the free list %d times", i,
-                   in_free[i]);
+      VESPER_CHECK(in_free[i] == 1 && in_lru[i] == 0,
+                   "unreferenced block %zu is in the free list %d times", i, in_free[i]);
     }
     if (cached) {
       const CacheEntry& e = *entries_[i];
-      VESPER_CHECK(static_cast<int64_t>(e.tokens.size()) == block_size_, "cached block %zu holds %zu tokens", i,
-                   e.tokens.size());
+      VESPER_CHECK(static_cast<int64_t>(e.tokens.size()) == block_size_,
+                   "cached block %zu holds %zu tokens", i, e.tokens.size());
       if (!e.hash_verified) {
-        VESPER_CHECK(chain_block_hash(e.parent, e.tokens) == e.hash, "cached block %zu: hash does not match its tokens",
-                     i);
+        VESPER_CHECK(chain_block_hash(e.parent, e.tokens) == e.hash,
+                     "cached block %zu: hash does not match its tokens", i);
         e.hash_verified = true;
       }
       auto it = by_hash_.find(e.hash);
@@ -168,9 +171,11 @@ void BlockPool::check_invariants() const {
     }
   }
   for (const auto& [hash, id] : by_hash_)
-    VESPER_CHECK(entries_[id].has_value() && entries_[id]->hash == hash, "hash index points at block %d, which is not cached under it", id);
-  VESPER_CHECK(used + plain_free + evictable == num_blocks(), "used %lld + free %lld + cached %lld != %lld blocks",
-               static_cast<long long>(used), static_cast<long long>(plain_free), static_cast<long long>(evictable),
+    VESPER_CHECK(entries_[id].has_value() && entries_[id]->hash == hash,
+                 "hash index points at block %d, which is not cached under it", id);
+  VESPER_CHECK(used + plain_free + evictable == num_blocks(),
+               "used %lld + free %lld + cached %lld != %lld blocks", static_cast<long long>(used),
+               static_cast<long long>(plain_free), static_cast<long long>(evictable),
                static_cast<long long>(num_blocks()));
 }
 

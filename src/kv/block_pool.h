@@ -8,8 +8,12 @@
 //  - evictable: ref_count 0 but cached: its KV stays valid for a later request with the same
 //    prefix, in the eviction list ordered least recently released first.
 // num_free() counts both kinds of unreferenced blocks: all can be allocated. Allocation takes
-// free blocks first (front of the free list; freed blocks go to the back, so the block freed
-// longest ago is reused first) and only then evicts the least recently released cached block.
+// free blocks first and only then evicts the least recently released cached block. Free blocks
+// are reused most recently freed first (freed blocks go to the front of the free list, where
+// allocation takes them): their memory is likely still cached and already backed by pages, while
+// a block never used yet costs page faults (the KV buffer is not touched in advance). KIVI's
+// compaction frees a group's residual blocks every few steps; taken from the back, those would
+// walk the whole pool through fresh pages.
 // A caller releasing a sequence's blocks last-to-first therefore gets leaves evicted before
 // their parents.
 #pragma once
@@ -51,7 +55,7 @@ class BlockPool {
   // (a prefix-cache hit), which leaves the eviction list.
   void add_ref(BlockId id);
   // Drops one reference. A block whose count reaches zero goes to the back of the eviction list
-  // when cached, else to the back of the free list.
+  // when cached, else to the front of the free list.
   void release(BlockId id);
 
   // Prefix cache. A cached block's KV must be fully computed for its tokens: the caller

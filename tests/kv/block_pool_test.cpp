@@ -1,4 +1,4 @@
-// kv/BlockPool: reference counts, free-list order (least recently freed reused first),
+// kv/BlockPool: reference counts, free-list order (most recently freed reused first),
 // all-or-nothing allocation, and the checks that catch misuse.
 #include <gtest/gtest.h>
 
@@ -49,7 +49,7 @@ TEST(BlockPool, FailedAllocationLeavesStateUnchanged) {
   BlockPool pool(4);
   auto a = pool.allocate(3);
   ASSERT_TRUE(a.has_value());
-  pool.release((*a)[1]);  // free list: 3, 1
+  pool.release((*a)[1]);  // free list: 1, 3
   EXPECT_FALSE(pool.allocate(3).has_value());
   EXPECT_EQ(pool.num_free(), 2);
   EXPECT_EQ(pool.ref_count(0), 1);
@@ -57,16 +57,16 @@ TEST(BlockPool, FailedAllocationLeavesStateUnchanged) {
   EXPECT_EQ(pool.ref_count(2), 1);
   EXPECT_EQ(pool.ref_count(3), 0);
   pool.check_invariants();
-  // The free list's order is untouched too: the next allocation sees 3 then 1.
+  // The free list's order is untouched too: the next allocation sees 1 then 3.
   auto b = pool.allocate(2);
   ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(*b, (std::vector<BlockId>{3, 1}));
+  EXPECT_EQ(*b, (std::vector<BlockId>{1, 3}));
   EXPECT_FALSE(pool.allocate(1).has_value());
   EXPECT_EQ(pool.num_free(), 0);
   pool.check_invariants();
 }
 
-TEST(BlockPool, LeastRecentlyFreedBlockIsReusedFirst) {
+TEST(BlockPool, MostRecentlyFreedBlockIsReusedFirst) {
   BlockPool pool(5);
   auto all = pool.allocate(5);
   ASSERT_TRUE(all.has_value());
@@ -74,11 +74,11 @@ TEST(BlockPool, LeastRecentlyFreedBlockIsReusedFirst) {
   pool.check_invariants();
   auto a = pool.allocate(1);
   ASSERT_TRUE(a.has_value());
-  EXPECT_EQ((*a)[0], 3);
-  pool.release(1);  // free list now: 0, 4, 1
+  EXPECT_EQ((*a)[0], 4);
+  pool.release(1);  // free list now: 1, 0, 3
   auto b = pool.allocate(3);
   ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(*b, (std::vector<BlockId>{0, 4, 1}));
+  EXPECT_EQ(*b, (std::vector<BlockId>{1, 0, 3}));
   pool.check_invariants();
 }
 
@@ -100,10 +100,10 @@ TEST(BlockPool, SharedBlockReturnsToFreeListOnlyAfterLastRelease) {
   EXPECT_EQ(pool.ref_count(id), 0);
   EXPECT_EQ(pool.num_free(), 3);
   pool.check_invariants();
-  // It went to the back of the free list: the two never-used blocks come first.
+  // It went to the front of the free list, before the two never-used blocks.
   auto b = pool.allocate(3);
   ASSERT_TRUE(b.has_value());
-  EXPECT_EQ(b->back(), id);
+  EXPECT_EQ(b->front(), id);
 }
 
 TEST(BlockPool, RandomOperationsKeepInvariantsAndMatchAModel) {
@@ -140,7 +140,7 @@ TEST(BlockPool, RandomOperationsKeepInvariantsAndMatchAModel) {
     } else if (!used.empty()) {
       const BlockId b = used[rng() % used.size()];
       pool.release(b);
-      if (--refs[b] == 0) free_order.push_back(b);
+      if (--refs[b] == 0) free_order.insert(free_order.begin(), b);
     }
     pool.check_invariants();
     ASSERT_EQ(pool.num_free(), static_cast<int64_t>(free_order.size()));

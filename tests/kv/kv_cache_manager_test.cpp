@@ -205,10 +205,10 @@ TEST(KvCacheManager, FreedTableReleasesLastBlocksFirst) {
   KvCacheManager kv(4, 0, 4);
   ASSERT_TRUE(alloc(kv, 1, 0, 12));  // blocks 0, 1, 2
   kv.free(1);
-  // Free list: 3 (never used), then 2, 1, 0: the sequence's first block is reused last.
+  // Released 2, 1, 0, each to the front of the free list: 0, 1, 2, then 3 (never used).
   std::vector<BlockCopy> copies;
   ASSERT_TRUE(kv.allocate_slots(2, 0, 16));
-  EXPECT_EQ(kv.block_table(2), (std::vector<BlockId>{3, 2, 1, 0}));
+  EXPECT_EQ(kv.block_table(2), (std::vector<BlockId>{0, 1, 2, 3}));
 }
 
 TEST(KvCacheManager, SwapOutAndInRoundTrip) {
