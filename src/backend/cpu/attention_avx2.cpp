@@ -419,9 +419,13 @@ void scores2_from_rows(const float* q0, const float* q1, const Rows& k, int64_t 
 // that all N chunks of a key are in flight together (Q x N = 8 chains) and each value chunk loaded
 // serves all Q queries: a key costs N + Q + 1 loads for Q x N FMAs, where accumulate_chunks<2>
 // needs 4 for 2.
+//
+// KIVI values (kivi_values2) come through here too: v their codes (KiviCodeRows), e[q] query q's
+// weights for the chunks' channel run, and z[q] the run's zero term, added last:
+// acc[q] = fma(acc[q], alpha[q], ((u0 + u1) + (u2 + u3)) + z[q]).
 template <int Q, int N, class Rows>
 void accumulate_partials(const float* const* e, const Rows& v, int64_t n, int64_t c,
-                         const float* alpha, float* const* acc) {
+                         const float* alpha, float* const* acc, const float* z = nullptr) {
   alignas(32) float u[Q][4][N * kLanes];
   for (int r = 0; r < 4; ++r) {
     __m256 a[Q][N];
@@ -451,9 +455,10 @@ void accumulate_partials(const float* const* e, const Rows& v, int64_t n, int64_
 #pragma GCC unroll 8
     for (int k = 0; k < N; ++k) {
       const int o = kLanes * k;
-      const __m256 pv =
+      __m256 pv =
           _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(u[q][0] + o), _mm256_load_ps(u[q][1] + o)),
                         _mm256_add_ps(_mm256_load_ps(u[q][2] + o), _mm256_load_ps(u[q][3] + o)));
+      if (z != nullptr) pv = _mm256_add_ps(pv, _mm256_set1_ps(z[q]));
       float* out = acc[q] + c + o;
       _mm256_storeu_ps(out, _mm256_fmadd_ps(_mm256_loadu_ps(out), valpha, pv));
     }
@@ -552,7 +557,7 @@ __m256i hsum8x8_epi32(const __m256i* a) {
 // The query's 16-bit key terms against a KIVI key group (attention_kernel.h), 8 at a time: the
 // portable kernel's values (the maximum is exact in any order; cvtps rounds to nearest even, as
 // nearbyint does).
-float key_q16(const KiviTile& t, const float* q) {
+float key_q16(const KiviTile& t, const float* q, int16_t* q16) {
   const int64_t d = t.spec->head_dim, body = d / kLanes * kLanes;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 inf = _mm256_set1_ps(INFINITY);
@@ -574,7 +579,7 @@ float key_q16(const KiviTile& t, const float* q) {
     m = std::max(m, x);
   }
   if (finite != 0xff || m == 0.0f) {
-    std::fill(t.q16, t.q16 + d, int16_t{0});
+    std::fill(q16, q16 + d, int16_t{0});
     return finite == 0xff ? 0.0f : NAN;
   }
   const float inv = 32767.0f / m;
@@ -589,74 +594,121 @@ float key_q16(const KiviTile& t, const float* q) {
     a = _mm256_min_epi32(_mm256_max_epi32(a, lo), hi);
     b = _mm256_min_epi32(_mm256_max_epi32(b, lo), hi);
     // packs works within 128-bit lanes: put the 16 results back in element order.
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.q16 + c),
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q16 + c),
                         _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
   }
   for (; c < d; ++c)
-    t.q16[c] = static_cast<int16_t>(
+    q16[c] = static_cast<int16_t>(
         std::clamp(std::nearbyint(q[c] * t.k.params[c] * inv), -32767.0f, 32767.0f));
   return m / 32767.0f;
 }
 
-// Scores of a tile's KIVI keys (attention_kernel.h): the query's 16-bit terms against each key's
-// codes, an exact integer dot product, then fma(step, dot, q . zero) * scale.
-void kivi_scores(const KiviTile& t, const float* q, int64_t nt, float scale, float* s) {
-  const int64_t d = t.spec->head_dim;
-  const float step = key_q16(t, q);
-  const float* zeros = t.k.params + d;
-  const float qz = score1(q, F32Rows{&zeros}, 0, d, 1.0f);
-  const int64_t wide = d / 16 * 16;
-  const __m256 vstep = _mm256_set1_ps(step), vqz = _mm256_set1_ps(qz);
-  const __m256 vscale = _mm256_set1_ps(scale);
-  auto tail = [&](int64_t i) {
-    int32_t dot = 0;
-    for (int64_t e = wide; e < d; ++e) dot += int32_t{t.q16[e]} * t.k.codes[i * d + e];
-    return dot;
-  };
-  int64_t i = 0;
-  for (; i + kLanes <= nt; i += kLanes) {
-    __m256i a[kLanes];
-    for (int k = 0; k < kLanes; ++k) a[k] = _mm256_setzero_si256();
-    for (int64_t e = 0; e < wide; e += 16) {
-      const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q16 + e));
-      for (int k = 0; k < kLanes; ++k) {
-        const __m256i kv = _mm256_cvtepu8_epi16(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k.codes + (i + k) * d + e)));
-        a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(qv, kv));
-      }
-    }
-    __m256i dots = hsum8x8_epi32(a);
-    if (wide < d) {
-      alignas(32) int32_t extra[kLanes];
-      for (int k = 0; k < kLanes; ++k) extra[k] = tail(i + k);
-      dots = _mm256_add_epi32(dots, _mm256_load_si256(reinterpret_cast<const __m256i*>(extra)));
-    }
-    _mm256_storeu_ps(s + i,
-                     _mm256_mul_ps(_mm256_fmadd_ps(vstep, _mm256_cvtepi32_ps(dots), vqz), vscale));
-  }
-  for (; i < nt; ++i) {
-    __m256i a = _mm256_setzero_si256();
-    for (int64_t e = 0; e < wide; e += 16)
-      a = _mm256_add_epi32(
-          a, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.q16 + e)),
-                               _mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                   reinterpret_cast<const __m128i*>(t.k.codes + i * d + e)))));
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    h = _mm_hadd_epi32(h, h);
-    h = _mm_hadd_epi32(h, h);
-    const int32_t dot = _mm_cvtsi128_si32(h) + tail(i);
-    s[i] = std::fma(step, static_cast<float>(dot), qz) * scale;
-  }
+// The exact integer dot product of 16-bit query terms with key i's codes (any order gives it).
+int32_t kivi_key_dot(const KiviTile& t, const int16_t* q16, int64_t i) {
+  const int64_t d = t.spec->head_dim, wide = d / 16 * 16;
+  __m256i a = _mm256_setzero_si256();
+  for (int64_t e = 0; e < wide; e += 16)
+    a = _mm256_add_epi32(
+        a, _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q16 + e)),
+                             _mm256_cvtepu8_epi16(_mm_loadu_si128(
+                                 reinterpret_cast<const __m128i*>(t.k.codes + i * d + e)))));
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  h = _mm_hadd_epi32(h, h);
+  h = _mm_hadd_epi32(h, h);
+  int32_t dot = _mm_cvtsi128_si32(h);
+  for (int64_t e = wide; e < d; ++e) dot += int32_t{q16[e]} * t.k.codes[i * d + e];
+  return dot;
 }
 
-// The tile's weighted KIVI values (attention_kernel.h): per key, its weight for each channel run
-// times its codes, in four partial sums as for rows, plus each run's zero term.
-void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, float* acc) {
-  const int64_t d = t.spec->head_dim, body = d / kLanes * kLanes;
-  const int64_t width = std::min(t.spec->block_size, d);
-  const int64_t runs = kivi_value_channel_groups(t.spec->block_size, d);
-  // Each run's weights and zero term, over the keys padded to whole vectors (fold made their
-  // weights 0, and their parameters are 0).
+// The query's key terms (q16, its step returned) and its dot product with the group's zero
+// points, as the KIVI score of every key of the group needs them.
+[[gnu::always_inline]] inline float kivi_query_terms(const KiviTile& t, const float* q,
+                                                     int16_t* q16, float& qz) {
+  const int64_t d = t.spec->head_dim;
+  const float* zeros = t.k.params + d;
+  qz = score1(q, F32Rows{&zeros}, 0, d, 1.0f);
+  return key_q16(t, q, q16);
+}
+
+// The exact integer dot products of Q queries' 16-bit key terms with 8 / Q keys from i: lane
+// j * (8 / Q) + k is query j's with key i + k. Each key chunk is loaded and widened once for all
+// Q queries (eight accumulators either way).
+template <int Q>
+[[gnu::always_inline]] inline __m256i kivi_dots(const KiviTile& t, const int16_t* const* q16,
+                                                int64_t i) {
+  constexpr int K = kLanes / Q;
+  const int64_t d = t.spec->head_dim, wide = d / 16 * 16;
+  __m256i a[kLanes];
+  for (int k = 0; k < kLanes; ++k) a[k] = _mm256_setzero_si256();
+  for (int64_t e = 0; e < wide; e += 16) {
+    __m256i qv[Q];
+    for (int j = 0; j < Q; ++j)
+      qv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q16[j] + e));
+    for (int k = 0; k < K; ++k) {
+      const __m256i kv = _mm256_cvtepu8_epi16(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.k.codes + (i + k) * d + e)));
+      for (int j = 0; j < Q; ++j)
+        a[j * K + k] = _mm256_add_epi32(a[j * K + k], _mm256_madd_epi16(qv[j], kv));
+    }
+  }
+  __m256i dots = hsum8x8_epi32(a);
+  if (wide < d) {
+    alignas(32) int32_t extra[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      extra[l] = 0;
+      for (int64_t e = wide; e < d; ++e)
+        extra[l] += int32_t{q16[l / K][e]} * t.k.codes[(i + l % K) * d + e];
+    }
+    dots = _mm256_add_epi32(dots, _mm256_load_si256(reinterpret_cast<const __m256i*>(extra)));
+  }
+  return dots;
+}
+
+// Scores of a tile's KIVI keys (attention_kernel.h) for Q queries over the same keys (t's q16
+// scratch holds Q queries' terms): each query's 16-bit terms against each key's codes, an exact
+// integer dot product (kivi_dots), then fma(step, dot, q . zero) * scale. The dots are exact, so
+// a query's scores are the same bits whatever Q.
+template <int Q>
+[[gnu::always_inline]] inline void kivi_scores(const KiviTile& t, const float* const* q, int64_t nt,
+                                               float scale, float* const* s) {
+  constexpr int K = kLanes / Q;
+  const int64_t d = t.spec->head_dim;
+  const int16_t* q16[Q];
+  float step[Q], qz[Q];
+  alignas(32) float steps[kLanes], zs[kLanes];
+  for (int j = 0; j < Q; ++j) {
+    q16[j] = t.q16 + j * d;
+    step[j] = kivi_query_terms(t, q[j], t.q16 + j * d, qz[j]);
+    for (int k = 0; k < K; ++k) {
+      steps[j * K + k] = step[j];
+      zs[j * K + k] = qz[j];
+    }
+  }
+  const __m256 vstep = _mm256_load_ps(steps), vqz = _mm256_load_ps(zs);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + K <= nt; i += K) {
+    const __m256 sc = _mm256_mul_ps(
+        _mm256_fmadd_ps(vstep, _mm256_cvtepi32_ps(kivi_dots<Q>(t, q16, i)), vqz), vscale);
+    if constexpr (Q == 1) {
+      _mm256_storeu_ps(s[0] + i, sc);
+    } else {
+      static_assert(Q == 2);
+      _mm_storeu_ps(s[0] + i, _mm256_castps256_ps128(sc));
+      _mm_storeu_ps(s[1] + i, _mm256_extractf128_ps(sc, 1));
+    }
+  }
+  for (; i < nt; ++i)
+    for (int j = 0; j < Q; ++j)
+      s[j][i] = std::fma(step[j], static_cast<float>(kivi_key_dot(t, q16[j], i)), qz[j]) * scale;
+}
+
+// Each channel run r's per-key weights (weights[r * kAttentionTile + i] = e[i] x the key's scale
+// for the run) and zero term (zero_terms[r]: the weights e against the keys' zero points), over
+// the keys padded to whole vectors (fold made their weights 0, and their parameters are 0).
+void kivi_value_terms(const KiviTile& t, const float* e, int64_t nt, float* weights,
+                      float* zero_terms) {
+  const int64_t runs = kivi_value_channel_groups(t.spec->block_size, t.spec->head_dim);
   const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
   for (int64_t r = 0; r < runs; ++r) {
     const float* scales = t.v.params + 2 * r * kAttentionTile;
@@ -664,17 +716,34 @@ void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, flo
     __m256 lanes = _mm256_setzero_ps();
     for (int64_t i = 0; i < padded; i += kLanes) {
       const __m256 ei = _mm256_loadu_ps(e + i);
-      _mm256_storeu_ps(t.weights + r * kAttentionTile + i,
+      _mm256_storeu_ps(weights + r * kAttentionTile + i,
                        _mm256_mul_ps(ei, _mm256_loadu_ps(scales + i)));
       lanes = _mm256_fmadd_ps(ei, _mm256_loadu_ps(zeros + i), lanes);
     }
-    t.zero_terms[r] = tree8(lanes);
+    zero_terms[r] = tree8(lanes);
   }
+}
+
+// Eight channels' codes of key i from channel c, as floats.
+__m256 kivi_codes8(const uint8_t* codes, int64_t d, int64_t i, int64_t c) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i * d + c))));
+}
+
+// A tile's KIVI value codes as Rows (accumulate_partials): row j's eight channels from c,
+// widened to floats.
+struct KiviCodeRows {
+  const uint8_t* codes;
+  int64_t d;
+  __m256 load(int64_t j, int64_t c) const { return kivi_codes8(codes, d, j, c); }
+};
+
+void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, float* acc) {
+  const int64_t d = t.spec->head_dim, body = d / kLanes * kLanes;
+  const int64_t width = std::min(t.spec->block_size, d);
+  kivi_value_terms(t, e, nt, t.weights, t.zero_terms);
   const __m256 valpha = _mm256_set1_ps(alpha);
-  auto codes8 = [&](int64_t i, int64_t c) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.v.codes + i * d + c))));
-  };
+  auto codes8 = [&](int64_t i, int64_t c) { return kivi_codes8(t.v.codes, d, i, c); };
   // Chunks of 8 channels; a chunk lies within one run when runs are multiples of 8 (a single run
   // otherwise: width = d).
   int64_t c = 0;
@@ -731,6 +800,48 @@ void kivi_values(const KiviTile& t, const float* e, int64_t nt, float alpha, flo
                           static_cast<float>(t.v.codes[i * d + c]), u[i % 4]);
     acc[c] = std::fma(acc[c], alpha, ((u[0] + u[1]) + (u[2] + u[3])) + t.zero_terms[r]);
   }
+}
+
+// kivi_values for two queries over the same keys (t's second scratch half holds query 1's
+// weights and zero terms), through accumulate_partials: each chunk's codes widened once for both.
+// Chunks go 32 channels at a time, then 16, then 8: a chunk group
+// never straddles two channel runs (several runs are each a KIVI group size wide, a multiple of
+// 32; otherwise there is one run).
+void kivi_values2(const KiviTile& t, const float* const* e, int64_t nt, const float* alpha,
+                  float* const* acc) {
+  const int64_t d = t.spec->head_dim, body = d / kLanes * kLanes;
+  const int64_t width = std::min(t.spec->block_size, d);
+  const int64_t runs = kivi_value_channel_groups(t.spec->block_size, d);
+  float* weights[2] = {t.weights, t.weights + runs * kAttentionTile};
+  float* zero_terms[2] = {t.zero_terms, t.zero_terms + runs};
+  for (int q = 0; q < 2; ++q) kivi_value_terms(t, e[q], nt, weights[q], zero_terms[q]);
+  auto chunks = [&](auto n_chunks, int64_t c) {
+    const int64_t r = c / width;
+    const float* w[2] = {weights[0] + r * kAttentionTile, weights[1] + r * kAttentionTile};
+    const float z[2] = {zero_terms[0][r], zero_terms[1][r]};
+    accumulate_partials<2, decltype(n_chunks)::value>(w, KiviCodeRows{t.v.codes, d}, nt, c, alpha,
+                                                      acc, z);
+  };
+  int64_t c = 0;
+  for (; c + 4 * kLanes <= body; c += 4 * kLanes) chunks(std::integral_constant<int, 4>{}, c);
+  if (c + 2 * kLanes <= body) {
+    chunks(std::integral_constant<int, 2>{}, c);
+    c += 2 * kLanes;
+  }
+  if (c + kLanes <= body) {
+    chunks(std::integral_constant<int, 1>{}, c);
+    c += kLanes;
+  }
+  for (int q = 0; q < 2; ++q)
+    for (int64_t ch = c; ch < d; ++ch) {
+      const int64_t r = ch / width;
+      float u[4] = {};
+      for (int64_t i = 0; i < nt; ++i)
+        u[i % 4] = std::fma(weights[q][r * kAttentionTile + i],
+                            static_cast<float>(t.v.codes[i * d + ch]), u[i % 4]);
+      acc[q][ch] =
+          std::fma(acc[q][ch], alpha[q], ((u[0] + u[1]) + (u[2] + u[3])) + zero_terms[q][r]);
+    }
 }
 
 // Calls f with the tile's n rows of `dtype` as EncodedRows (a row type; KIVI groups never come
@@ -859,12 +970,30 @@ struct Avx2Tile {
                         float* acc, float& run_max, float& run_sum) {
     const int64_t d = t.spec->head_dim;
     if (t.k.codes != nullptr)
-      kivi_scores(t, q, nt, scale, s);
+      kivi_scores<1>(t, &q, nt, scale, &s);
     else
       scores_from_rows(q, F32Rows{t.k.rows}, nt, d, scale, s);
     const float alpha = fold(s, nt, run_max, run_sum);
     if (t.v.codes == nullptr) return accumulate_rows(s, F32Rows{t.v.rows}, nt, d, alpha, acc);
     kivi_values(t, s, nt, alpha, acc);
+  }
+
+  // kivi_tile() for two queries over the same keys: each key's and value's codes widened once
+  // for both.
+  static void kivi_tile2(const KiviTile& t, const float* const* q, int64_t nt, float scale,
+                         float* const* acc, float* const* run_max, float* const* run_sum) {
+    const int64_t d = t.spec->head_dim;
+    alignas(32) float s0[kAttentionTile], s1[kAttentionTile];
+    float* s[2] = {s0, s1};
+    if (t.k.codes != nullptr)
+      kivi_scores<2>(t, q, nt, scale, s);
+    else
+      scores2_from_rows(q[0], q[1], F32Rows{t.k.rows}, nt, d, scale, s0, s1);
+    float alpha[2];
+    fold2(s0, s1, nt, run_max, run_sum, alpha);
+    const float* e[2] = {s0, s1};
+    if (t.v.codes == nullptr) return accumulate_queries<2>(e, F32Rows{t.v.rows}, nt, d, alpha, acc);
+    kivi_values2(t, e, nt, alpha, acc);
   }
 
   static void finish(const float* acc, float run_sum, int64_t head_dim, float* out) {

@@ -66,6 +66,10 @@ namespace {
 //                     float* const* acc, float* const* run_max, float* const* run_sum);
 //     tile() for two query heads q[0], q[1] over the same keys [0, nt), each state (acc[i],
 //     *run_max[i], *run_sum[i]) exactly as tile() leaves it;
+//   static void kivi_tile2(const KiviTile& t, const float* const* q, int64_t nt, float scale,
+//                          float* const* acc, float* const* run_max, float* const* run_sum);
+//     kivi_tile() for two queries over the same keys, each state exactly as kivi_tile() leaves
+//     it (t's per-query scratch holds two queries' worth);
 //   static void tile_in_place(KvDtypes rows, int64_t head_dim, const float* q,
 //                             const std::byte* const* k_rows, const std::byte* const* v_rows,
 //                             int64_t nt, float scale, float* scores, float* acc,
@@ -102,8 +106,9 @@ struct KiviTile {
   // ([runs][2][kAttentionTile]: scales of run r at (2r) * kAttentionTile, zero points at
   // (2r + 1) * kAttentionTile, rows past the tile's end 0).
   Side v;
-  // Per-head scratch: the query's 16-bit key terms [head_dim]; the values' per-key weights
-  // [runs][kAttentionTile] and per-run zero terms [runs].
+  // Per-query scratch, twice over (kivi_tile2 uses both halves; kivi_tile the first): the query's
+  // 16-bit key terms [2][head_dim]; the values' per-key weights [2][runs][kAttentionTile] and
+  // per-run zero terms [2][runs].
   int16_t* q16 = nullptr;
   float* weights = nullptr;
   float* zero_terms = nullptr;
@@ -217,53 +222,44 @@ void tile_in_place(KvDtypes rows, int64_t head_dim, const float* q, const std::b
     Tile::tile_in_place(rows, head_dim, q, k_src, v_src, nt, scale, scores, acc, run_max, run_sum);
 }
 
-// Folds one tile into the running states of the queries that reach it, two at a time where the
-// kernel has Tile::tile2 and both take the same keys (every query past the tile's end: all but
-// the causal diagonal's), so that each key and value chunk loaded serves both. Each query's
-// arithmetic is tile()'s whether or not it is paired. flush() before the tile's rows change.
-template <class Tile>
-class TileQueries {
+// Gathers the queries that reach one tile and passes them on two at a time where both take the
+// same keys (every query past the tile's end: all but the causal diagonal's): pair(q, nt, acc,
+// run_max, run_sum) with arrays of two, so that each key and value chunk loaded serves both;
+// single(q, nt, acc, run_max, run_sum) for a query left without a partner. Each query's
+// arithmetic must be the same either way. flush() before the tile changes.
+template <class Single, class Pair>
+class QueryPairs {
  public:
-  TileQueries(const float* const* k_rows, const float* const* v_rows, int64_t head_dim, float scale,
-              float* scores)
-      : k_rows_(k_rows), v_rows_(v_rows), head_dim_(head_dim), scale_(scale), scores_(scores) {}
+  QueryPairs(Single single, Pair pair) : single_(single), pair_(pair) {}
 
   void add(const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
-    if constexpr (requires { &Tile::tile2; }) {
-      if (pending_ && pending_nt_ == nt) {
-        q_[1] = q;
-        acc_[1] = acc;
-        run_max_[1] = &run_max;
-        run_sum_[1] = &run_sum;
-        Tile::tile2(q_, k_rows_, v_rows_, nt, head_dim_, scale_, acc_, run_max_, run_sum_);
-        pending_ = false;
-        return;
-      }
-      flush();
-      pending_ = true;
-      pending_nt_ = nt;
-      q_[0] = q;
-      acc_[0] = acc;
-      run_max_[0] = &run_max;
-      run_sum_[0] = &run_sum;
-    } else {
-      Tile::tile(q, k_rows_, v_rows_, nt, head_dim_, scale_, scores_, acc, run_max, run_sum);
+    if (pending_ && pending_nt_ == nt) {
+      q_[1] = q;
+      acc_[1] = acc;
+      run_max_[1] = &run_max;
+      run_sum_[1] = &run_sum;
+      pair_(q_, nt, acc_, run_max_, run_sum_);
+      pending_ = false;
+      return;
     }
+    flush();
+    pending_ = true;
+    pending_nt_ = nt;
+    q_[0] = q;
+    acc_[0] = acc;
+    run_max_[0] = &run_max;
+    run_sum_[0] = &run_sum;
   }
 
   void flush() {
     if (!pending_) return;
-    Tile::tile(q_[0], k_rows_, v_rows_, pending_nt_, head_dim_, scale_, scores_, acc_[0],
-               *run_max_[0], *run_sum_[0]);
+    single_(q_[0], pending_nt_, acc_[0], *run_max_[0], *run_sum_[0]);
     pending_ = false;
   }
 
  private:
-  const float* const* k_rows_;
-  const float* const* v_rows_;
-  int64_t head_dim_;
-  float scale_;
-  float* scores_;
+  Single single_;
+  Pair pair_;
   // The pair being gathered: [0] waits (pending_) for a partner with the same keys.
   bool pending_ = false;
   int64_t pending_nt_ = 0;
@@ -272,6 +268,44 @@ class TileQueries {
   float* run_max_[2] = {};
   float* run_sum_[2] = {};
 };
+
+// The queries of a tile of decoded rows: Tile::tile, paired through Tile::tile2 where the kernel
+// has it.
+template <class Tile>
+auto tile_queries(const float* const* k_rows, const float* const* v_rows, int64_t head_dim,
+                  float scale, float* scores) {
+  auto single = [=](const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
+    Tile::tile(q, k_rows, v_rows, nt, head_dim, scale, scores, acc, run_max, run_sum);
+  };
+  auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
+                  float* const* run_sum) {
+    if constexpr (requires { &Tile::tile2; }) {
+      Tile::tile2(q, k_rows, v_rows, nt, head_dim, scale, acc, run_max, run_sum);
+    } else {
+      for (int i = 0; i < 2; ++i) single(q[i], nt, acc[i], *run_max[i], *run_sum[i]);
+    }
+  };
+  return QueryPairs<decltype(single), decltype(pair)>(single, pair);
+}
+
+// The queries of a tile read quantized (KIVI): Tile::kivi_tile, paired through Tile::kivi_tile2
+// where the kernel has it.
+template <class Tile>
+auto kivi_queries(const KiviTile& kt, float scale, float* scores) {
+  const KiviTile* t = &kt;
+  auto single = [=](const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
+    Tile::kivi_tile(*t, q, nt, scale, scores, acc, run_max, run_sum);
+  };
+  auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
+                  float* const* run_sum) {
+    if constexpr (requires { &Tile::kivi_tile2; }) {
+      Tile::kivi_tile2(*t, q, nt, scale, acc, run_max, run_sum);
+    } else {
+      for (int i = 0; i < 2; ++i) single(q[i], nt, acc[i], *run_max[i], *run_sum[i]);
+    }
+  };
+  return QueryPairs<decltype(single), decltype(pair)>(single, pair);
+}
 
 // The slots of tree row t's path from the root, by depth (positions context.. of its sequence).
 inline void tree_path(const AttentionBatch& batch, int64_t t, std::vector<int64_t>& path) {
@@ -319,7 +353,7 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
         v_src[i] = args.cache->value_run(args.layer, block, g) + offset * v_row;
       }
       load_tile<Tile>(shape, k_src, v_src, nt, k_rows, v_rows, k_tile, v_tile);
-      TileQueries<Tile> queries(k_rows, v_rows, head_dim, args.scale, scores);
+      auto queries = tile_queries<Tile>(k_rows, v_rows, head_dim, args.scale, scores);
       for (int64_t h = 0; h < group; ++h)
         queries.add(q + h * head_dim, nt, acc + (first + h) * head_dim, run_max[first + h],
                     run_sum[first + h]);
@@ -356,23 +390,23 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   struct KiviScratch {
     std::vector<float> rows;     // [2][kAttentionTile][head_dim]
     std::vector<uint8_t> codes;  // [2][kAttentionTile][head_dim]
-    std::vector<int16_t> q16;    // [head_dim]
+    std::vector<int16_t> q16;    // [2][head_dim]
     // Key parameters [2][head_dim], value parameters [runs][2][kAttentionTile], weights
-    // [runs][kAttentionTile], zero terms [runs].
+    // [2][runs][kAttentionTile], zero terms [2][runs].
     std::vector<float> terms;
   };
   thread_local KiviScratch ks;
   ks.rows.resize(static_cast<size_t>(2 * kAttentionTile * head_dim));
   ks.codes.resize(static_cast<size_t>(2 * kAttentionTile * head_dim));
-  ks.q16.resize(static_cast<size_t>(head_dim));
-  ks.terms.resize(static_cast<size_t>(2 * head_dim + 3 * kAttentionTile * runs + runs));
+  ks.q16.resize(static_cast<size_t>(2 * head_dim));
+  ks.terms.resize(static_cast<size_t>(2 * head_dim + 4 * kAttentionTile * runs + 2 * runs));
   KiviTile kt;
   kt.spec = &spec;
   kt.q16 = ks.q16.data();
   float* k_params = ks.terms.data();
   float* v_params = k_params + 2 * head_dim;
   kt.weights = v_params + 2 * kAttentionTile * runs;
-  kt.zero_terms = kt.weights + kAttentionTile * runs;
+  kt.zero_terms = kt.weights + 2 * kAttentionTile * runs;
   // Groups this thread quantized on the fly during this call, by (first residual block, KV
   // head): each is quantized once per call, not once per run of queries reading it.
   struct MadeGroups {
@@ -493,7 +527,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       }
     }
     // The queries reading this tile's rows as written (decoded), two at a time.
-    TileQueries<Tile> row_queries(k_rows, v_rows, head_dim, args.scale, scores);
+    auto row_queries = tile_queries<Tile>(k_rows, v_rows, head_dim, args.scale, scores);
+    auto quantized_queries = kivi_queries<Tile>(kt, args.scale, scores);
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
       if (n_ctx <= j0) continue;
@@ -503,8 +538,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
       const int64_t first = (t - run_begin) * group;
       for (int64_t h = 0; h < group; ++h)
         if (quantized_here)
-          Tile::kivi_tile(kt, q + h * head_dim, nt, args.scale, scores,
-                          acc + (first + h) * head_dim, run_max[first + h], run_sum[first + h]);
+          quantized_queries.add(q + h * head_dim, nt, acc + (first + h) * head_dim,
+                                run_max[first + h], run_sum[first + h]);
         else if (in_place)
           tile_in_place<Tile>(row_types, head_dim, q + h * head_dim, k_src, v_src, nt, args.scale,
                               scores, acc + (first + h) * head_dim, run_max[first + h],
@@ -514,6 +549,7 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
                           run_sum[first + h]);
     }
     row_queries.flush();
+    quantized_queries.flush();
   }
 }
 
@@ -574,7 +610,7 @@ void attend_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, i
                     std::min(j0 + 2 * kAttentionTile, max_ctx));
     tile_rows(*args.cache, args.layer, g, table, bs, j0, tile_keys, k_src, v_src);
     load_tile<Tile>(shape, k_src, v_src, tile_keys, k_rows, v_rows, ws.k_tile, ws.v_tile);
-    TileQueries<Tile> queries(k_rows, v_rows, head_dim, args.scale, ws.scores);
+    auto queries = tile_queries<Tile>(k_rows, v_rows, head_dim, args.scale, ws.scores);
     for (int64_t t = run_begin; t < run_end; ++t) {
       const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
       if (n_ctx <= j0) continue;  // causal: this query's keys ended in an earlier tile
