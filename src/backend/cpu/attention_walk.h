@@ -288,6 +288,25 @@ auto tile_queries(const float* const* k_rows, const float* const* v_rows, int64_
   return QueryPairs<decltype(single), decltype(pair)>(single, pair);
 }
 
+// The queries of a tile read in place (a decode token's heads): tile_in_place, paired through
+// Tile::tile2_in_place where the kernel has it.
+template <class Tile>
+auto in_place_queries(KvDtypes rows, int64_t head_dim, const std::byte* const* k_src,
+                      const std::byte* const* v_src, float scale, float* scores) {
+  auto single = [=](const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
+    tile_in_place<Tile>(rows, head_dim, q, k_src, v_src, nt, scale, scores, acc, run_max, run_sum);
+  };
+  auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
+                  float* const* run_sum) {
+    if constexpr (requires { &Tile::tile2_in_place; }) {
+      Tile::tile2_in_place(rows, head_dim, q, k_src, v_src, nt, scale, acc, run_max, run_sum);
+    } else {
+      for (int i = 0; i < 2; ++i) single(q[i], nt, acc[i], *run_max[i], *run_sum[i]);
+    }
+  };
+  return QueryPairs<decltype(single), decltype(pair)>(single, pair);
+}
+
 // The queries of a tile read quantized (KIVI): Tile::kivi_tile, paired through Tile::kivi_tile2
 // where the kernel has it.
 template <class Tile>
@@ -659,21 +678,13 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
     for (int64_t g = g_begin; g < g_end; ++g) {
       tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
       const int64_t first = (g - g_begin) * group;
-      int64_t h = 0;
       // Grouped-query heads two at a time where the kernel can (Tile::tile2_in_place).
-      if constexpr (requires { &Tile::tile2_in_place; })
-        for (; h + 2 <= group; h += 2) {
-          const float* qs[2] = {q + (g * group + h) * head_dim, q + (g * group + h + 1) * head_dim};
-          float* accs[2] = {ws.acc + (first + h) * head_dim, ws.acc + (first + h + 1) * head_dim};
-          float* maxs[2] = {&ws.run_max[first + h], &ws.run_max[first + h + 1]};
-          float* sums[2] = {&ws.run_sum[first + h], &ws.run_sum[first + h + 1]};
-          Tile::tile2_in_place(shape.dtypes, head_dim, qs, k_src, v_src, nt, args.scale, accs, maxs,
-                               sums);
-        }
-      for (; h < group; ++h)
-        tile_in_place<Tile>(shape.dtypes, head_dim, q + (g * group + h) * head_dim, k_src, v_src,
-                            nt, args.scale, ws.scores, ws.acc + (first + h) * head_dim,
-                            ws.run_max[first + h], ws.run_sum[first + h]);
+      auto queries =
+          in_place_queries<Tile>(shape.dtypes, head_dim, k_src, v_src, args.scale, ws.scores);
+      for (int64_t h = 0; h < group; ++h)
+        queries.add(q + (g * group + h) * head_dim, nt, ws.acc + (first + h) * head_dim,
+                    ws.run_max[first + h], ws.run_sum[first + h]);
+      queries.flush();
     }
   }
   for (int64_t g = g_begin; g < g_end; ++g) {
