@@ -141,6 +141,19 @@ struct KvCacheSpec {
     const int64_t r = residual_rows_per_block();
     return (block_size + r - 1) / r;
   }
+  // Blocks one sequence holds at most as it decodes up to `tokens` tokens, a token a step.
+  // Without KIVI, its groups of block_size rows. With KIVI, the most comes at the first token of
+  // its last group, once the groups a query there reads quantized are compacted (KvCacheManager
+  // does that at the start of each step): a block for each such group, residual_blocks_per_group()
+  // for each later one. The residual groups are then the ones touching the newest
+  // kivi_residual_length tokens, ceil((R - 1) / G) + 1 of them at most: 5 at R 128 and G 32, 4 at
+  // R 96. (A prompt chunk holds its groups as residual rows until the next step compacts them.)
+  int64_t peak_blocks(int64_t tokens) const {
+    const int64_t groups = (tokens + block_size - 1) / block_size;
+    if (!kivi() || groups == 0) return groups;
+    const int64_t quantized = kivi_quantized_tokens((groups - 1) * block_size) / block_size;
+    return quantized + (groups - quantized) * residual_blocks_per_group();
+  }
   // Elements of one token's keys (or values) in one layer.
   int64_t token_elements() const { return n_kv_heads * head_dim; }
   // Bytes of one block's keys (values) in one layer.

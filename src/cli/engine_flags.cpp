@@ -36,7 +36,9 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
                 "rows then never depend on which requests came first)");
   cmd->add_option("--kivi-residual-length", f.kivi_residual_length,
                   "KIVI: the newest tokens a query reads unquantized (f16); older whole groups "
-                  "are read quantized")
+                  "are read quantized. A sequence keeps these rows and the rest of the group "
+                  "they start in as f16, up to R + G - 1 tokens: at the default 96 and "
+                  "--kivi-group-size 32, 96 to 127, within the KIVI paper's 128 f16 tokens")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
 }

@@ -33,7 +33,7 @@ struct EngineFlags {
   std::string kv_cache_dtype_k;         // --kv-cache-dtype-k (-ctk); empty: --kv-cache-dtype
   std::string kv_cache_dtype_v;         // --kv-cache-dtype-v (-ctv); empty: --kv-cache-dtype
   int64_t kivi_group_size = 32;         // --kivi-group-size
-  int64_t kivi_residual_length = 128;   // --kivi-residual-length
+  int64_t kivi_residual_length = 96;    // --kivi-residual-length
   bool calculate_kv_scales = false;     // --calculate-kv-scales
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;

@@ -23,8 +23,10 @@ struct CacheConfig {
   // --kv-cache-dtype (--kv-cache-dtype-k / -v): element types of the cached keys and values.
   backend::KvDtypes kv_dtypes;
   // --kivi-residual-length: KIVI caches (kivi2 / kivi4): a query reads the whole groups older
-  // than this many tokens quantized. The KIVI group size is block_size.
-  int64_t kivi_residual_length = 128;
+  // than this many tokens quantized. The KIVI group size is block_size. 96 by default: with
+  // groups of 32 a sequence then keeps 96 to 127 tokens in f16, under the 128 that the KIVI
+  // paper's default R 128 allows (its key residual holds up to 127 tokens).
+  int64_t kivi_residual_length = 96;
   // --calculate-kv-scales: the target's fp8 cache fixes each layer's and head's scales from the
   // first step's rows instead of each row carrying its own
   // (backend::KvCache::calibrate_fp8_scales; a draft model's cache keeps per-row scales).

@@ -29,15 +29,16 @@ std::string MemoryPlan::describe() const {
   std::snprintf(
       buf, sizeof(buf),
       "memory plan: weights %s%s; activations %s; KV cache (%s) %lld bytes/token, block %lld "
-      "tokens = %s, %lld blocks = %s (%lld tokens, %.2f sequences of max-model-len %lld at "
-      "once); swap space %lld blocks = %s",
+      "tokens = %s, %lld blocks = %s (%lld tokens%s, %.2f sequences of max-model-len %lld at "
+      "once%s); swap space %lld blocks = %s",
       gib(static_cast<double>(weight_bytes)).c_str(), adapters.c_str(),
       gib(static_cast<double>(activation_bytes)).c_str(), kv_dtype.c_str(),
       static_cast<long long>(bytes_per_token), static_cast<long long>(block_size),
       gib(static_cast<double>(bytes_per_block)).c_str(), static_cast<long long>(num_blocks),
       gib(static_cast<double>(num_blocks * bytes_per_block)).c_str(),
-      static_cast<long long>(token_capacity()), max_concurrency(),
-      static_cast<long long>(max_model_len), static_cast<long long>(num_swap_blocks),
+      static_cast<long long>(token_capacity()), kivi ? " quantized" : "", max_concurrency(),
+      static_cast<long long>(max_model_len), kivi ? ", f16 residual windows included" : "",
+      static_cast<long long>(num_swap_blocks),
       gib(static_cast<double>(num_swap_blocks * bytes_per_block)).c_str());
   return buf;
 }
@@ -67,6 +68,8 @@ Result<MemoryPlan> plan_memory(std::span<const backend::KvCacheSpec> kv, int64_t
   if (kv.size() > 1) p.kv_dtype += ", target + draft";
   p.block_size = cache.block_size;
   p.max_model_len = max_model_len;
+  p.blocks_per_seq = kv[0].peak_blocks(max_model_len);
+  p.kivi = kv[0].kivi();
   for (const backend::KvCacheSpec& spec : kv) {
     VESPER_CHECK(spec.block_size == cache.block_size,
                  "KV spec of block size %lld for --block-size %lld",
@@ -89,11 +92,13 @@ Result<MemoryPlan> plan_memory(std::span<const backend::KvCacheSpec> kv, int64_t
     int64_t budget =
         std::min<int64_t>(int64_t{4} << 30, available > 0 ? available / 4 : int64_t{1} << 30);
     // No point in more than max_num_seqs full-length sequences can use.
-    // (With KIVI, as residual rows: the most one sequence holds at once.)
-    const int64_t blocks_per_seq =
+    // (With KIVI, as residual rows: the most one sequence holds at once, a whole prompt in one
+    // chunk.)
+    const int64_t all_residual_blocks =
         (max_model_len + p.block_size - 1) / p.block_size * kv[0].residual_blocks_per_group();
-    p.num_blocks = std::max<int64_t>(
-        blocks_per_seq, std::min(budget / p.bytes_per_block, blocks_per_seq * max_num_seqs));
+    p.num_blocks =
+        std::max<int64_t>(all_residual_blocks,
+                          std::min(budget / p.bytes_per_block, all_residual_blocks * max_num_seqs));
     p.capacity_source = "--kv-cache-memory auto";
   }
   if (cache.swap_space_gib < 0) return make_error("--swap-space must be >= 0 GiB");

@@ -28,13 +28,18 @@ struct MemoryPlan {
   int64_t num_blocks = 0;
   int64_t num_swap_blocks = 0;
   int64_t max_model_len = 0;
+  // The most blocks one max_model_len sequence holds while it decodes (KvCacheSpec::peak_blocks:
+  // with KIVI, its f16 residual window takes more blocks than its quantized groups).
+  int64_t blocks_per_seq = 0;
+  bool kivi = false;  // token_capacity() then counts quantized tokens
   // What set num_blocks, for messages about capacity: "--num-gpu-blocks-override",
   // "--kv-cache-memory", or "--kv-cache-memory auto" (from the machine's free memory).
   std::string capacity_source;
 
   int64_t token_capacity() const { return num_blocks * block_size; }
+  // max_model_len sequences the cache holds at once (residual windows included).
   double max_concurrency() const {
-    return static_cast<double>(token_capacity()) / static_cast<double>(max_model_len);
+    return static_cast<double>(num_blocks) / static_cast<double>(blocks_per_seq);
   }
   std::string describe() const;
 };

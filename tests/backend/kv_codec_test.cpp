@@ -385,6 +385,17 @@ TEST(KvCodec, KiviSpecGeometry) {
   EXPECT_EQ(0, s.kivi_quantized_tokens(70));  // 71 - 40 = 31 < one group
   EXPECT_EQ(32, s.kivi_quantized_tokens(71));
   EXPECT_EQ(64, s.kivi_quantized_tokens(103));
+  // The most blocks a sequence holds as it decodes: at the first token of its last group.
+  EXPECT_EQ(0, s.peak_blocks(0));
+  EXPECT_EQ(6, s.peak_blocks(1));    // one residual group
+  EXPECT_EQ(12, s.peak_blocks(64));  // a query at 32 reads nothing quantized (33 - 40 < 0)
+  EXPECT_EQ(61 + 3 * 6, s.peak_blocks(2048));  // at 2,016: 61 groups wholly before 2,017 - 40
+  s.kivi_residual_length = 128;
+  EXPECT_EQ(59 + 5 * 6, s.peak_blocks(2048));
+  EXPECT_EQ(59 + 5 * 6, s.peak_blocks(2017));
+  EXPECT_EQ(58 + 5 * 6, s.peak_blocks(2016));
+  s.kivi_residual_length = 96;
+  EXPECT_EQ(60 + 4 * 6, s.peak_blocks(2048));
   // A mix: int8 keys keep their rows (a group is 32 of them); kivi4 values.
   KvCacheSpec m{{KvDtype::kInt8, KvDtype::kKivi4}, 1, 32, 1, 64};
   EXPECT_EQ(32 * 68, m.key_unit_bytes());
@@ -395,6 +406,7 @@ TEST(KvCodec, KiviSpecGeometry) {
   EXPECT_EQ(16, f.residual_rows_per_block());
   EXPECT_EQ(1, f.residual_blocks_per_group());
   EXPECT_EQ(0, f.kivi_quantized_tokens(1000));
+  EXPECT_EQ(63, f.peak_blocks(1000));
 }
 
 TEST(KvCodec, SpecSizesRowsWithTheirMetadata) {

@@ -202,6 +202,31 @@ TEST(CliKvCache, SameMemoryHoldsMoreTokensOfSmallerTypes) {
   EXPECT_NEAR(64.0 / 13.0, capacity({"--kv-cache-dtype", "kivi4"}) / f32, 0.1);
 }
 
+// With KIVI the startup log's sequences at once count each sequence's f16 residual window at its
+// largest, and that many full-length sequences decode side by side without preemption. stories260K
+// (head size 8) at 128 tokens: a kivi2 group takes one 5,760-byte block quantized and 6 as residual
+// rows. At R 32 a 128-token sequence holds the most at its 97th token: groups 0-1 quantized, 2-3
+// residual, 2 + 2 x 6 = 14 blocks. So 42 blocks hold 3 sequences, and 41 do not.
+TEST(CliKvCache, KiviPlanCountsTheResidualWindowsDecodingHolds) {
+  auto run = [](int64_t blocks, std::string* log) {
+    auto r = run_vesper({"bench", "throughput", kModel, "--num-prompts", "3", "--input-len", "8",
+                         "--output-len", "120", "--kv-cache-dtype", "kivi2",
+                         "--kivi-residual-length", "32", "--max-model-len", "128",
+                         "--kv-cache-memory", std::to_string(blocks * 5760), "-t", "1"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    *log = r.out + r.err;
+    return number_after(*log, R"(preemptions: ([0-9]+))");
+  };
+  std::string log;
+  EXPECT_EQ(0, run(42, &log)) << log;
+  EXPECT_NE(log.find("42 blocks"), std::string::npos) << log;
+  EXPECT_NE(log.find("1344 tokens quantized, 3.00 sequences of max-model-len 128 at once"),
+            std::string::npos)
+      << log;
+  EXPECT_GT(run(41, &log), 0) << log;
+  EXPECT_NE(log.find("2.93 sequences of max-model-len 128 at once"), std::string::npos) << log;
+}
+
 // `vesper inspect` states a model's KV bytes per token in every type (stories260K: 5 layers x 4 KV
 // heads x 8, keys and values: f32 1,280 bytes, f16 640, int8 5 x 4 x 2 x (8 + 4) = 480).
 TEST(CliKvCache, InspectListsTheKvCostOfEveryType) {
