@@ -251,6 +251,9 @@ TEST(CliKvCache, BenchLatencyAtDepthReportsTheKvCache) {
   EXPECT_GT(j.value("tg4_seqs2_d64_tokens_per_s", 0.0), 0) << r.out;
   EXPECT_EQ(j["kv_cache"]["dtype"], "int8") << r.out;
   EXPECT_EQ(j["kv_cache"]["bytes_per_token"], 480) << r.out;
+  EXPECT_EQ(j["kv_cache"]["tokens"].get<double>() / j["kv_cache"]["max_model_len"].get<double>(),
+            j["kv_cache"]["sequences_at_once"].get<double>())
+      << r.out;
   // A depth beyond the context length is an error, not a crash.
   auto deep = run_vesper(
       {"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "100000", "-r", "1", "--json"});
