@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -226,29 +228,32 @@ void tile_in_place(KvDtypes rows, int64_t head_dim, const float* q, const std::b
 // same keys (every query past the tile's end: all but the causal diagonal's): pair(q, nt, acc,
 // run_max, run_sum) with arrays of two, so that each key and value chunk loaded serves both;
 // single(q, nt, acc, run_max, run_sum) for a query left without a partner. Each query's
-// arithmetic must be the same either way. flush() before the tile changes.
+// arithmetic must be the same either way. Without a pair (Pair = std::nullptr_t: the kernel has
+// no two-query form) every query goes to single() as it comes. flush() before the tile changes.
 template <class Single, class Pair>
 class QueryPairs {
  public:
   QueryPairs(Single single, Pair pair) : single_(single), pair_(pair) {}
 
   void add(const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
-    if (pending_ && pending_nt_ == nt) {
+    if constexpr (std::is_same_v<Pair, std::nullptr_t>) {
+      single_(q, nt, acc, run_max, run_sum);
+    } else if (pending_ && pending_nt_ == nt) {
       q_[1] = q;
       acc_[1] = acc;
       run_max_[1] = &run_max;
       run_sum_[1] = &run_sum;
       pair_(q_, nt, acc_, run_max_, run_sum_);
       pending_ = false;
-      return;
+    } else {
+      flush();
+      pending_ = true;
+      pending_nt_ = nt;
+      q_[0] = q;
+      acc_[0] = acc;
+      run_max_[0] = &run_max;
+      run_sum_[0] = &run_sum;
     }
-    flush();
-    pending_ = true;
-    pending_nt_ = nt;
-    q_[0] = q;
-    acc_[0] = acc;
-    run_max_[0] = &run_max;
-    run_sum_[0] = &run_sum;
   }
 
   void flush() {
@@ -277,15 +282,15 @@ auto tile_queries(const float* const* k_rows, const float* const* v_rows, int64_
   auto single = [=](const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
     Tile::tile(q, k_rows, v_rows, nt, head_dim, scale, scores, acc, run_max, run_sum);
   };
-  auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
-                  float* const* run_sum) {
-    if constexpr (requires { &Tile::tile2; }) {
+  if constexpr (requires { &Tile::tile2; }) {
+    auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
+                    float* const* run_sum) {
       Tile::tile2(q, k_rows, v_rows, nt, head_dim, scale, acc, run_max, run_sum);
-    } else {
-      for (int i = 0; i < 2; ++i) single(q[i], nt, acc[i], *run_max[i], *run_sum[i]);
-    }
-  };
-  return QueryPairs<decltype(single), decltype(pair)>(single, pair);
+    };
+    return QueryPairs(single, pair);
+  } else {
+    return QueryPairs(single, nullptr);
+  }
 }
 
 // The queries of a tile read in place (a decode token's heads): tile_in_place, paired through
@@ -296,15 +301,15 @@ auto in_place_queries(KvDtypes rows, int64_t head_dim, const std::byte* const* k
   auto single = [=](const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
     tile_in_place<Tile>(rows, head_dim, q, k_src, v_src, nt, scale, scores, acc, run_max, run_sum);
   };
-  auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
-                  float* const* run_sum) {
-    if constexpr (requires { &Tile::tile2_in_place; }) {
+  if constexpr (requires { &Tile::tile2_in_place; }) {
+    auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
+                    float* const* run_sum) {
       Tile::tile2_in_place(rows, head_dim, q, k_src, v_src, nt, scale, acc, run_max, run_sum);
-    } else {
-      for (int i = 0; i < 2; ++i) single(q[i], nt, acc[i], *run_max[i], *run_sum[i]);
-    }
-  };
-  return QueryPairs<decltype(single), decltype(pair)>(single, pair);
+    };
+    return QueryPairs(single, pair);
+  } else {
+    return QueryPairs(single, nullptr);
+  }
 }
 
 // The queries of a tile read quantized (KIVI): Tile::kivi_tile, paired through Tile::kivi_tile2
@@ -315,15 +320,15 @@ auto kivi_queries(const KiviTile& kt, float scale, float* scores) {
   auto single = [=](const float* q, int64_t nt, float* acc, float& run_max, float& run_sum) {
     Tile::kivi_tile(*t, q, nt, scale, scores, acc, run_max, run_sum);
   };
-  auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
-                  float* const* run_sum) {
-    if constexpr (requires { &Tile::kivi_tile2; }) {
+  if constexpr (requires { &Tile::kivi_tile2; }) {
+    auto pair = [=](const float* const* q, int64_t nt, float* const* acc, float* const* run_max,
+                    float* const* run_sum) {
       Tile::kivi_tile2(*t, q, nt, scale, acc, run_max, run_sum);
-    } else {
-      for (int i = 0; i < 2; ++i) single(q[i], nt, acc[i], *run_max[i], *run_sum[i]);
-    }
-  };
-  return QueryPairs<decltype(single), decltype(pair)>(single, pair);
+    };
+    return QueryPairs(single, pair);
+  } else {
+    return QueryPairs(single, nullptr);
+  }
 }
 
 // The slots of tree row t's path from the root, by depth (positions context.. of its sequence).
