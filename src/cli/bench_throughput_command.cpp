@@ -214,7 +214,8 @@ int run_throughput(const ThroughputOptions& o) {
                         {"num_preemptions", st.num_preemptions},
                         {"max_num_batched_tokens", e.scheduler_config().max_num_batched_tokens},
                         {"max_num_seqs", e.scheduler_config().max_num_seqs},
-                        {"kv_cache", kv_cache_json(e.memory_plan())}};
+                        {"kv_cache", kv_cache_json(e.memory_plan())},
+                        {"step_phases", step_phases_json(st)}};
     if (o.engine.speculating())
       j["speculative"] = {{"acceptance_rate", acceptance},
                           {"draft_tokens", st.spec_num_draft_tokens},
@@ -247,6 +248,17 @@ int run_throughput(const ThroughputOptions& o) {
                 ttft.mean * 1e3, ttft.median * 1e3, ttft.p99 * 1e3);
     std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s (%.2f s)\n",
                 rps, total_tps, out_tps, secs);
+    std::string phases;
+    for (int i = 0; i < engine::kNumStepPhases; ++i) {
+      const auto phase = static_cast<engine::StepPhase>(i);
+      char part[64];
+      std::snprintf(
+          part, sizeof part, "%s%s %.3f", i ? ", " : "",
+          std::string(engine::step_phase_name(phase)).c_str(),
+          st.num_steps ? 1e3 * st.phase_seconds[phase] / static_cast<double>(st.num_steps) : 0.0);
+      phases += part;
+    }
+    std::printf("step phases (ms per step): %s\n", phases.c_str());
     if (o.engine.speculating())
       std::printf(
           "speculative: acceptance rate %.3f (%lld of %lld proposals), %.2f tokens per target "

@@ -395,8 +395,11 @@ void Engine::sample_one(OutputProcessor::RequestState& request, int32_t index,
   scheduler_->append_token(s.seq_id, token);
   ++totals_.generation_tokens;
   const bool at_limit = seq->num_tokens() >= scheduler_->config().max_model_len;
-  if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now))
-    remove_sequence(s.seq_id);
+  clock_->lap(StepPhase::kSample);
+  const bool finished =
+      outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now);
+  clock_->lap(StepPhase::kOutput);
+  if (finished) remove_sequence(s.seq_id);
 }
 
 void Engine::propose() {
@@ -530,7 +533,11 @@ void Engine::verify(OutputProcessor::RequestState& request, int32_t index,
       lp = sample::compute_logprobs(verify_rows_[row], token, p.logprobs, logprob_scratch_);
     ++totals_.generation_tokens;
     const bool at_limit = base + j + 1 >= scheduler_->config().max_model_len;
-    if (outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now)) {
+    clock_->lap(StepPhase::kSample);
+    const bool finished =
+        outputs_->add_token(request, index, token, lp ? &*lp : nullptr, at_limit, now);
+    clock_->lap(StepPhase::kOutput);
+    if (finished) {
       remove_sequence(s.id);
       return;
     }
@@ -595,9 +602,14 @@ void Engine::sample_step(const sched::SchedulerOutput& plan, double now) {
 }
 
 std::vector<RequestOutput> Engine::step() {
+  StepPhaseTimes phases;
+  PhaseClock clock(phases);
+  clock_ = &clock;
   propose();
+  clock.lap(StepPhase::kPropose);
   sched::SchedulerOutput plan = scheduler_->schedule();
   std::vector<RequestOutput> failed = bind_adapters(plan);
+  clock.lap(StepPhase::kSchedule);
   const double now = now_seconds();
   if (plan.empty()) {
     // Nothing to compute, but what the runner forgets (and any memory move) still reaches it.
@@ -606,6 +618,7 @@ std::vector<RequestOutput> Engine::step() {
                  ran.error().message.c_str());
     std::vector<RequestOutput> outs = outputs_->take_outputs(now);
     outs.insert(outs.end(), failed.begin(), failed.end());
+    clock_ = nullptr;
     return outs;
   }
   ++totals_.num_steps;
@@ -631,12 +644,18 @@ std::vector<RequestOutput> Engine::step() {
     if (draft_ && seq != nullptr && seq->status == sched::SeqStatus::kWaiting) draft_->reset(id);
   }
 
-  const Status ran = runner_->execute(plan);
+  clock.lap(StepPhase::kSchedule);
+  const Status ran = runner_->execute(plan, &clock);
   VESPER_CHECK(ran.ok(), "the runner refused its scheduler's plan: %s",
                ran.error().message.c_str());
   sample_step(plan, now_seconds());
+  clock.lap(StepPhase::kSample);
   std::vector<RequestOutput> outs = outputs_->take_outputs(now_seconds());
   outs.insert(outs.end(), failed.begin(), failed.end());
+  clock.lap(StepPhase::kOutput);
+  clock_ = nullptr;
+  totals_.phase_seconds += phases;
+  totals_.last_step_phase_seconds = phases;
   return outs;
 }
 

@@ -27,6 +27,7 @@
 #include "engine/output_processor.h"
 #include "engine/request_output.h"
 #include "engine/speculation_policy.h"
+#include "engine/step_phases.h"
 #include "kv/kv_cache_manager.h"
 #include "lora/adapter_registry.h"
 #include "model/model.h"
@@ -79,6 +80,10 @@ struct EngineStats {
   std::vector<std::string> running_adapters;
   std::vector<std::string> waiting_adapters;
   int64_t adapter_loads = 0;
+  // Seconds per step phase (engine/step_phases.h): summed over every step that computed
+  // something, and those of the last such step (num_steps counts them).
+  StepPhaseTimes phase_seconds;
+  StepPhaseTimes last_step_phase_seconds;
 
   double kv_usage() const {
     return kv_blocks_total ? static_cast<double>(kv_blocks_used) / kv_blocks_total : 0;
@@ -185,6 +190,7 @@ class Engine {
   std::vector<std::span<const float>> verify_rows_;
   std::unordered_map<sched::SeqId, int32_t> pinned_;  // runner-held sequences' adapter slots
   std::unordered_set<sched::SeqId> failed_seqs_;      // this step's sequences whose pin failed
+  PhaseClock* clock_ = nullptr;                       // the step's phase clock, during step()
 };
 
 }  // namespace vesper::engine

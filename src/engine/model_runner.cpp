@@ -20,7 +20,7 @@ ModelRunner::~ModelRunner() {
   backend_.release_kv(host_);
 }
 
-Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
+Status ModelRunner::execute(const sched::SchedulerOutput& plan, PhaseClock* clock) {
   VESPER_TRY(mirror_.apply(plan));
 
   auto copy_blocks = [&](backend::KvHandle to, backend::KvHandle from, auto&& pairs, auto src_of,
@@ -92,7 +92,9 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan) {
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }
+  if (clock != nullptr) clock->lap(StepPhase::kBatchBuild);
   logits_ = batch_.num_tokens() > 0 ? model_.forward(batch_, device_) : std::span<const float>();
+  if (clock != nullptr) clock->lap(StepPhase::kForward);
   return {};
 }
 

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "core/result.h"
+#include "engine/step_phases.h"
 #include "model/model.h"
 #include "sched/scheduler_output.h"
 #include "sched/sequence_mirror.h"
@@ -33,8 +34,8 @@ class ModelRunner {
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   // Runs the plan. An error, with nothing run, when the plan does not fit the mirror (a plan
-  // from another history).
-  Status execute(const sched::SchedulerOutput& plan);
+  // from another history). With `clock`, the batch build and the forward pass are timed.
+  Status execute(const sched::SchedulerOutput& plan, PhaseClock* clock = nullptr);
 
   // The logits of the last execute: scheduled entry i's rows (num_logits_rows of them, the
   // last committed token's first) start at row first_logits_row()[i] (-1: none).

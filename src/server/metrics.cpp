@@ -14,6 +14,12 @@ std::vector<double> length_buckets() {
   return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
 }
 
+// Seconds, from 10 microseconds (a scheduling pass) to seconds (a long prompt's forward pass).
+std::vector<double> phase_buckets() {
+  return {1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3,
+          0.01, 0.025,  0.05, 0.1,  0.25,   0.5,  1.0,  2.5,    5.0};
+}
+
 std::string fmt(double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.10g", v);
@@ -73,11 +79,18 @@ Metrics::Metrics(std::string model_name, std::function<engine::EngineStats()> li
       e2e_(latency_buckets()),
       queue_(latency_buckets()),
       prompt_len_(length_buckets()),
-      generation_len_(length_buckets()) {}
+      generation_len_(length_buckets()),
+      step_phase_(engine::kNumStepPhases, Histogram(phase_buckets())) {}
 
 void Metrics::on_step(const std::vector<engine::RequestOutput>& outputs,
-                      const engine::EngineStats&) {
+                      const engine::EngineStats& stats) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (stats.num_steps > steps_seen_) {
+    steps_seen_ = stats.num_steps;
+    for (int i = 0; i < engine::kNumStepPhases; ++i)
+      step_phase_[static_cast<size_t>(i)].observe(
+          stats.last_step_phase_seconds[static_cast<engine::StepPhase>(i)]);
+  }
   for (const auto& out : outputs) {
     if (!out.finished) continue;
     const auto& m = out.metrics;
@@ -208,6 +221,15 @@ std::string Metrics::render() const {
   header(out, "vesper:request_generation_tokens", "histogram",
          "Generated length of finished requests.");
   generation_len_.render("vesper:request_generation_tokens", labels_, out);
+  header(out, "vesper:engine_step_phase_seconds", "histogram",
+         "Seconds each engine step spent per phase (schedule, batch_build, forward, sample, "
+         "propose, output).");
+  for (int i = 0; i < engine::kNumStepPhases; ++i)
+    step_phase_[static_cast<size_t>(i)].render(
+        "vesper:engine_step_phase_seconds",
+        labels_ + ",phase=\"" +
+            std::string(engine::step_phase_name(static_cast<engine::StepPhase>(i))) + "\"",
+        out);
   return out;
 }
 

@@ -1,10 +1,12 @@
 // Prometheus metrics of the server, with vLLM's metric names under the vesper: prefix:
 // gauges of running / waiting / swapped requests and KV cache usage, counters of prompt and
 // generation tokens, preemptions and finished requests, and histograms of time to first token,
-// time per output token, end-to-end latency and request prompt / generation lengths.
+// time per output token, end-to-end latency, request prompt / generation lengths, and the seconds
+// each engine step spends per phase (engine/step_phases.h).
 // Updated from the engine thread after every step; rendered on GET /metrics. Thread-safe.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -50,6 +52,9 @@ class Metrics {
   std::map<std::string, uint64_t> finished_by_reason_;
   std::map<int, uint64_t> rejected_by_status_;
   Histogram ttft_, tpot_, e2e_, queue_, prompt_len_, generation_len_;
+  // vesper:engine_step_phase_seconds{phase=...}: each computing step's seconds per phase.
+  std::vector<Histogram> step_phase_;
+  int64_t steps_seen_ = 0;
 };
 
 }  // namespace vesper::server
