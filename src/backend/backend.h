@@ -23,6 +23,10 @@
 #include "core/result.h"
 #include "tensor/ggml_type.h"
 
+namespace vesper {
+class ThreadPool;
+}  // namespace vesper
+
 namespace vesper::backend {
 
 enum class DType : uint8_t { kF32, kI32, kI64, kF16 };
@@ -152,6 +156,9 @@ class Backend {
 
   // "cpu (avx2, 2 threads)": what the startup log says.
   virtual std::string describe() const = 0;
+  // Host threads the runner may spread host-side work of a step over (sampling the batch's rows)
+  // between passes; null: the calling thread alone.
+  virtual ThreadPool* host_pool() { return nullptr; }
 
   // --- memory
   // A buffer of rows x cols elements, uninitialised; the Tensor views all of it. Dies with

@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
 
   ThreadPool& pool() { return *pool_; }
+  ThreadPool* host_pool() override { return pool_.get(); }
   // The KV storage behind a handle, for tests that look inside it.
   KvCache& kv_cache(KvHandle kv);
 

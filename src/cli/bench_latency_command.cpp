@@ -73,11 +73,21 @@ Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_pro
   const std::string id = "pp" + std::to_string(run);
   if (auto st = e.add_request({id, tokens.prompt(n_prompt), greedy_params(1)}); !st)
     return make_error("--n-prompt " + std::to_string(n_prompt) + ": " + st.error().message);
-  const int64_t preemptions = e.stats().num_preemptions;
+  const engine::EngineStats before = e.stats();
+  const int64_t preemptions = before.num_preemptions;
+  // Until the sequence sampled its one token and left the scheduler: one step, or (async
+  // scheduling) the step that planned it and the one that took its result.
   const auto start = Clock::now();
   e.step();
+  for (int calls = 1; calls < 3 && e.phase(id) != engine::Engine::Phase::kUnknown; ++calls)
+    e.step();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  if (e.has_unfinished()) {
+  // Prefilled in one step: one plan computed the whole prompt. Its output may come a step later
+  // (asynchronous output processing).
+  const bool prefilled =
+      e.phase(id) == engine::Engine::Phase::kUnknown && e.stats().num_steps == before.num_steps + 1;
+  while (prefilled && e.has_unfinished()) e.step();
+  if (!prefilled) {
     e.abort(id);
     return make_error(
         "the " + std::to_string(n_prompt) +
@@ -110,33 +120,47 @@ Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
         !st)
       return make_error((depth > 0 ? "--n-depth " + std::to_string(depth) + " / " : "") +
                         "--n-gen " + std::to_string(n_gen) + ": " + st.error().message);
-  const int64_t preemptions = e.stats().num_preemptions;
-  int64_t first = 0;
-  for (const auto& out : e.step())
-    for (const auto& c : out.outputs) first += static_cast<int64_t>(c.delta_token_ids.size());
-  if (first != n_seqs) {
+  const engine::EngineStats at_start = e.stats();
+  const int64_t preemptions = at_start.num_preemptions;
+  // Outputs may come a step after their tokens (asynchronous output processing), and a plan's
+  // results a step after it was made (async scheduling): what the steps committed is read from
+  // the scheduler and the passes run, what was delivered is checked at the end.
+  int64_t delivered = 0;
+  auto deliver = [&](const std::vector<engine::RequestOutput>& outs) {
+    for (const auto& out : outs)
+      for (const auto& c : out.outputs) delivered += static_cast<int64_t>(c.delta_token_ids.size());
+  };
+  deliver(e.step());
+  bool started = e.stats().num_steps == at_start.num_steps + 1;
+  for (int64_t s = 0; s < n_seqs; ++s)
+    started = started && e.phase(prefix + std::to_string(s)) == engine::Engine::Phase::kDecoding;
+  if (!started) {
     for (int64_t s = 0; s < n_seqs; ++s) e.abort(prefix + std::to_string(s));
     return make_error(std::to_string(n_seqs) +
                       " sequences did not start in one step; raise --max-num-seqs or "
                       "--max-num-batched-tokens");
   }
-  // The untimed decode step (one token each, or more when speculating).
-  for (const auto& out : e.step())
-    for (const auto& c : out.outputs) first += static_cast<int64_t>(c.delta_token_ids.size());
-  int64_t generated = 0, steps = 0;
+  // Untimed: until the prompts' pass and one decode pass (one token each, or more when
+  // speculating) have run.
+  while (e.stats().num_passes < at_start.num_passes + 2 && e.has_unfinished()) deliver(e.step());
+  int64_t committed = 0;
+  e.scheduler().for_each_sequence(
+      [&](const sched::Sequence& seq) { committed += seq.num_output_tokens(); });
   timed_from = e.stats();
   const auto start = Clock::now();
-  while (e.has_unfinished()) {
-    for (const auto& out : e.step())
-      for (const auto& c : out.outputs) generated += static_cast<int64_t>(c.delta_token_ids.size());
-    ++steps;
-  }
+  while (e.has_unfinished()) deliver(e.step());
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  const int64_t generated = n_seqs * (n_gen + 2) - committed;
+  // Target passes (a multi-step plan runs several).
+  const int64_t steps = e.stats().num_passes - timed_from.num_passes;
   const bool speculative = e.stats().spec_num_drafts > 0;
-  if (e.stats().num_preemptions != preemptions || (!speculative && steps != n_gen) ||
-      first + generated != n_seqs * (n_gen + 2))
+  // Each pass samples one token per sequence without speculation: the prompts' pass, then n_gen
+  // + 1.
+  const int64_t passes = e.stats().num_passes - at_start.num_passes;
+  if (e.stats().num_preemptions != preemptions || (!speculative && passes != n_gen + 2) ||
+      delivered != n_seqs * (n_gen + 2))
     return make_error("decoding " + std::to_string(n_seqs) + " sequences took " +
-                      std::to_string(steps) + " steps instead of " + std::to_string(n_gen) +
+                      std::to_string(passes) + " passes instead of " + std::to_string(n_gen + 2) +
                       " (preempted: KV cache too small); raise --kv-cache-memory");
   timed_steps += steps;
   return static_cast<double>(generated) / secs;

@@ -85,6 +85,29 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       "--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
       "Reuse the KV of prompt prefixes already computed (system prompts, chat history); cached "
       "blocks stay in the KV budget until evicted, least recently used first (default: on)");
+  cmd->add_flag(
+      "--disable-async-output-proc", f.disable_async_output_proc,
+      "Process outputs (detokenization, stop strings, each request's stream) on the engine's "
+      "thread after each step, instead of on an output thread while the next step computes (the "
+      "default; a sequence a stop string ends may then compute one more token, which is "
+      "discarded)");
+  cmd->add_option(
+         "--num-scheduler-steps", f.num_scheduler_steps,
+         "Multi-step scheduling: a step in which every sequence decodes (no prompt work, no "
+         "proposals) runs this many forward passes at once, each feeding the token it samples to "
+         "the next; scheduling and output processing happen once per N. Outputs are the same; a "
+         "request arriving meanwhile waits up to N passes to start")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  auto* async_on = cmd->add_flag(
+      "--async-scheduling", f.async_scheduling,
+      "Plan each step while the step before computes (on a runner thread), with the tokens it "
+      "will sample as placeholders; a sequence that turns out to have ended computes one more "
+      "token, which is discarded. Default: on where a core is left beside the compute threads, "
+      "off with speculative decoding or adapters (refused with them)");
+  cmd->add_flag("--no-async-scheduling", f.no_async_scheduling,
+                "Plan each step after the step before has run")
+      ->excludes(async_on);
   cmd->add_option(
       "--speculative-model", f.speculative_model,
       "Speculative decoding: \"[ngram]\" proposes the tokens that followed the latest earlier "
@@ -416,6 +439,11 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.num_gpu_blocks_override = f.num_gpu_blocks_override;
   c.cache.swap_space_gib = f.swap_space;
   c.cache.enable_prefix_caching = f.enable_prefix_caching;
+  c.async_output = !f.disable_async_output_proc;
+  c.scheduler.num_scheduler_steps = f.num_scheduler_steps;
+  c.async_scheduling = f.async_scheduling      ? engine::EngineConfig::AsyncScheduling::kOn
+                       : f.no_async_scheduling ? engine::EngineConfig::AsyncScheduling::kOff
+                                               : engine::EngineConfig::AsyncScheduling::kAuto;
   VESPER_ASSIGN_OR_RETURN(c.cache.kv_dtypes, parse_kv_dtypes(f));
   VESPER_TRY(check_calculate_kv_scales(f, c.cache.kv_dtypes));
   c.cache.calculate_kv_scales = f.calculate_kv_scales;

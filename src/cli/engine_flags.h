@@ -2,7 +2,8 @@
 // --max-model-len, --max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-memory,
 // --kv-cache-dtype (and -k / -v, llama.cpp's -ctk / -ctv),
 // --num-gpu-blocks-override, --swap-space, --preemption-mode, --(no-)enable-chunked-prefill,
-// -t/--threads, and speculative decoding: --speculative-model, --num-speculative-tokens,
+// -t/--threads, --disable-async-output-proc, --num-scheduler-steps, --(no-)async-scheduling,
+// and speculative decoding: --speculative-model, --num-speculative-tokens,
 // --ngram-prompt-lookup-min/-max, --speculative-disable-by-batch-size, --speculative-config,
 // --spec-decoding-acceptance-method, --typical-acceptance-sampler-posterior-threshold/-alpha,
 // and adapters: --enable-lora, --lora-modules, --max-loras, --max-lora-rank, --max-cpu-loras,
@@ -38,6 +39,10 @@ struct EngineFlags {
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;
+  bool disable_async_output_proc = false;  // --disable-async-output-proc
+  int64_t num_scheduler_steps = 1;         // --num-scheduler-steps
+  bool async_scheduling = false;           // --async-scheduling
+  bool no_async_scheduling = false;        // --no-async-scheduling (neither: auto)
   // Speculative decoding.
   std::string speculative_model;        // "[ngram]"
   std::string num_speculative_tokens;   // K or "auto"; empty: not given

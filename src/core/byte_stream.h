@@ -4,9 +4,11 @@
 // against the bytes left, so truncated or corrupt input is an error value, never an overread.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -27,6 +29,13 @@ class ByteWriter {
   void ints(std::span<const Int> values) {
     u64(values.size());
     for (Int v : values) i64(static_cast<int64_t>(v));
+  }
+  // A float by its bits (exact, NaNs and infinities included).
+  void f32(float v) { u64(std::bit_cast<uint32_t>(v)); }
+  void boolean(bool v) { u64(v ? 1 : 0); }
+  void str(std::string_view s) {
+    u64(s.size());
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
   }
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   std::vector<uint8_t> take() { return std::move(bytes_); }
@@ -78,6 +87,25 @@ class ByteReader {
       if (static_cast<int64_t>(v) != *x)
         return make_error("a value out of range at byte " + std::to_string(at_));
     }
+    return {};
+  }
+  Result<float> f32() {
+    auto u = u64();
+    if (!u) return u.error();
+    if (*u > UINT32_MAX) return make_error("a float out of range at byte " + std::to_string(at_));
+    return std::bit_cast<float>(static_cast<uint32_t>(*u));
+  }
+  Result<bool> boolean() {
+    auto u = u64();
+    if (!u) return u.error();
+    if (*u > 1) return make_error("a flag other than 0 or 1 at byte " + std::to_string(at_));
+    return *u == 1;
+  }
+  Status str(std::string& out) {
+    auto n = count();
+    if (!n) return n.error();
+    out.assign(reinterpret_cast<const char*>(bytes_.data() + at_), *n);
+    at_ += *n;
     return {};
   }
 

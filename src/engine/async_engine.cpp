@@ -13,6 +13,12 @@ double now_s() {
 }  // namespace
 
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+  engine_->set_output_sink([this](std::vector<RequestOutput>& outputs) {
+    for (RequestOutput& out : outputs) {
+      deliver(out);
+      delivered_.push_back(std::move(out));
+    }
+  });
   stats_ = engine_->stats();
   snapshot_adapters();
   thread_ = std::thread([this] { loop(); });
@@ -151,7 +157,10 @@ void AsyncEngine::loop() {
       if (draining_) stopping_ = true;
       continue;
     }
-    std::vector<RequestOutput> outputs = engine_->step();
+    engine_->step();  // outputs reach deliver() through the engine's sink
+    // Requests whose callbacks failed are aborted here, on the engine thread.
+    for (const std::string& id : failed_callbacks_) engine_->abort(id);
+    failed_callbacks_.clear();
     const EngineStats st = engine_->stats();
     std::function<void(const std::vector<RequestOutput>&, const EngineStats&)> observer;
     {
@@ -161,8 +170,8 @@ void AsyncEngine::loop() {
     }
     waiting_.store(st.num_waiting);
     running_.store(st.num_running);
-    for (const RequestOutput& out : outputs) deliver(out);
-    if (observer) observer(outputs, st);
+    if (observer) observer(delivered_, st);
+    delivered_.clear();
   }
 }
 
@@ -181,7 +190,7 @@ void AsyncEngine::deliver(const RequestOutput& out) {
     failed = true;
   }
   if (out.finished || failed) {
-    if (!out.finished) engine_->abort(out.request_id);
+    if (!out.finished) failed_callbacks_.push_back(out.request_id);
     callbacks_.erase(out.request_id);
     unfinished_.fetch_sub(1);
   }

@@ -1,7 +1,9 @@
 // AsyncEngine: runs an Engine on its own thread so that I/O threads never block on it. Requests
 // and aborts go in through a thread-safe queue; each request's outputs come back through its
-// callback, called on the engine thread (callbacks must be quick and must not block: the server
-// posts them to the connection's executor).
+// callback, called on the engine thread, or on the engine's output thread with asynchronous
+// output processing (callbacks must be quick and must not block: the server posts them to the
+// connection's executor). Callbacks never run concurrently with each other or with the engine
+// thread's handling of requests: the output thread works only while a step computes.
 //
 // Admission control: num_waiting() counts requests that will have to wait for a sequence slot,
 // so the server can refuse work (HTTP 503) beyond a bound instead of letting latency grow
@@ -105,7 +107,7 @@ class AsyncEngine {
   void loop();
   void apply(Command& cmd);
   // Delivers one output to its request's callback; a callback that throws has its request
-  // aborted (logged), and the engine thread goes on with the others.
+  // aborted (logged, after the step), and the engine goes on with the others.
   void deliver(const RequestOutput& out);
   // Aborts every request still in the engine, telling each client (the shutdown deadline).
   void abort_all_with_outputs();
@@ -117,7 +119,10 @@ class AsyncEngine {
   bool stopping_ = false;
   bool draining_ = false;
   double drain_deadline_ = 0;
-  std::unordered_map<std::string, OutputCallback> callbacks_;  // engine thread only
+  // The engine thread's, and the output thread's while a step computes.
+  std::unordered_map<std::string, OutputCallback> callbacks_;
+  std::vector<std::string> failed_callbacks_;  // requests to abort after the step
+  std::vector<RequestOutput> delivered_;       // the step's outputs, for the observer
   std::function<void(const std::vector<RequestOutput>&, const EngineStats&)> observer_;
   EngineStats stats_;                                  // under mutex_
   std::vector<lora::AdapterRegistry::Info> adapters_;  // under mutex_

@@ -1,42 +1,44 @@
 // Engine: the continuous-batching inference engine (vLLM's LLMEngine). Requests come in with
 // add_request(); each step() schedules one iteration (a self-contained plan: decodes and prefill
-// chunks of many requests), has the ModelRunner run it as one forward pass on the backend,
-// samples every sequence that reached its end with one batched sampler, reports the tokens to
-// the scheduler and the OutputProcessor, and returns what changed. abort() removes a request in
-// any state and frees its blocks at once.
+// chunks of many requests), has the ModelRunner run it (one forward pass, sampling, proposals for
+// the next step), hands what the runner returned to the scheduler, and turns the step's tokens
+// into outputs. abort() removes a request in any state and frees its blocks at once.
 //
-// Single-threaded: the caller owns the loop (AsyncEngine wraps it in a thread for the server).
-// Greedy output is identical however requests were batched, chunked, preempted or swapped: the
-// forward pass is batch-invariant and every sequence has its own random state.
+// The engine keeps the requests, the loop and the outputs to clients: it names no proposer and
+// samples nothing (the runner does both). With asynchronous output processing (on by default,
+// EngineConfig::async_output) a step's detokenization, stop strings and outputs run on the output
+// thread (engine/job_thread.h) while the next step computes: step() then returns the outputs
+// of the step before, and a sequence a stop string ended has computed one more token, which is
+// discarded (nothing of it reaches a client, the prefix cache or the statistics).
+//
+// Single-threaded API: the caller owns the loop (AsyncEngine wraps it in a thread for the server).
+// Greedy output is identical however requests were batched, chunked, preempted, swapped,
+// speculated or served from the prefix cache, with output processing on the engine's thread or
+// its own: the forward pass is batch-invariant and every sequence has its own random state.
 #pragma once
 
-#include <map>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/result.h"
 #include "engine/engine_config.h"
 #include "engine/engine_request.h"
+#include "engine/job_thread.h"
 #include "engine/memory_plan.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request_output.h"
-#include "engine/speculation_policy.h"
 #include "engine/step_phases.h"
 #include "kv/kv_cache_manager.h"
 #include "lora/adapter_registry.h"
 #include "model/model.h"
-#include "sample/logprobs.h"
-#include "sample/sampler.h"
-#include "sample/speculative_acceptance.h"
+#include "sched/adapter_binder.h"
 #include "sched/scheduler.h"
-#include "spec/draft_model_proposer.h"
-#include "spec/medusa_proposer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vesper::engine {
@@ -55,8 +57,9 @@ struct EngineStats {
   int64_t kivi_groups_quantized = 0;    // KIVI groups stored quantized so far
   int64_t prompt_tokens = 0;            // prompt tokens of all requests added
   int64_t prefill_tokens_computed = 0;  // tokens computed while prefilling (recomputation included)
-  int64_t generation_tokens = 0;        // tokens sampled
+  int64_t generation_tokens = 0;        // tokens sampled and kept
   int64_t num_steps = 0;
+  int64_t num_passes = 0;  // forward passes (a multi-step plan runs several)
   int64_t max_batched_tokens_seen = 0;
   int64_t num_chunked_prefill_steps = 0;  // steps that computed part of a prompt but not its end
   // Prefix cache: tokens looked up and found at admission (vLLM's prefix_cache_queries/hits),
@@ -81,7 +84,8 @@ struct EngineStats {
   std::vector<std::string> waiting_adapters;
   int64_t adapter_loads = 0;
   // Seconds per step phase (engine/step_phases.h): summed over every step that computed
-  // something, and those of the last such step (num_steps counts them).
+  // something, and those of the last such step (num_steps counts them). With asynchronous output
+  // processing, "output" is the output thread's work that ran during the step.
   StepPhaseTimes phase_seconds;
   StepPhaseTimes last_step_phase_seconds;
 
@@ -95,19 +99,28 @@ class Engine {
   // Loads the model and tokenizer, plans memory and allocates the KV cache. Errors name the
   // file or flag at fault.
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  ~Engine();
 
   const model::ModelConfig& model_config() const { return model_->config(); }
   const model::Model& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const MemoryPlan& memory_plan() const { return plan_; }
   const sched::SchedulerConfig& scheduler_config() const { return scheduler_->config(); }
+  const EngineConfig& config() const { return config_; }
 
   // Queues a request. Errors (nothing queued) for invalid sampling parameters, a duplicate id,
   // an empty prompt, token ids outside the vocabulary, or a request that can never fit.
   Status add_request(EngineRequest request);
 
-  // Runs one iteration and returns the outputs of the requests that changed.
+  // Runs one iteration and returns the outputs made since the last call (with asynchronous output
+  // processing, those of the previous iteration): the requests that changed.
   std::vector<RequestOutput> step();
+
+  // Where outputs go instead of step()'s result: each batch of outputs is handed to `sink` as soon
+  // as it is made, on the thread that made it (the output thread with asynchronous output
+  // processing). Set before the first step.
+  using OutputSink = std::function<void(std::vector<RequestOutput>&)>;
+  void set_output_sink(OutputSink sink) { sink_ = std::move(sink); }
 
   // Removes a request in any state; its blocks are free on return. False for an unknown id.
   // With `final_output`, also reports the request's last output there: what it generated since
@@ -115,8 +128,8 @@ class Engine {
   // finished == true (what a client still streaming it must be told).
   bool abort(const std::string& request_id, RequestOutput* final_output = nullptr);
 
-  // Requests queued, running, or finished at admission and not yet reported by step().
-  bool has_unfinished() const { return outputs_->has_unfinished(); }
+  // Requests queued, running, or finished and not yet reported by step() (or the sink).
+  bool has_unfinished() const;
 
   // Where a request's first sequence is: for tests and debugging.
   enum class Phase { kUnknown, kWaiting, kPrefilling, kDecoding, kSwapped };
@@ -134,63 +147,72 @@ class Engine {
 
  private:
   Engine() = default;
-  // Speculative decoding: proposals for the sequences about to compute one token (set on the
-  // scheduler before it plans), and the verification of a scheduled entry's proposals.
-  void propose();
-  void propose_with_draft(int64_t k);
-  void propose_with_medusa(int64_t k);
-  // --num-speculative-tokens auto: measures what passes of the target (and the proposer) cost.
-  void calibrate_speculation();
-  // Removes a finished sequence from the scheduler (and the draft's bookkeeping).
   // Fills params.bad_words_token_ids from params.bad_words.
   void tokenize_bad_words(sample::SamplingParams& params) const;
-  void remove_sequence(sched::SeqId id);
-  // Adapters: releases the copies of the sequences the plan drops and pins those of its new
-  // sequences (their slots go into the plan). Requests whose adapter no longer loads are
-  // aborted; their final outputs are returned.
-  std::vector<RequestOutput> bind_adapters(sched::SchedulerOutput& plan);
-  void verify(OutputProcessor::RequestState& request, int32_t index,
-              const sched::ScheduledSequence& s, int32_t first_row, double now);
-  // Samples the scheduled entries of the step just run, reports their tokens.
-  void sample_step(const sched::SchedulerOutput& plan, double now);
-  // Draws sample `index`'s token from `logits` (copied: processors work on the copy) and reports
-  // it.
-  void sample_one(OutputProcessor::RequestState& request, int32_t index,
-                  std::span<const float> logits, double now);
+  // A sequence leaves the scheduler (finished, aborted): its adapter registration goes too.
+  // `num_valid_tokens`: as Scheduler::remove.
+  void remove_sequence(sched::SeqId id, int64_t num_valid_tokens = -1);
+  // One step with the runner on this thread, and with the runner a step behind on its own.
+  std::vector<RequestOutput> step_in_order();
+  std::vector<RequestOutput> step_ahead();
+  // What a new plan means for the requests: failed admissions aborted, forks, preemptions and
+  // first steps recorded, statistics.
+  void record_plan(const sched::SchedulerOutput& plan, double scheduled_at);
+  // What the runner returned for `plan`: speculation's statistics, and the scheduler updated.
+  void apply_output(const sched::SchedulerOutput& plan, const sched::ModelRunnerOutput& output);
+  // The step's tokens wait for output processing: now, or on the output thread next step.
+  void hold_outputs(sched::ModelRunnerOutput& output, PhaseClock& clock);
+  // A step's parts shared by both loops: the runner's result taken (its phases and passes), the
+  // output job taken back (run here when it did not overlap the step), and the step's end (its
+  // tokens held for output processing, or the outputs made otherwise delivered).
+  void take_runner_result(const Status& ran, StepPhaseTimes& phases);
+  void take_output_job(bool overlapped, StepPhaseTimes& phases, PhaseClock& clock);
+  void end_step(bool computed, bool overlapped, StepPhaseTimes& phases, PhaseClock& clock);
+  // Whether this engine plans ahead (async scheduling), as EngineConfig::async_scheduling decided.
+  bool plans_ahead() const { return runner_thread_ != nullptr; }
+  // Output processing of the pending step (the last one run): on the calling thread, or launched
+  // on the output thread; finish_output_work() takes the result back (sequences a stop string
+  // ended leave the scheduler).
+  void process_pending_outputs();
+  // The pending step's tokens alone (an abort's final output then includes them).
+  void process_pending_tokens();
+  void launch_output_work();
+  void finish_output_work();
+  void deliver(std::vector<RequestOutput> outputs);
 
   EngineConfig config_;
   std::unique_ptr<backend::Backend> backend_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<lora::AdapterRegistry> adapters_;  // with adapters
+  std::unique_ptr<sched::AdapterBinder> adapter_binder_;
   std::optional<tokenizer::Tokenizer> tokenizer_;
   MemoryPlan plan_;
   std::unique_ptr<kv::KvCacheManager> kv_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<OutputProcessor> outputs_;
-  std::unique_ptr<sample::BatchSampler> sampler_;
-  std::unique_ptr<sample::SpeculativeVerifier> verifier_;  // with speculative decoding
-  std::unique_ptr<spec::DraftModelProposer> draft_;        // with a draft model
-  std::unique_ptr<spec::MedusaProposer> medusa_;           // with Medusa heads
-  std::unique_ptr<SpeculationPolicy> policy_;              // with --num-speculative-tokens auto
+  std::unique_ptr<JobThread> output_thread_;  // with asynchronous output processing
+  std::unique_ptr<JobThread> runner_thread_;  // with async scheduling
+  OutputSink sink_;
 
   sched::SeqId next_seq_id_ = 1;
   int64_t next_arrival_ = 0;
+  std::mt19937_64 seeds_{std::random_device{}()};  // for requests without a seed
   EngineStats totals_;
-  // Reused every step: a row of logits the processors may change, logprob scratch, fork ids.
-  std::vector<float> row_;
-  sample::LogprobScratch logprob_scratch_;
-  std::vector<kv::SeqId> child_ids_;
-  std::vector<int32_t> proposal_;
-  std::vector<spec::DraftModelProposer::Request> draft_requests_;
-  std::vector<std::vector<int32_t>> draft_proposals_;
-  std::vector<spec::MedusaProposer::Request> medusa_requests_;
-  std::vector<std::vector<int32_t>> medusa_parents_;
-  std::vector<int32_t> verified_tokens_;  // a verification's committed tokens, in order
-  std::vector<std::span<const float>> verify_rows_;
-  std::unordered_map<sched::SeqId, int32_t> pinned_;  // runner-held sequences' adapter slots
-  std::unordered_set<sched::SeqId> failed_seqs_;      // this step's sequences whose pin failed
-  PhaseClock* clock_ = nullptr;                       // the step's phase clock, during step()
+  sched::ModelRunnerOutput step_output_;     // what the runner returned for the step at hand
+  sched::ModelRunnerOutput pending_output_;  // the last step's, until its outputs are processed
+  // Async scheduling: the plan the runner thread computes, and what it writes.
+  sched::SchedulerOutput in_flight_plan_;
+  bool in_flight_ = false;
+  sched::ModelRunnerOutput runner_output_;
+  Status runner_status_;
+  bool outputs_pending_ = false;
+  double step_sampled_at_ = 0;
+  // Results of an output job (the output thread's until finish_output_work).
+  std::vector<OutputProcessor::TextFinish> text_finishes_;
+  int64_t job_tokens_ = 0;
+  double job_seconds_ = 0;
+  std::vector<RequestOutput> ready_;  // outputs made, for step() to return (no sink)
 };
 
 }  // namespace vesper::engine

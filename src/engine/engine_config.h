@@ -6,9 +6,8 @@
 
 #include "backend/kv_cache_spec.h"
 #include "lora/adapter_registry.h"
-#include "sample/speculative_acceptance.h"
 #include "sched/scheduler.h"
-#include "spec/ngram_proposer.h"
+#include "spec/speculative_config.h"
 
 namespace vesper::engine {
 
@@ -36,31 +35,24 @@ struct CacheConfig {
   bool enable_prefix_caching = true;
 };
 
-// Speculative decoding (vLLM's flags; --speculative-config takes the same as JSON).
-struct SpeculativeConfig {
-  enum class Method { kNone, kNgram, kDraftModel, kMedusa };
-  // --speculative-model "[ngram]", a draft GGUF, or a Medusa heads directory
-  Method method = Method::kNone;
-  std::string model;  // the draft model's GGUF or the Medusa heads' directory
-  // Medusa: candidates as a sparse tree of num_speculative_tokens nodes (spec/medusa_proposer.h),
-  // or false: a chain of each head's best ("medusa_tree" in --speculative-config).
-  bool medusa_tree = true;
-  int64_t num_speculative_tokens = 0;  // --num-speculative-tokens K: proposals per step
-  // --num-speculative-tokens auto: the engine picks k in 0..num_speculative_tokens each step
-  // (engine/speculation_policy.h); Medusa heads then propose chains.
-  bool auto_num_speculative_tokens = false;
-  spec::NgramConfig ngram;  // --ngram-prompt-lookup-min / -max
-  // --speculative-disable-by-batch-size N: no proposals while more than N requests are running
-  // or waiting (0: never disabled).
-  int64_t disable_by_batch_size = 0;
-  sample::AcceptanceConfig acceptance;  // --spec-decoding-acceptance-method and its parameters
-
-  bool enabled() const { return method != Method::kNone; }
-};
+// Speculative decoding's settings (spec/speculative_config.h).
+using SpeculativeConfig = spec::SpeculativeConfig;
 
 struct EngineConfig {
   std::string model_path;
   int threads = 0;  // 0 = all cores
+  // Asynchronous output processing (vLLM's; --disable-async-output-proc turns it off):
+  // detokenization, stop strings and the per-request outputs of a step run on the engine's output
+  // thread while the next step computes. A sequence a stop string ends may then have computed one
+  // more token, which is discarded.
+  bool async_output = true;
+  // Async scheduling (vLLM V1's --async-scheduling): the scheduler plans step n + 1 while the
+  // runner computes step n, on a runner thread; the tokens step n samples are placeholders in the
+  // plan, which the runner fills from its own output. Auto: on where a core is left for the
+  // engine thread beside the compute threads, and never with speculative decoding (proposals
+  // come from each step's samples) or adapters (their copies are loaded as plans are made).
+  enum class AsyncScheduling { kAuto, kOn, kOff };
+  AsyncScheduling async_scheduling = AsyncScheduling::kAuto;
   CacheConfig cache;
   sched::SchedulerConfig scheduler;  // scheduler.max_model_len 0 = the model's context length
   SpeculativeConfig speculative;

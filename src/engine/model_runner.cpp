@@ -3,16 +3,31 @@
 namespace vesper::engine {
 
 ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, int64_t num_blocks,
-                         int64_t num_swap_blocks)
+                         int64_t num_swap_blocks, RunnerConfig config,
+                         std::unique_ptr<spec::Proposer> proposer)
     : model_(model),
       backend_(model.backend()),
+      config_(std::move(config)),
       layout_(spec),
       n_vocab_(model.config().n_vocab),
+      num_blocks_(num_blocks),
       device_(backend_.create_kv(spec, num_blocks, backend::MemoryKind::kDevice)),
-      host_(backend_.create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible)) {}
-
-void ModelRunner::add_companion_storage(backend::KvHandle device, backend::KvHandle host) {
-  companions_.emplace_back(device, host);
+      host_(backend_.create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible)),
+      sampler_(static_cast<int32_t>(model.config().n_vocab), backend_.host_pool()),
+      proposer_(std::move(proposer)) {
+  if (proposer_ != nullptr) {
+    verifier_ = std::make_unique<sample::SpeculativeVerifier>(static_cast<int32_t>(n_vocab_));
+    if (auto storage = proposer_->companion_storage()) companions_.push_back(*storage);
+    if (config_.speculative.auto_num_speculative_tokens) {
+      using Cost = spec::SpeculationPolicy::ProposerCost;
+      const Cost cost = proposer_->cost() == spec::Proposer::Cost::kPassPerToken
+                            ? Cost::kPassPerToken
+                        : proposer_->cost() == spec::Proposer::Cost::kOnePass ? Cost::kOnePass
+                                                                              : Cost::kFree;
+      policy_ = std::make_unique<spec::SpeculationPolicy>(
+          config_.speculative.num_speculative_tokens, cost);
+    }
+  }
 }
 
 ModelRunner::~ModelRunner() {
@@ -20,9 +35,33 @@ ModelRunner::~ModelRunner() {
   backend_.release_kv(host_);
 }
 
-Status ModelRunner::execute(const sched::SchedulerOutput& plan, PhaseClock* clock) {
+Status ModelRunner::execute(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out) {
+  phases_ = {};
+  PhaseClock clock(phases_);
+  out.sequences.clear();
+  if (proposer_ != nullptr) {
+    for (const sched::SeqId id : plan.finished) proposer_->forget(id);
+    // Preempted by recompute: the blocks are gone, a companion cache's rows with them.
+    for (const sched::SeqId id : plan.recomputed) proposer_->on_kv_lost(id);
+  }
   VESPER_TRY(mirror_.apply(plan));
+  move_memory(plan);
+  build_batch(plan);
+  clock.lap(StepPhase::kBatchBuild);
+  passes_ = 0;
+  if (batch_.num_tokens() == 0) return {};
+  logits_ = model_.forward(batch_, device_);
+  ++passes_;
+  clock.lap(StepPhase::kForward);
+  sample_step(plan, out);
+  clock.lap(StepPhase::kSample);
+  run_further_passes(plan, out, clock);
+  propose_next(plan, out);
+  clock.lap(StepPhase::kPropose);
+  return {};
+}
 
+void ModelRunner::move_memory(const sched::SchedulerOutput& plan) {
   auto copy_blocks = [&](backend::KvHandle to, backend::KvHandle from, auto&& pairs, auto src_of,
                          auto dst_of) {
     if (pairs.empty()) return;
@@ -40,18 +79,6 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan, PhaseClock* cloc
     for (const auto& [device, host] : companions_)
       backend_.quantize_kv_group(device, q.rows, q.dst);
   }
-  // Accepted tree paths' K/V move to their positions before anything reads or copies them.
-  if (!plan.slot_copies.empty()) {
-    slot_src_.clear();
-    slot_dst_.clear();
-    for (const sched::SlotCopy& c : plan.slot_copies) {
-      slot_src_.push_back(c.src);
-      slot_dst_.push_back(c.dst);
-    }
-    backend_.copy_kv_slots(device_, slot_src_, slot_dst_);
-    for (const auto& [device, host] : companions_)
-      backend_.copy_kv_slots(device, slot_src_, slot_dst_);
-  }
   // Order matters: swap-outs read blocks that this step may hand to others, so they go first.
   // The same moves for the target's storage and each companion's.
   auto move_blocks = [&](backend::KvHandle device, backend::KvHandle host) {
@@ -67,12 +94,20 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan, PhaseClock* cloc
   };
   move_blocks(device_, host_);
   for (const auto& [device, host] : companions_) move_blocks(device, host);
+}
 
+void ModelRunner::build_batch(const sched::SchedulerOutput& plan) {
   batch_.clear();
   first_logits_row_.clear();
   int32_t logits_rows = 0;
   for (const sched::ScheduledSequence& s : plan.scheduled) {
     const sched::SequenceMirror::Entry& e = *mirror_.find(s.id);
+    // Ended by a token of a step the scheduler had not read when it made the plan (async
+    // scheduling): nothing of it is computed.
+    if (e.stopped) {
+      first_logits_row_.push_back(-1);
+      continue;
+    }
     const int64_t committed = s.num_new_tokens - s.num_spec_tokens;
     tokens_.assign(e.tokens.begin() + s.start, e.tokens.begin() + s.start + committed);
     tokens_.insert(tokens_.end(), s.spec_token_ids.begin(), s.spec_token_ids.end());
@@ -92,10 +127,6 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan, PhaseClock* cloc
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }
-  if (clock != nullptr) clock->lap(StepPhase::kBatchBuild);
-  logits_ = batch_.num_tokens() > 0 ? model_.forward(batch_, device_) : std::span<const float>();
-  if (clock != nullptr) clock->lap(StepPhase::kForward);
-  return {};
 }
 
 }  // namespace vesper::engine

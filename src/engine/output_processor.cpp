@@ -11,14 +11,9 @@ OutputProcessor::OutputProcessor(const tokenizer::Tokenizer& tokenizer, int64_t 
 
 OutputProcessor::SampleState OutputProcessor::new_sample(const RequestState& request, int32_t index,
                                                          kv::SeqId seq_id) const {
-  sample::SamplingParams params = request.request.params;
-  // Each parallel sample draws from its own stream, derived from the request's seed.
-  if (params.seed)
-    params.seed = *params.seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
   SampleState s;
   s.seq_id = seq_id;
   s.index = index;
-  s.rng = sample::make_rng(params);
   s.output = std::make_unique<SequenceOutput>(tokenizer_, request.request.params, index);
   return s;
 }
@@ -63,34 +58,57 @@ OutputProcessor::RequestState* OutputProcessor::owner(kv::SeqId seq_id, int32_t*
   return it->second.first;
 }
 
-void OutputProcessor::fork(RequestState& request, const std::vector<kv::SeqId>& child_ids) {
-  for (size_t k = 0; k < child_ids.size(); ++k) {
-    const auto index = static_cast<int32_t>(request.samples.size());
-    request.samples.push_back(new_sample(request, index, child_ids[k]));
-    seq_owner_[child_ids[k]] = {&request, index};
-  }
+void OutputProcessor::fork(kv::SeqId parent, kv::SeqId child) {
+  RequestState* request = owner(parent, nullptr);
+  if (request == nullptr) return;
+  const auto index = static_cast<int32_t>(request->samples.size());
+  request->samples.push_back(new_sample(*request, index, child));
+  seq_owner_[child] = {request, index};
 }
 
-bool OutputProcessor::add_token(RequestState& request, int32_t index, int32_t token,
-                                const LogprobEntry* logprob, bool at_length_limit, double now) {
-  SampleState& s = request.samples[index];
-  s.output->add_token(token, logprob, at_length_limit);
-  if (request.metrics.first_token_time == 0) request.metrics.first_token_time = now;
-  request.metrics.last_token_time = now;
-  if (!request.touched) {
-    request.touched = true;
-    touched_.push_back(&request);
-  }
-  if (!s.output->finished()) return false;
-  seq_owner_.erase(s.seq_id);
-  return true;
+void OutputProcessor::touch(RequestState& request) {
+  if (request.touched) return;
+  request.touched = true;
+  touched_.push_back(&request);
 }
 
-void OutputProcessor::on_first_scheduled(RequestState& request, int64_t num_cached_tokens,
-                                         double now) {
-  if (request.metrics.first_scheduled_time != 0) return;
-  request.metrics.first_scheduled_time = now;
-  request.num_cached_tokens = num_cached_tokens;
+void OutputProcessor::on_first_scheduled(kv::SeqId seq_id, int64_t num_cached_tokens, double now) {
+  RequestState* request = owner(seq_id, nullptr);
+  if (request == nullptr || request->metrics.first_scheduled_time != 0) return;
+  request->metrics.first_scheduled_time = now;
+  request->num_cached_tokens = num_cached_tokens;
+}
+
+void OutputProcessor::on_preempted(kv::SeqId seq_id) {
+  if (RequestState* request = owner(seq_id, nullptr)) ++request->metrics.num_preemptions;
+}
+
+int64_t OutputProcessor::process(const sched::ModelRunnerOutput& step, double sampled_at,
+                                 std::vector<TextFinish>& text_finishes) {
+  int64_t taken = 0;
+  for (const sched::SampledSequence& r : step.sequences) {
+    int32_t index = 0;
+    RequestState* request = owner(r.id, &index);
+    if (request == nullptr) continue;
+    SequenceOutput& out = *request->samples[static_cast<size_t>(index)].output;
+    const auto prompt = static_cast<int64_t>(request->request.prompt_token_ids.size());
+    touch(*request);
+    if (request->metrics.first_token_time == 0) request->metrics.first_token_time = sampled_at;
+    request->metrics.last_token_time = sampled_at;
+    for (size_t j = 0; j < r.token_ids.size(); ++j) {
+      const int64_t length = prompt + out.num_generated() + 1;
+      out.add_token(r.token_ids[j], j < r.logprobs.size() ? &r.logprobs[j] : nullptr,
+                    length >= max_model_len_);
+      ++taken;
+      if (!out.finished()) continue;
+      seq_owner_.erase(r.id);
+      // The runner stops at the same stop tokens, EOS and lengths, so a sequence that ends at its
+      // step's last token where the runner ended it is gone already; any other end is text.
+      if (!(r.finished && j + 1 == r.token_ids.size())) text_finishes.push_back({r.id, length});
+      break;
+    }
+  }
+  return taken;
 }
 
 RequestOutput OutputProcessor::make_output(RequestState& request, double now) {

@@ -1,13 +1,17 @@
 // OutputProcessor: the engine's per-request output state. For each request: its samples (one
 // SequenceOutput each: incremental detokenization, stop strings and tokens, EOS, length limits),
-// their random state for sampling, its metrics, and which of them changed in the current step.
-// The engine tells it which sequence got which token; it says when a sequence is done and builds
-// the RequestOutputs a step reports (deltas, and everything once finished).
+// its metrics, and which of them changed since the outputs were last taken. It takes a step's
+// ModelRunnerOutput (the tokens each sequence committed), says which sequences its stop strings
+// ended (the runner ends sequences at stop tokens, EOS and length itself), and builds the
+// RequestOutputs (deltas, and everything once finished).
+//
+// One thread at a time: the engine's, or the engine's output thread while the next step computes
+// (asynchronous output processing); the engine hands it over and back (engine/job_thread.h).
 #pragma once
 
 #include <map>
 #include <memory>
-#include <random>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +19,7 @@
 #include "engine/request_output.h"
 #include "engine/sequence_output.h"
 #include "kv/kv_cache_manager.h"
+#include "sched/runner_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vesper::engine {
@@ -25,8 +30,6 @@ class OutputProcessor {
   struct SampleState {
     kv::SeqId seq_id = 0;  // 0 for a sample never scheduled (aborted before its fork)
     int32_t index = 0;
-    std::mt19937_64 rng;
-    grammar::GrammarCursor grammar_cursor;  // its place in params.grammar (structured output)
     std::unique_ptr<SequenceOutput> output;
   };
   struct RequestState {
@@ -34,7 +37,13 @@ class OutputProcessor {
     std::vector<SampleState> samples;  // samples[0] from the start; the others once forked
     RequestMetrics metrics;
     int64_t num_cached_tokens = 0;
-    bool touched = false;  // has something to report this step
+    bool touched = false;  // has something to report
+  };
+  // A sequence whose output ended without the runner knowing (a stop string): the engine removes
+  // it, keeping its first num_tokens tokens (prompt and output kept) and nothing after.
+  struct TextFinish {
+    kv::SeqId seq_id = 0;
+    int64_t num_tokens = 0;
   };
 
   OutputProcessor(const tokenizer::Tokenizer& tokenizer, int64_t max_model_len);
@@ -52,15 +61,21 @@ class OutputProcessor {
 
   // The sequence of a request's first sample (0: unknown request).
   kv::SeqId first_sequence(const std::string& request_id) const;
-  // The request and sample a scheduled sequence belongs to (nullptr: unknown).
+  // The request and sample a sequence belongs to (nullptr: unknown).
   RequestState* owner(kv::SeqId seq_id, int32_t* index) const;
-  // Adds the other n - 1 samples of a request, forked from sample 0: sequences child_ids[k - 1].
-  void fork(RequestState& request, const std::vector<kv::SeqId>& child_ids);
-  // A sample gained a token (with its logprobs when asked); true when it is now finished.
-  bool add_token(RequestState& request, int32_t index, int32_t token, const LogprobEntry* logprob,
-                 bool at_length_limit, double now);
+  // Sequence `child` is the next sample of the request that sequence `parent` belongs to.
+  void fork(kv::SeqId parent, kv::SeqId child);
   // Records where a request's first step starts (its prefix-cache hit) and when.
-  void on_first_scheduled(RequestState& request, int64_t num_cached_tokens, double now);
+  void on_first_scheduled(kv::SeqId seq_id, int64_t num_cached_tokens, double now);
+  void on_preempted(kv::SeqId seq_id);
+
+  // A step's tokens, sampled at `sampled_at`: each sequence's tokens go to its sample in order
+  // until one ends it (a stop string, EOS, a stop token, a length limit); tokens of unknown
+  // sequences (aborted, or ended by an earlier step's stop string) and those after an end are
+  // dropped. Appends to `text_finishes` the sequences a stop string ended, and returns the tokens
+  // taken.
+  int64_t process(const sched::ModelRunnerOutput& step, double sampled_at,
+                  std::vector<TextFinish>& text_finishes);
 
   // The outputs of every request with something new, in the order they changed; finished
   // requests are forgotten.
@@ -75,6 +90,7 @@ class OutputProcessor {
  private:
   RequestOutput make_output(RequestState& request, double now);
   SampleState new_sample(const RequestState& request, int32_t index, kv::SeqId seq_id) const;
+  void touch(RequestState& request);
 
   const tokenizer::Tokenizer& tokenizer_;
   int64_t max_model_len_;

@@ -51,6 +51,10 @@ struct KvTableLayout {
            pos % block_size / rows_per_block;
   }
   int64_t row(int64_t pos) const { return pos % block_size % rows_per_block; }
+  // The KV slot of the row of position `pos` in `table` (past the quantized groups).
+  int64_t slot(std::span<const int32_t> table, int64_t pos) const {
+    return int64_t{table[static_cast<size_t>(entry(pos))]} * rows_per_block + row(pos);
+  }
 };
 
 // tree_parents value for the rows of sequences without a tree description.

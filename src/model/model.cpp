@@ -336,6 +336,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   b.matmul(weights_.output.handle, last, logits);
   b.synchronize();
   hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
+  hidden_states_ = last;
   return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * c.n_vocab)};
 }
 

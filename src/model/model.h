@@ -112,6 +112,8 @@ class Model {
   // matrix) of each of its logits rows, [logits_rows.size() x n_embd], valid until the next
   // forward. What Medusa heads read.
   std::span<const float> hidden_rows() const { return hidden_; }
+  // The same rows where the backend keeps them (a Medusa head gathers its rows from here).
+  const backend::Tensor& hidden_states() const { return hidden_states_; }
 
  private:
   explicit Model(backend::Backend& backend) : backend_(backend) {}
@@ -136,6 +138,7 @@ class Model {
       logits_rows_;
   backend::Tensor tree_parents_, query_start_, quantized_groups_;
   std::span<const float> hidden_;
+  backend::Tensor hidden_states_;
 
   // Adapters: the source, and per forward the batch's runs of rows sharing a slot and the
   // segments of one projection (reused).

@@ -129,17 +129,44 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
   return draw_token(params_, logits, rng_, scratch_);
 }
 
-BatchSampler::BatchSampler(int32_t n_vocab) : scratch_(n_vocab) {}
-
-int32_t BatchSampler::sample_one(Row& row, std::span<const int32_t> eog_ids) {
-  const SamplingParams& p = *row.params;
-  apply_logits_processors(p, row.history, eog_ids, row.logits, scratch_);
-  return draw_token(p, row.logits, *row.rng, scratch_);
+BatchSampler::BatchSampler(int32_t n_vocab, ThreadPool* pool) : pool_(pool) {
+  const int threads = pool_ != nullptr ? pool_->num_threads() : 1;
+  scratch_.reserve(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) scratch_.emplace_back(n_vocab);
 }
 
-void BatchSampler::sample(std::span<Row> rows, std::span<const int32_t> eog_ids,
+int32_t BatchSampler::sample_row(const Row& row, std::span<const int32_t> eog_ids,
+                                 Scratch& scratch) {
+  const SamplingParams& p = *row.params;
+  std::span<float> logits = row.processed;
+  if (logits.empty()) logits = std::span<float>(scratch.row.data(), row.logits.size());
+  std::copy(row.logits.begin(), row.logits.end(), logits.begin());
+  apply_logits_processors(p, row.history, eog_ids, logits, scratch.sampling);
+  const int32_t token = draw_token(p, logits, *row.rng, scratch.sampling);
+  if (row.logprob != nullptr && p.logprobs >= 0)
+    *row.logprob = compute_logprobs(row.logits, token, p.logprobs, scratch.logprobs);
+  return token;
+}
+
+int32_t BatchSampler::sample_one(const Row& row, std::span<const int32_t> eog_ids) {
+  return sample_row(row, eog_ids, scratch_[0]);
+}
+
+void BatchSampler::sample(std::span<const Row> rows, std::span<const int32_t> eog_ids,
                           std::span<int32_t> tokens) {
-  for (size_t i = 0; i < rows.size(); ++i) tokens[i] = sample_one(rows[i], eog_ids);
+  // Spread only a batch worth a job's hand-off (a few microseconds).
+  size_t work = 0;
+  for (const Row& r : rows) work += r.logits.size();
+  if (pool_ == nullptr || pool_->num_threads() == 1 || rows.size() < 2 || work < 32768) {
+    for (size_t i = 0; i < rows.size(); ++i) tokens[i] = sample_row(rows[i], eog_ids, scratch_[0]);
+    return;
+  }
+  pool_->run([&](int thread, int threads) {
+    // Rows by index, round-robin: a step's rows are alike in cost, and no row's result depends on
+    // which thread draws it.
+    for (size_t i = static_cast<size_t>(thread); i < rows.size(); i += static_cast<size_t>(threads))
+      tokens[i] = sample_row(rows[i], eog_ids, scratch_[static_cast<size_t>(thread)]);
+  });
 }
 
 }  // namespace vesper::sample

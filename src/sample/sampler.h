@@ -3,10 +3,11 @@
 // logits_processors.h), temperature, top-k, top-p, min-p, then a draw from the remaining
 // distribution. Greedy picks the first maximum (as llama.cpp's argmax).
 //
-// BatchSampler is what the engine uses: one step's rows of many sequences, with one set of
-// vocabulary-sized scratch for all of them. Sampler is the same computation for one sequence
-// with scratch of its own: the reference the batched sampler is tested against, and handy in
-// tests. Given the same logits, history and random state they draw the same tokens.
+// BatchSampler is what the runner uses: one step's rows of many sequences in one call, spread
+// over the compute threads, each with one set of vocabulary-sized scratch. Sampler is the same
+// computation for one sequence with scratch of its own: the reference the batched sampler is tested
+// against, and handy in tests. Given the same logits, history and random state they draw the same
+// tokens.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,9 @@
 #include <span>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "sample/logits_processors.h"
+#include "sample/logprobs.h"
 #include "sample/sampling_params.h"
 
 namespace vesper::sample {
@@ -59,23 +62,41 @@ class Sampler {
 
 class BatchSampler {
  public:
-  explicit BatchSampler(int32_t n_vocab);
+  // `pool`: threads a batch's rows are spread over (null: the calling thread alone).
+  explicit BatchSampler(int32_t n_vocab, ThreadPool* pool = nullptr);
 
-  // One sequence's row of a step. `logits` is modified in place.
+  // One sequence's row of a step.
   struct Row {
     const SamplingParams* params = nullptr;
     std::mt19937_64* rng = nullptr;
     TokenHistory history;
-    std::span<float> logits;
+    std::span<const float> logits;  // the raw row (left as it is)
+    // Filled with the drawn token's logprob and the top params->logprobs, when that is >= 0.
+    LogprobEntry* logprob = nullptr;
+    // Where the processed row goes (the processors' and temperature's changes); empty: scratch.
+    std::span<float> processed = {};
   };
 
   // Runs the logits processors (with `eog_ids`, the vocabulary's end-of-generation tokens, for
-  // min_tokens) and draws one token per row, in order, into `tokens`.
-  void sample(std::span<Row> rows, std::span<const int32_t> eog_ids, std::span<int32_t> tokens);
-  int32_t sample_one(Row& row, std::span<const int32_t> eog_ids);
+  // min_tokens) and draws one token per row into `tokens`. Each row reads only its own logits,
+  // history and random stream, so the rows are spread over the pool's threads and draw the same
+  // tokens however they are spread.
+  void sample(std::span<const Row> rows, std::span<const int32_t> eog_ids,
+              std::span<int32_t> tokens);
+  int32_t sample_one(const Row& row, std::span<const int32_t> eog_ids);
 
  private:
-  SamplingScratch scratch_;
+  // One thread's scratch: the processors' vocabulary-sized buffers and a row to process into.
+  struct Scratch {
+    explicit Scratch(int32_t n_vocab) : sampling(n_vocab), row(static_cast<size_t>(n_vocab)) {}
+    SamplingScratch sampling;
+    std::vector<float> row;
+    LogprobScratch logprobs;
+  };
+  int32_t sample_row(const Row& row, std::span<const int32_t> eog_ids, Scratch& scratch);
+
+  ThreadPool* pool_;
+  std::vector<Scratch> scratch_;  // one per pool thread
 };
 
 }  // namespace vesper::sample

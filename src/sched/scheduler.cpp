@@ -9,6 +9,14 @@ namespace vesper::sched {
 Scheduler::Scheduler(const SchedulerConfig& config, kv::KvCacheManager& kv)
     : config_(config), kv_(kv) {}
 
+namespace {
+// Sampling parameters for a sequence added without any (tests of the scheduler alone).
+const std::shared_ptr<const sample::SamplingParams>& default_params() {
+  static const auto params = std::make_shared<const sample::SamplingParams>();
+  return params;
+}
+}  // namespace
+
 Status Scheduler::add(Sequence seq) {
   const int64_t n = seq.num_tokens();
   if (n == 0) return make_error("the prompt is empty");
@@ -49,6 +57,9 @@ Status Scheduler::add(Sequence seq) {
   seq.status = SeqStatus::kWaiting;
   seq.num_computed_tokens = 0;
   seq.spec_in_flight.clear();
+  seq.companion_rows = 0;
+  seq.adapter_slot = -1;
+  if (seq.sampling.params == nullptr) seq.sampling.params = default_params();
   if (kv_.prefix_caching_enabled())
     seq.prefix_root = kv::root_block_hash(seq.cache_salt, seq.adapter_id);
   sequences_.emplace(seq.id, std::move(seq));
@@ -78,8 +89,34 @@ std::vector<SeqId> Scheduler::ordered(SeqStatus status) const {
   return ids;
 }
 
-void Scheduler::drop_from_runner(SeqId id, std::vector<SeqId>& dropped) {
-  if (runner_.erase(id) != 0) dropped.push_back(id);
+void Scheduler::release_from_runner(SeqId id) {
+  auto it = runner_.find(id);
+  if (it == runner_.end()) return;
+  it->second.resident = false;
+  it->second.block_table.clear();
+  tables_changed_.erase(id);
+  if (Sequence& seq = get(id); seq.adapter_slot >= 0) {
+    pending_unpins_.emplace_back(epoch_, seq.adapter_slot);
+    seq.adapter_slot = -1;
+  }
+}
+
+void Scheduler::forget_in_runner(SeqId id) {
+  auto it = runner_.find(id);
+  if (it == runner_.end()) return;
+  if (it->second.resident) release_from_runner(id);
+  runner_.erase(it);
+  pending_finished_.push_back(id);
+}
+
+void Scheduler::release_unpins() {
+  // A slot released while the plan of schedule() call e was made (or after it) may be read by
+  // plans up to e; those have all run once max_plans_in_flight later calls have begun.
+  while (!pending_unpins_.empty() &&
+         pending_unpins_.front().first <= epoch_ - config_.max_plans_in_flight) {
+    if (binder_ != nullptr) binder_->unpin(pending_unpins_.front().second);
+    pending_unpins_.pop_front();
+  }
 }
 
 void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
@@ -89,6 +126,7 @@ void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
   if (it != out.scheduled.end()) {
     victim.num_computed_tokens = it->start;
     out.num_batched_tokens -= it->num_new_tokens;
+    if (it->samples()) --victim.num_output_placeholders;  // it will not sample in this step
     out.scheduled.erase(it);
   }
   victim.spec_in_flight.clear();
@@ -100,7 +138,7 @@ void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
   ++totals_.num_preemptions;
   ++victim.num_preemptions;
   out.preempted.push_back(victim.id);
-  drop_from_runner(victim.id, out.dropped);
+  release_from_runner(victim.id);
   // The KV manager drops the copies planned into the victim's blocks (and has a swap-out read
   // such a block from the copy's source).
   if (config_.preemption_mode == PreemptionMode::kSwap && kv_.can_swap_out(victim.id)) {
@@ -112,7 +150,9 @@ void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
   }
   kv_.free(victim.id, &out.block_copies);
   victim.num_computed_tokens = 0;
+  victim.companion_rows = 0;  // a draft's rows went with the blocks
   victim.status = SeqStatus::kWaiting;
+  out.recomputed.push_back(victim.id);
   ++totals_.num_recomputes;
 }
 
@@ -152,8 +192,10 @@ void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec
   s.start = seq.num_computed_tokens;
   s.num_new_tokens = num_new + num_spec;
   s.num_spec_tokens = num_spec;
-  const bool reaches_end = seq.num_computed_tokens + num_new == seq.num_tokens();
+  const bool reaches_end = seq.num_computed_tokens + num_new == seq.num_tokens_planned();
   s.num_logits_rows = reaches_end ? 1 + num_spec : 0;
+  // The token it samples is known once update() reads the runner's output.
+  if (reaches_end) ++seq.num_output_placeholders;
   s.spec_token_ids.assign(seq.spec_token_ids.begin(), seq.spec_token_ids.begin() + num_spec);
   // A prefix of a tree's proposals is a tree (parents come first).
   if (!seq.spec_tree_parents.empty() && num_spec > 0)
@@ -164,23 +206,52 @@ void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec
   seq.num_computed_tokens += num_new;
   out.num_batched_tokens += s.num_new_tokens;
   out.scheduled.push_back(std::move(s));
-  // Only committed tokens enter the prefix cache.
-  kv_.cache_full_blocks(seq.id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
+  // Only committed tokens enter the prefix cache (and placeholders once update() knows them).
+  kv_.cache_full_blocks(seq.id, seq.tokens, std::min(seq.num_computed_tokens, seq.num_tokens()),
+                        seq.prefix_root);
+}
+
+void Scheduler::fail(Sequence& seq, std::string message, SchedulerOutput& out) {
+  const SeqId id = seq.id;
+  kv_.free(id, &out.block_copies);
+  if (runner_.count(id) != 0) {
+    runner_.erase(id);
+    tables_changed_.erase(id);
+    out.finished.push_back(id);
+  }
+  out.failed.push_back({id, std::move(message)});
+  sequences_.erase(id);
+}
+
+bool Scheduler::bind_adapter(Sequence& seq, SchedulerOutput& out) {
+  if (seq.adapter_id == 0) return true;
+  Result<int32_t> slot = binder_ != nullptr ? binder_->pin(seq.adapter_id)
+                                            : Result<int32_t>(make_error("no adapters are loaded"));
+  if (slot) {
+    seq.adapter_slot = *slot;
+    return true;
+  }
+  fail(seq, slot.error().message, out);
+  return false;
 }
 
 SchedulerOutput Scheduler::schedule() {
+  ++epoch_;
+  release_unpins();
   SchedulerOutput out;
-  out.dropped = std::move(pending_drops_);
-  pending_drops_.clear();
-  for (const auto& [id, copy] : pending_slot_copies_) out.slot_copies.push_back(copy);
-  pending_slot_copies_.clear();
+  out.finished = std::move(pending_finished_);
+  pending_finished_.clear();
   // KIVI: running sequences' groups that their next queries read quantized become quantized
   // blocks, first (their residual blocks free up for this step's allocations).
   if (kv_.kivi())
     for (SeqId id : ordered(SeqStatus::kRunning)) {
+      const Sequence& seq = get(id);
       std::vector<kv::GroupQuantization> q =
-          companion_rows_ ? kv_.compact(id, get(id).num_computed_tokens, companion_rows_(id))
-                          : kv_.compact(id, get(id).num_computed_tokens);
+          config_.compaction_waits_for_companion
+              ? kv_.compact(id, seq.num_computed_tokens, seq.companion_rows)
+              : kv_.compact(id, seq.num_computed_tokens);
+      if (q.empty()) continue;
+      tables_changed_.insert(id);
       out.group_quantizations.insert(out.group_quantizations.end(),
                                      std::make_move_iterator(q.begin()),
                                      std::make_move_iterator(q.end()));
@@ -196,14 +267,18 @@ SchedulerOutput Scheduler::schedule() {
       if (seq.status != SeqStatus::kRunning) continue;  // preempted meanwhile
       const int64_t uncomputed = seq.num_uncomputed();
       if ((uncomputed <= 1) != one_token) continue;
+      // The step in flight samples its last token: nothing more to compute.
+      if (seq.num_output_placeholders > 0 && seq.num_tokens_planned() >= seq.max_total_tokens)
+        continue;
       if (std::any_of(out.scheduled.begin(), out.scheduled.end(),
                       [&](const auto& s) { return s.id == id; }))
         continue;
       const int64_t num_new = std::min(uncomputed, room());
       if (!config_.enable_chunked_prefill && num_new < uncomputed) continue;
       if (num_new <= 0 || !seats()) continue;
+      // Proposals follow the committed tokens: none while a sampled token is still unknown.
       int64_t num_spec =
-          num_new == uncomputed
+          num_new == uncomputed && seq.num_output_placeholders == 0
               ? std::min<int64_t>(static_cast<int64_t>(seq.spec_token_ids.size()), room() - num_new)
               : 0;
       if (!allocate_or_preempt(seq, num_new, num_spec, out)) continue;
@@ -235,7 +310,9 @@ SchedulerOutput Scheduler::schedule() {
   if (out.preempted.empty()) {
     for (SeqId id : ordered(SeqStatus::kSwapped)) {
       Sequence& seq = get(id);
-      if (!adapter_fits(seq)) break;
+      // Its tokens must be known to come back (async scheduling: the step that preempted it may
+      // not have been read yet).
+      if (!adapter_fits(seq) || seq.num_output_placeholders > 0) break;
       const int64_t num_new = std::min(seq.num_uncomputed(), room());
       if (num_new <= 0 || !seats()) break;
       if (!config_.enable_chunked_prefill && num_new < seq.num_uncomputed()) break;
@@ -243,6 +320,7 @@ SchedulerOutput Scheduler::schedule() {
       // would hold blocks without running and be the next victim, swapped out again for nothing.
       if (!kv_.can_swap_in(id, seq.num_computed_tokens + num_new + config_.num_lookahead_slots))
         break;
+      if (!bind_adapter(seq, out)) continue;
       auto moves = kv_.swap_in(id);
       out.swap_in.insert(out.swap_in.end(), moves.begin(), moves.end());
       seq.status = SeqStatus::kRunning;
@@ -268,6 +346,7 @@ SchedulerOutput Scheduler::schedule() {
     bool adapter_waits = false;  // an adapter sequence waits for --max-loras: later ones too
     for (SeqId id : ordered(SeqStatus::kWaiting)) {
       Sequence& seq = get(id);
+      if (seq.num_output_placeholders > 0) break;  // preempted with a token not read yet
       if (seq.adapter_id != 0 && (adapter_waits || !adapter_fits(seq))) {
         adapter_waits = true;
         continue;
@@ -283,6 +362,8 @@ SchedulerOutput Scheduler::schedule() {
       if (!granted) break;
       out.block_copies.insert(out.block_copies.end(), granted->copies().begin(),
                               granted->copies().end());
+      // Its adapter's file no longer reads: the blocks just granted go back, the request ends.
+      if (!bind_adapter(seq, out)) continue;
       seq.num_computed_tokens = start;
       if (kv_.prefix_caching_enabled()) {
         totals_.prefix_cache_queries += seq.num_tokens();
@@ -293,53 +374,124 @@ SchedulerOutput Scheduler::schedule() {
       schedule_tokens(seq, num_new, 0, out);
     }
   }
+  if (config_.num_scheduler_steps > 1) extend_to_multi_step(out);
+  fork_samples(out);
   describe_for_runner(out);
+  for (const auto& [id, seq] : sequences_)
+    if (seq.status != SeqStatus::kSwapped) ++out.num_running_or_waiting;
   return out;
 }
 
-void Scheduler::describe_for_runner(SchedulerOutput& out) {
+void Scheduler::extend_to_multi_step(SchedulerOutput& out) {
+  if (out.scheduled.empty()) return;
   for (const ScheduledSequence& s : out.scheduled) {
     const Sequence& seq = get(s.id);
-    const std::vector<kv::BlockId>& table = kv_.block_table(s.id);
-    auto it = runner_.find(s.id);
+    const bool decode = s.num_new_tokens == 1 && s.num_spec_tokens == 0 && s.samples() &&
+                        s.start >= seq.num_prompt_tokens && seq.forks.empty();
+    if (!decode) return;  // a step with prompt work (or proposals) runs single-step
+  }
+  for (ScheduledSequence& s : out.scheduled) {
+    Sequence& seq = get(s.id);
+    // The entry computes position start and samples the token after; each further pass computes
+    // the token the pass before sampled. Never past max_tokens; as far as free blocks allow (no
+    // one is preempted for it).
+    int64_t steps = std::min(config_.num_scheduler_steps,
+                             seq.max_total_tokens - (seq.num_tokens_planned() - 1));
+    for (; steps > 1; --steps)
+      if (auto granted = kv_.allocate_slots(s.id, s.start, steps, config_.num_lookahead_slots)) {
+        out.block_copies.insert(out.block_copies.end(), granted->copies().begin(),
+                                granted->copies().end());
+        break;
+      }
+    if (steps <= 1) continue;
+    s.num_steps = steps;
+    seq.num_computed_tokens += steps - 1;
+    seq.num_output_placeholders += steps - 1;
+  }
+}
+
+void Scheduler::fork_samples(SchedulerOutput& out) {
+  for (const ScheduledSequence& s : out.scheduled) {
+    if (!s.samples()) continue;
+    Sequence& parent = get(s.id);
+    if (parent.forks.empty()) continue;
+    const std::vector<ForkData> forks = std::move(parent.forks);
+    parent.forks.clear();
+    for (const ForkData& f : forks) {
+      // Checked before the KV manager shares any block: emplace below would silently keep the
+      // existing sequence while the child's blocks stayed allocated under its id.
+      VESPER_CHECK(sequences_.count(f.child) == 0, "fork into existing sequence %lld",
+                   static_cast<long long>(f.child));
+      Sequence child = parent;
+      child.id = f.child;
+      child.sampling.seed = f.seed;
+      child.spec_token_ids.clear();
+      child.spec_tree_parents.clear();
+      child.spec_in_flight.clear();
+      child.spec_tree_in_flight.clear();
+      child.adapter_slot = -1;
+      if (child.adapter_id != 0) {
+        // The parent's copy is pinned, so this pin finds it loaded.
+        auto slot = binder_->pin(child.adapter_id);
+        VESPER_CHECK(slot.ok(), "a pinned adapter failed to pin again: %s",
+                     slot.ok() ? "" : slot.error().message.c_str());
+        child.adapter_slot = *slot;
+      }
+      kv_.fork(parent.id, child.id);
+      // The runner copies the parent as this plan leaves it.
+      runner_[child.id] = RunnerView{true, child.num_tokens(), kv_.block_table(parent.id)};
+      out.forks.push_back(f);
+      sequences_.emplace(child.id, std::move(child));
+    }
+  }
+}
+
+void Scheduler::describe_for_runner(SchedulerOutput& out) {
+  auto describe = [&](SeqId id) {
+    const Sequence& seq = get(id);
+    const std::vector<kv::BlockId>& table = kv_.block_table(id);
+    auto it = runner_.find(id);
     if (it == runner_.end()) {
-      out.new_sequences.push_back(
-          NewSequenceData{s.id, seq.tokens, table, seq.adapter_id, -1, kv_.quantized_groups(s.id)});
-      runner_.emplace(s.id, RunnerView{seq.num_tokens(), table});
-      continue;
+      out.new_sequences.push_back(NewSequenceData{id, seq.tokens, seq.num_prompt_tokens, table,
+                                                  seq.adapter_slot, kv_.quantized_groups(id),
+                                                  seq.sampling});
+      runner_.emplace(id, RunnerView{true, seq.num_tokens(), table});
+      return;
     }
     RunnerView& view = it->second;
     CachedSequenceData c;
-    c.id = s.id;
-    c.new_token_ids.assign(seq.tokens.begin() + view.num_tokens, seq.tokens.end());
-    const size_t keep = std::min(view.block_table.size(), table.size());
+    c.id = id;
+    c.resumed = !view.resident;
+    c.num_tokens = seq.num_tokens();
+    const size_t keep = c.resumed ? 0 : std::min(view.block_table.size(), table.size());
     for (size_t i = 0; i < keep; ++i)
       if (view.block_table[i] != table[i])
         c.replaced_blocks.push_back({static_cast<int32_t>(i), table[i]});
     c.new_block_ids.assign(table.begin() + static_cast<int64_t>(keep), table.end());
     c.num_blocks = static_cast<int64_t>(table.size());
-    c.quantized_groups = kv_.quantized_groups(s.id);
+    c.quantized_groups = kv_.quantized_groups(id);
+    c.adapter = seq.adapter_slot;
+    view.resident = true;
     view.num_tokens = seq.num_tokens();
     view.block_table = table;
     out.cached_sequences.push_back(std::move(c));
+  };
+  for (const ScheduledSequence& s : out.scheduled) {
+    describe(s.id);
+    tables_changed_.erase(s.id);
   }
+  // Resident sequences the plan does not schedule whose tables changed (KIVI compaction,
+  // proposals' slots given back): the runner's copy stays exact.
+  for (const SeqId id : tables_changed_) {
+    auto it = runner_.find(id);
+    if (it != runner_.end() && it->second.resident && it->second.block_table != kv_.block_table(id))
+      describe(id);
+  }
+  tables_changed_.clear();
 }
 
-void Scheduler::append_token(SeqId id, int32_t token) {
-  Sequence& seq = get(id);
-  VESPER_CHECK(seq.status == SeqStatus::kRunning,
-               "append_token to sequence %lld that is not running", static_cast<long long>(id));
-  VESPER_CHECK(seq.spec_in_flight.empty(),
-               "append_token to sequence %lld before its verification was accepted",
-               static_cast<long long>(id));
-  seq.tokens.push_back(token);
-  seq.spec_token_ids.clear();  // proposed for the old end
-  seq.spec_tree_parents.clear();
-}
-
-void Scheduler::set_spec_tokens(SeqId id, std::vector<int32_t> tokens,
-                                std::vector<int32_t> tree_parents) {
-  Sequence& seq = get(id);
+void Scheduler::set_spec_tokens(Sequence& seq, std::span<const int32_t> tokens,
+                                std::span<const int32_t> tree_parents) {
   VESPER_CHECK(tree_parents.empty() || tree_parents.size() == tokens.size(),
                "%zu tree parents for %zu proposals", tree_parents.size(), tokens.size());
   for (size_t j = 0; j < tree_parents.size(); ++j)
@@ -349,75 +501,75 @@ void Scheduler::set_spec_tokens(SeqId id, std::vector<int32_t> tokens,
   // proposals also need a KV slot each).
   const auto room =
       static_cast<size_t>(std::max<int64_t>(0, seq.max_total_tokens - seq.num_tokens()));
-  if (tokens.size() > room) tokens.resize(room);
-  if (tree_parents.size() > room) tree_parents.resize(room);
-  seq.spec_token_ids = std::move(tokens);
-  seq.spec_tree_parents = std::move(tree_parents);
+  seq.spec_token_ids.assign(tokens.begin(), tokens.begin() + std::min(tokens.size(), room));
+  seq.spec_tree_parents.assign(tree_parents.begin(),
+                               tree_parents.begin() + std::min(tree_parents.size(), room));
 }
 
-void Scheduler::accept_spec_tokens(SeqId id, int64_t num_accepted) {
-  std::vector<int32_t> chain(static_cast<size_t>(std::max<int64_t>(num_accepted, 0)));
-  for (size_t i = 0; i < chain.size(); ++i) chain[i] = static_cast<int32_t>(i);
-  accept_spec_path(id, chain);
-}
-
-void Scheduler::accept_spec_path(SeqId id, std::span<const int32_t> path) {
-  Sequence& seq = get(id);
-  const auto in_flight = static_cast<int32_t>(seq.spec_in_flight.size());
-  const bool tree = !seq.spec_tree_in_flight.empty();
-  for (size_t i = 0; i < path.size(); ++i) {
-    const int32_t node = path[i];
-    const int32_t parent = i == 0 ? -1 : path[i - 1];
-    VESPER_CHECK(
-        node >= 0 && node < in_flight &&
-            (tree ? seq.spec_tree_in_flight[node] == parent : node == static_cast<int32_t>(i)),
-        "sequence %lld: accepted proposal %d (of %d) does not continue the path",
-        static_cast<long long>(id), node, in_flight);
+void Scheduler::commit(Sequence& seq, int64_t num_accepted, std::span<const int32_t> tokens) {
+  const auto in_flight = static_cast<int64_t>(seq.spec_in_flight.size());
+  VESPER_CHECK(num_accepted >= 0 && num_accepted <= in_flight,
+               "sequence %lld: %lld of %lld proposals accepted", static_cast<long long>(seq.id),
+               static_cast<long long>(num_accepted), static_cast<long long>(in_flight));
+  // A stop among the kept proposals cut the tokens there: those kept are computed.
+  num_accepted = std::min(num_accepted, static_cast<int64_t>(tokens.size()));
+  seq.tokens.insert(seq.tokens.end(), tokens.begin(), tokens.end());
+  seq.spec_token_ids.clear();  // proposed for the old end
+  seq.spec_tree_parents.clear();
+  if (in_flight == 0) {
+    // Tokens computed in this plan's later passes (multi-step) are known now: their blocks may
+    // be full.
+    if (seq.status == SeqStatus::kRunning)
+      kv_.cache_full_blocks(seq.id, seq.tokens, std::min(seq.num_computed_tokens, seq.num_tokens()),
+                            seq.prefix_root);
+    return;
   }
-  // A proposal's K/V lie in the slot of position (first proposal's) + its index; an accepted one
-  // belongs at (first proposal's) + its depth. Depth <= index, and both grow along the path, so
-  // copying in path order never overwrites a slot a later copy reads.
-  const int64_t first = seq.num_computed_tokens;
-  auto slot_of = [&](int64_t pos) { return kv_.slot(id, pos); };
-  for (size_t i = 0; i < path.size(); ++i)
-    if (path[i] != static_cast<int32_t>(i))
-      pending_slot_copies_.push_back(
-          {id, SlotCopy{slot_of(first + path[i]), slot_of(first + static_cast<int64_t>(i))}});
-  // The accepted tokens' K/V were written by the step: they are committed and computed.
-  for (const int32_t node : path) seq.tokens.push_back(seq.spec_in_flight[node]);
-  seq.num_computed_tokens += static_cast<int64_t>(path.size());
+  // The kept proposals' K/V were written by the step (the runner moved a tree path's to the slots
+  // of its positions): they are committed and computed. The rejected ones' slots go back (the
+  // lookahead slots stay: a draft model writes its next proposals there); what was kept may fill
+  // blocks for the prefix cache.
+  seq.num_computed_tokens += num_accepted;
   seq.spec_in_flight.clear();
   seq.spec_tree_in_flight.clear();
-  seq.spec_tree_parents.clear();
-  seq.spec_token_ids.clear();
-  // The rejected ones' slots go back (the lookahead slots stay: a draft model writes its next
-  // proposals there); what was accepted may fill blocks for the prefix cache.
-  kv_.truncate(id, seq.num_computed_tokens + config_.num_lookahead_slots);
-  kv_.cache_full_blocks(id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
+  kv_.truncate(seq.id, seq.num_computed_tokens + config_.num_lookahead_slots);
+  tables_changed_.insert(seq.id);
+  kv_.cache_full_blocks(seq.id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
 }
 
-void Scheduler::fork(SeqId parent, SeqId child) {
-  Sequence copy = get(parent);
-  VESPER_CHECK(copy.status == SeqStatus::kRunning, "fork of a sequence that is not running");
-  VESPER_CHECK(copy.spec_in_flight.empty(), "fork of a sequence with speculative tokens in flight");
-  // Checked before the KV manager shares any block: emplace below would silently keep the
-  // existing sequence while the child's blocks stayed allocated under its id.
-  VESPER_CHECK(sequences_.count(child) == 0, "fork into existing sequence %lld",
-               static_cast<long long>(child));
-  copy.id = child;
-  copy.spec_token_ids.clear();
-  copy.spec_tree_parents.clear();
-  kv_.fork(parent, child);
-  sequences_.emplace(child, std::move(copy));
+void Scheduler::update(const SchedulerOutput& plan, const ModelRunnerOutput& output) {
+  // The plan's samples are known now: their placeholders give way to the tokens below (a sequence
+  // the runner ended early gets fewer, and leaves).
+  for (const ScheduledSequence& s : plan.scheduled)
+    if (s.samples())
+      if (auto it = sequences_.find(s.id); it != sequences_.end())
+        it->second.num_output_placeholders -= s.num_steps;
+  for (const ForkData& f : plan.forks)
+    if (auto it = sequences_.find(f.child); it != sequences_.end())
+      --it->second.num_output_placeholders;
+  for (const SampledSequence& r : output.sequences) {
+    auto it = sequences_.find(r.id);
+    if (it == sequences_.end()) continue;  // removed meanwhile (aborted, stopped by text)
+    Sequence& seq = it->second;
+    // With async scheduling the plan made meanwhile may have preempted it: its tokens count all
+    // the same (it recomputes them, or its swapped blocks hold their K/V but the last).
+    VESPER_CHECK(seq.status == SeqStatus::kRunning || config_.max_plans_in_flight > 1,
+                 "sequence %lld sampled while not running", static_cast<long long>(r.id));
+    commit(seq, r.num_accepted, r.token_ids);
+    if (r.finished) {
+      remove(r.id);
+      continue;
+    }
+    if (r.companion_rows >= 0) seq.companion_rows = r.companion_rows;
+    set_spec_tokens(seq, r.proposals, r.proposal_parents);
+  }
 }
 
-void Scheduler::remove(SeqId id) {
+void Scheduler::remove(SeqId id, int64_t num_valid_tokens) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return;
+  if (num_valid_tokens >= 0) kv_.uncache_blocks_from(id, num_valid_tokens);
+  forget_in_runner(id);
   kv_.free(id);
-  drop_from_runner(id, pending_drops_);
-  // Its blocks are free: nothing of it is to be moved.
-  std::erase_if(pending_slot_copies_, [id](const auto& c) { return c.first == id; });
   sequences_.erase(it);
 }
 
@@ -437,42 +589,56 @@ SchedulerStats Scheduler::stats() const {
 void Scheduler::check_invariants() const {
   kv_.check_invariants();
   for (const auto& [id, s] : sequences_) {
-    VESPER_CHECK(s.num_computed_tokens >= 0 && s.num_computed_tokens <= s.num_tokens(),
-                 "sequence %lld computed %lld of %lld tokens", static_cast<long long>(id),
-                 static_cast<long long>(s.num_computed_tokens),
-                 static_cast<long long>(s.num_tokens()));
+    VESPER_CHECK(s.num_computed_tokens >= 0 && s.num_computed_tokens <= s.num_tokens_planned() &&
+                     s.num_output_placeholders >= 0,
+                 "sequence %lld computed %lld of %lld tokens (%lld placeholders)",
+                 static_cast<long long>(id), static_cast<long long>(s.num_computed_tokens),
+                 static_cast<long long>(s.num_tokens()),
+                 static_cast<long long>(s.num_output_placeholders));
     VESPER_CHECK(s.num_tokens() <= config_.max_model_len,
                  "sequence %lld is longer than max_model_len", static_cast<long long>(id));
+    auto view = runner_.find(id);
+    const bool resident = view != runner_.end() && view->second.resident;
     switch (s.status) {
       case SeqStatus::kRunning: {
         // Cached blocks in the table hold exactly this sequence's tokens at their position, and
         // only committed, computed (or being computed this step) positions are cached.
-        kv_.check_sequence(id, s.tokens, s.num_computed_tokens);
+        kv_.check_sequence(id, s.tokens, std::min(s.num_computed_tokens, s.num_tokens()));
         VESPER_CHECK(kv_.has_device_blocks(id) || s.num_computed_tokens == 0,
                      "running sequence %lld has computed tokens but no blocks",
                      static_cast<long long>(id));
         const int64_t in_kv = s.num_computed_tokens + static_cast<int64_t>(s.spec_in_flight.size());
         VESPER_CHECK(static_cast<int64_t>(kv_.block_table(id).size()) >= kv_.entries_for(id, in_kv),
                      "running sequence %lld has too few blocks", static_cast<long long>(id));
+        VESPER_CHECK(resident, "running sequence %lld is not resident in the runner",
+                     static_cast<long long>(id));
+        VESPER_CHECK((s.adapter_id != 0) == (s.adapter_slot >= 0),
+                     "running sequence %lld: adapter %llu, slot %d", static_cast<long long>(id),
+                     static_cast<unsigned long long>(s.adapter_id), s.adapter_slot);
         break;
       }
       case SeqStatus::kWaiting:
         VESPER_CHECK(
             !kv_.has_device_blocks(id) && !kv_.is_swapped(id) && s.num_computed_tokens == 0,
             "waiting sequence %lld holds blocks", static_cast<long long>(id));
-        VESPER_CHECK(runner_.count(id) == 0, "waiting sequence %lld is still held by the runner",
+        VESPER_CHECK(!resident && s.adapter_slot < 0,
+                     "waiting sequence %lld is still resident in the runner",
                      static_cast<long long>(id));
         break;
       case SeqStatus::kSwapped:
         VESPER_CHECK(kv_.is_swapped(id) && !kv_.has_device_blocks(id),
                      "swapped sequence %lld misplaced", static_cast<long long>(id));
-        VESPER_CHECK(runner_.count(id) == 0, "swapped sequence %lld is still held by the runner",
+        VESPER_CHECK(!resident && s.adapter_slot < 0,
+                     "swapped sequence %lld is still resident in the runner",
                      static_cast<long long>(id));
         break;
       case SeqStatus::kFinished:
         VESPER_CHECK(false, "finished sequence %lld still held", static_cast<long long>(id));
     }
   }
+  for (const auto& [id, view] : runner_)
+    VESPER_CHECK(sequences_.count(id) != 0, "the runner holds forgotten sequence %lld",
+                 static_cast<long long>(id));
 }
 
 }  // namespace vesper::sched

@@ -29,20 +29,26 @@
 //
 // The scheduler is pure bookkeeping: it owns the Sequences and drives the KvCacheManager. Each
 // plan it returns is self-contained (sched/scheduler_output.h): it tracks what the runner holds
-// and sends new sequences whole and running ones as changes. The engine runs the plan and then
-// reports back: append_token for sampled tokens, accept_spec_tokens after a verification.
+// and sends new sequences whole (with how they sample) and resident ones as changes; it binds
+// adapters to loaded copies as it writes them (sched/adapter_binder.h) and forks n > 1 samples in
+// the step that completes their prompt. After the runner has run a plan, update() takes what it
+// returned (sched/runner_output.h): sampled tokens, verified proposals, token-level finishes and
+// the next step's proposals.
 #pragma once
 
 #include <cstdint>
-#include <functional>
+#include <deque>
 #include <map>
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/result.h"
 #include "kv/kv_cache_manager.h"
+#include "sched/adapter_binder.h"
+#include "sched/runner_output.h"
 #include "sched/scheduler_output.h"
 #include "sched/sequence.h"
 
@@ -63,6 +69,18 @@ struct SchedulerConfig {
   // whose adapter would exceed it waits, and so do the adapter sequences after it (first come,
   // first served among adapters, so none starves); sequences without an adapter go ahead.
   int64_t max_loras = 0;
+  // KIVI with a draft model: a group is quantized only once the draft's cache holds its rows
+  // (Sequence::companion_rows, from the runner's outputs): the draft cannot catch up into a
+  // quantized group.
+  bool compaction_waits_for_companion = false;
+  // Plans the runner may be running or holding when the next one is made: 1 when each plan runs
+  // before the next is made, 2 with async scheduling. An adapter copy is unpinned only once no
+  // such plan reads it.
+  int64_t max_plans_in_flight = 1;
+  // --num-scheduler-steps N: a plan whose every sequence decodes (nothing admitted, no prompt
+  // work, no proposals) runs N passes at once (ScheduledSequence::num_steps), each sequence as
+  // far as its max_tokens allow and KV slots are free.
+  int64_t num_scheduler_steps = 1;
 };
 
 struct SchedulerStats {
@@ -83,6 +101,8 @@ class Scheduler {
   Scheduler(const SchedulerConfig& config, kv::KvCacheManager& kv);
 
   const SchedulerConfig& config() const { return config_; }
+  // Where adapters are pinned (null: none are; a sequence with an adapter then cannot run).
+  void set_adapter_binder(AdapterBinder* binder) { binder_ = binder; }
 
   // Adds a waiting sequence. Errors (nothing added) when it could never be scheduled: prompt
   // or max_total_tokens over max_model_len, more blocks than the cache has, or, with chunked
@@ -91,41 +111,21 @@ class Scheduler {
   Status add(Sequence seq);
 
   // Plans one step and commits it: blocks are allocated, num_computed_tokens advanced (by the
-  // committed tokens scheduled; speculative ones are in flight until accept_spec_tokens).
+  // committed tokens scheduled; speculative ones are in flight until update), adapters pinned,
+  // forks made.
   SchedulerOutput schedule();
 
-  // A running sequence gains a sampled token.
-  void append_token(SeqId id, int32_t token);
+  // What the runner returned for `plan` (the last plan schedule() made): each sampled
+  // sequence's tokens are committed (kept proposals become computed, the rest of their KV slots
+  // go back), a sequence whose last token ends it is removed, and the proposals become the
+  // sequence's speculative tokens for a later step. Sequences removed since the plan was made
+  // (aborted, finished by a stop string) are skipped.
+  void update(const SchedulerOutput& plan, const ModelRunnerOutput& output);
 
-  // Speculative tokens proposed to follow the sequence's committed tokens; a later step verifies
-  // them when it schedules the sequence up to its end (it may also not: they are then dropped
-  // when the sequence gains a token). Replaces earlier proposals. With `tree_parents` (one per
-  // token, parents first: the parent's index, -1 for the last committed token) the proposals
-  // form a tree, verified in one pass with tree attention; else a chain.
-  void set_spec_tokens(SeqId id, std::vector<int32_t> tokens,
-                       std::vector<int32_t> tree_parents = {});
-  // After a step that verified the sequence's speculative tokens: the first num_accepted become
-  // committed (their K/V are computed), the rest are rolled back (their KV slots released). The
-  // engine then appends the token sampled after the last accepted one (append_token).
-  void accept_spec_tokens(SeqId id, int64_t num_accepted);
-  // The same for a tree: `path` lists the accepted proposals from the root down (each the
-  // child of the one before). Their K/V were written in the slots of their indices; the next
-  // plan copies them to the slots of their positions first thing (SchedulerOutput::slot_copies).
-  void accept_spec_path(SeqId id, std::span<const int32_t> path);
-
-  // KIVI with companion storage (a draft model's cache, indexed by the same tables): `written`
-  // tells how many leading positions of a sequence the companion holds rows for; compaction
-  // quantizes only groups wholly before that, since a companion cannot write rows into a group
-  // once it is quantized. Without it, compaction follows the residual window alone.
-  void set_companion_rows(std::function<int64_t(SeqId)> written) {
-    companion_rows_ = std::move(written);
-  }
-
-  // Creates `child` as a running copy of running sequence `parent`, sharing its blocks.
-  void fork(SeqId parent, SeqId child);
-
-  // Removes a sequence in any state and frees its blocks (finish and abort alike).
-  void remove(SeqId id);
+  // Removes a sequence in any state and frees its blocks (finish and abort alike). With
+  // `num_valid_tokens`, its blocks past that many tokens leave the prefix cache first (tokens
+  // after a stop string that ended the sequence late: nothing of them is kept).
+  void remove(SeqId id, int64_t num_valid_tokens = -1);
 
   const Sequence* find(SeqId id) const;
   // Calls fn(const Sequence&) for every running sequence, in id order.
@@ -154,27 +154,55 @@ class Scheduler {
   bool allocate_or_preempt(Sequence& seq, int64_t num_new, int64_t& num_spec, SchedulerOutput& out);
   void preempt(Sequence& victim, SchedulerOutput& out);
   void schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec, SchedulerOutput& out);
-  // Fills the plan's new and cached sequence data for what it schedules, and records what the
-  // runner then holds.
+  // Pins the adapter of a sequence about to become resident in the runner. False (and the
+  // sequence dropped, reported in out.failed) when its copy cannot be loaded.
+  bool bind_adapter(Sequence& seq, SchedulerOutput& out);
+  // Forks the n > 1 samples of the plan's sequences whose prompt it completes.
+  void fork_samples(SchedulerOutput& out);
+  // A plan of decodes alone runs num_scheduler_steps passes: each entry's KV slots and
+  // placeholders for its further tokens.
+  void extend_to_multi_step(SchedulerOutput& out);
+  // Fills the plan's new and cached sequence data for what it schedules (and for resident
+  // sequences whose tables changed since the runner last saw them), and records what the runner
+  // then holds.
   void describe_for_runner(SchedulerOutput& out);
   std::vector<SeqId> ordered(SeqStatus status) const;
+  // The runner stops reading `id`'s KV (preempted): its table and adapter pin go.
+  void release_from_runner(SeqId id);
+  // The runner forgets `id` (finished, aborted): told in the next plan's `finished`.
+  void forget_in_runner(SeqId id);
+  // Unpins the adapter slots no plan still in flight reads.
+  void release_unpins();
+  // Drops a sequence that can never be admitted (its adapter no longer loads): its blocks go, the
+  // runner forgets it, the plan reports it in `failed`.
+  void fail(Sequence& seq, std::string message, SchedulerOutput& out);
+  // Commits `num_accepted` of the sequence's in-flight proposals and appends `tokens` (the kept
+  // proposals' ids, then the token drawn after them).
+  void commit(Sequence& seq, int64_t num_accepted, std::span<const int32_t> tokens);
+  // Speculative tokens proposed to follow the sequence's committed tokens (tree_parents empty:
+  // a chain), capped at what it may still grow by.
+  void set_spec_tokens(Sequence& seq, std::span<const int32_t> tokens,
+                       std::span<const int32_t> tree_parents);
 
-  // What the runner holds of a sequence: its committed tokens up to num_tokens and this table.
+  // What the runner holds of a sequence: whether it is resident (its table), the committed tokens
+  // the scheduler told it of, and the table as last described.
   struct RunnerView {
+    bool resident = false;
     int64_t num_tokens = 0;
     std::vector<kv::BlockId> block_table;
   };
-  // Forgets the runner's copy of `id`, telling the runner in `dropped`.
-  void drop_from_runner(SeqId id, std::vector<SeqId>& dropped);
 
   SchedulerConfig config_;
   kv::KvCacheManager& kv_;
-  std::function<int64_t(SeqId)> companion_rows_;  // set_companion_rows
+  AdapterBinder* binder_ = nullptr;
   std::map<SeqId, Sequence> sequences_;
   std::unordered_map<SeqId, RunnerView> runner_;
-  std::vector<SeqId> pending_drops_;  // removed since the last plan, held by the runner
-  // Accepted tree paths' K/V moves, for the next plan.
-  std::vector<std::pair<SeqId, SlotCopy>> pending_slot_copies_;
+  std::vector<SeqId> pending_finished_;       // forgotten since the last plan
+  std::unordered_set<SeqId> tables_changed_;  // resident, table changed outside a plan
+  // Adapter slots the runner stopped reading, each with the schedule() call it was released in
+  // or after (epoch_ then): released once no plan in flight can read them.
+  std::deque<std::pair<int64_t, int32_t>> pending_unpins_;
+  int64_t epoch_ = 0;  // schedule() calls so far
   SchedulerStats totals_;
 };
 

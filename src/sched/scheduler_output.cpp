@@ -7,7 +7,7 @@
 namespace vesper::sched {
 namespace {
 
-constexpr uint64_t kMagic = 0x56535033;  // "VSP3": the format's version (3: adapter slots)
+constexpr uint64_t kMagic = 0x56535034;  // "VSP4": the format's version (4: the runner samples)
 
 #define VESPER_READ(var, expr)                    \
   auto var##_result = (expr);                     \
@@ -37,20 +37,25 @@ void write_mappings(ByteWriter& w, const std::vector<kv::SwapMapping>& m) {
 std::vector<uint8_t> SchedulerOutput::serialize() const {
   ByteWriter w;
   w.u64(kMagic);
-  w.ints<SeqId>(dropped);
+  w.ints<SeqId>(finished);
+  w.ints<SeqId>(preempted);
+  w.ints<SeqId>(recomputed);
   w.u64(new_sequences.size());
   for (const auto& n : new_sequences) {
     w.i64(n.id);
     w.ints<int32_t>(n.token_ids);
+    w.i64(n.num_prompt_tokens);
     w.ints<kv::BlockId>(n.block_table);
-    w.u64(n.adapter_id);
     w.i64(n.adapter);
     w.i64(n.quantized_groups);
+    sample::write_sampling_params(w, *n.sampling.params);
+    w.u64(n.sampling.seed);
   }
   w.u64(cached_sequences.size());
   for (const auto& c : cached_sequences) {
     w.i64(c.id);
-    w.ints<int32_t>(c.new_token_ids);
+    w.boolean(c.resumed);
+    w.i64(c.num_tokens);
     w.i64(c.num_blocks);
     std::vector<int32_t> replaced;
     for (const auto& e : c.replaced_blocks) {
@@ -60,18 +65,19 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.ints<int32_t>(replaced);
     w.ints<kv::BlockId>(c.new_block_ids);
     w.i64(c.quantized_groups);
+    w.i64(c.adapter);
+  }
+  w.u64(forks.size());
+  for (const auto& f : forks) {
+    w.i64(f.parent);
+    w.i64(f.child);
+    w.u64(f.seed);
   }
   w.u64(group_quantizations.size());
   for (const auto& q : group_quantizations) {
     w.ints<kv::BlockId>(q.rows);
     w.i64(q.dst);
   }
-  std::vector<int64_t> slots;
-  for (const auto& c : slot_copies) {
-    slots.push_back(c.src);
-    slots.push_back(c.dst);
-  }
-  w.ints<int64_t>(slots);
   write_mappings(w, swap_out);
   write_mappings(w, swap_in);
   std::vector<int32_t> copies;
@@ -89,27 +95,40 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.i64(s.num_logits_rows);
     w.ints<int32_t>(s.spec_token_ids);
     w.ints<int32_t>(s.spec_tree_parents);
+    w.i64(s.num_steps);
   }
-  w.ints<SeqId>(preempted);
   w.i64(num_batched_tokens);
+  w.i64(num_running_or_waiting);
+  w.u64(failed.size());
+  for (const auto& f : failed) {
+    w.i64(f.id);
+    w.str(f.message);
+  }
   return w.take();
 }
 
-Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> bytes) {
+Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> bytes,
+                                                     const sample::GrammarCompiler& compile) {
   ByteReader r(bytes);
   SchedulerOutput out;
   VESPER_READ(magic, r.u64());
   if (magic != kMagic) return make_error("not a step plan (or another version of the format)");
-  VESPER_TRY(r.ints(out.dropped));
+  VESPER_TRY(r.ints(out.finished));
+  VESPER_TRY(r.ints(out.preempted));
+  VESPER_TRY(r.ints(out.recomputed));
   VESPER_READ(num_new, r.count());
   out.new_sequences.resize(num_new);
   for (auto& n : out.new_sequences) {
     VESPER_READ(id, r.i64());
     n.id = id;
     VESPER_TRY(r.ints(n.token_ids));
+    VESPER_READ(num_prompt, r.i64());
+    if (num_prompt < 1 || num_prompt > static_cast<int64_t>(n.token_ids.size()))
+      return make_error("sequence " + std::to_string(id) + " has a prompt of " +
+                        std::to_string(num_prompt) + " of its " +
+                        std::to_string(n.token_ids.size()) + " tokens");
+    n.num_prompt_tokens = num_prompt;
     VESPER_TRY(r.ints(n.block_table));
-    VESPER_READ(adapter_id, r.u64());
-    n.adapter_id = adapter_id;
     VESPER_READ(adapter, r.i64());
     if (adapter < -1 || adapter > INT32_MAX) return make_error("adapter slot out of range");
     n.adapter = static_cast<int32_t>(adapter);
@@ -117,13 +136,23 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     if (quantized < 0 || quantized > static_cast<int64_t>(n.block_table.size()))
       return make_error("quantized groups out of range for sequence " + std::to_string(id));
     n.quantized_groups = quantized;
+    auto params = std::make_shared<sample::SamplingParams>();
+    if (Status st = sample::read_sampling_params(r, *params, compile); !st)
+      return make_error("sequence " + std::to_string(id) + ": " + st.error().message);
+    n.sampling.params = std::move(params);
+    VESPER_READ(seed, r.u64());
+    n.sampling.seed = seed;
   }
   VESPER_READ(num_cached, r.count());
   out.cached_sequences.resize(num_cached);
   for (auto& c : out.cached_sequences) {
     VESPER_READ(id, r.i64());
     c.id = id;
-    VESPER_TRY(r.ints(c.new_token_ids));
+    VESPER_READ(resumed, r.boolean());
+    c.resumed = resumed;
+    VESPER_READ(num_tokens, r.i64());
+    if (num_tokens < 1) return make_error("sequence " + std::to_string(id) + " has no tokens");
+    c.num_tokens = num_tokens;
     VESPER_READ(num_blocks, r.i64());
     c.num_blocks = num_blocks;
     std::vector<int32_t> replaced;
@@ -132,13 +161,26 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     for (size_t i = 0; i < replaced.size(); i += 2)
       c.replaced_blocks.push_back({replaced[i], replaced[i + 1]});
     VESPER_TRY(r.ints(c.new_block_ids));
-    if (c.num_blocks < static_cast<int64_t>(c.new_block_ids.size()))
+    if (c.num_blocks < static_cast<int64_t>(c.new_block_ids.size()) ||
+        (c.resumed && c.num_blocks != static_cast<int64_t>(c.new_block_ids.size())))
       return make_error("a table of " + std::to_string(c.num_blocks) + " blocks with " +
                         std::to_string(c.new_block_ids.size()) + " new ones");
     VESPER_READ(quantized, r.i64());
     if (quantized < 0 || quantized > c.num_blocks)
       return make_error("quantized groups out of range for sequence " + std::to_string(id));
     c.quantized_groups = quantized;
+    VESPER_READ(adapter, r.i64());
+    if (adapter < -1 || adapter > INT32_MAX) return make_error("adapter slot out of range");
+    c.adapter = static_cast<int32_t>(adapter);
+  }
+  VESPER_READ(num_forks, r.count());
+  out.forks.resize(num_forks);
+  for (auto& f : out.forks) {
+    VESPER_READ(parent, r.i64());
+    VESPER_READ(child, r.i64());
+    VESPER_READ(seed, r.u64());
+    if (parent == child) return make_error("sequence " + std::to_string(parent) + " forks itself");
+    f = {parent, child, seed};
   }
   VESPER_READ(num_quantizations, r.count());
   out.group_quantizations.resize(num_quantizations);
@@ -147,13 +189,6 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     VESPER_READ(dst, r.i64());
     if (dst < 0 || dst > INT32_MAX || q.rows.empty()) return make_error("a bad group quantization");
     q.dst = static_cast<kv::BlockId>(dst);
-  }
-  std::vector<int64_t> slots;
-  VESPER_TRY(r.ints(slots));
-  if (slots.size() % 2 != 0) return make_error("an odd number of slot copy ids");
-  for (size_t i = 0; i < slots.size(); i += 2) {
-    if (slots[i] < 0 || slots[i + 1] < 0) return make_error("a negative slot in a slot copy");
-    out.slot_copies.push_back({slots[i], slots[i + 1]});
   }
   VESPER_TRY(read_mappings(r, out.swap_out));
   VESPER_TRY(read_mappings(r, out.swap_in));
@@ -187,39 +222,59 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
           return make_error("proposal " + std::to_string(j) + " of sequence " + std::to_string(id) +
                             " has parent " + std::to_string(s.spec_tree_parents[j]));
     }
+    VESPER_READ(num_steps, r.i64());
+    s.num_steps = num_steps;
     if (start < 0 || num_new_tokens < 0 || num_spec < 0 || num_spec > num_new_tokens ||
         static_cast<int64_t>(s.spec_token_ids.size()) != num_spec || num_logits < 0 ||
-        num_logits > num_new_tokens)
+        num_logits > num_new_tokens || num_steps < 1 ||
+        (num_steps > 1 && (num_spec > 0 || num_logits != 1)))
       return make_error("inconsistent scheduled entry for sequence " + std::to_string(id));
   }
-  VESPER_TRY(r.ints(out.preempted));
   VESPER_READ(batched, r.i64());
   out.num_batched_tokens = batched;
+  VESPER_READ(running_or_waiting, r.i64());
+  out.num_running_or_waiting = running_or_waiting;
+  VESPER_READ(num_failed, r.count());
+  out.failed.resize(num_failed);
+  for (auto& f : out.failed) {
+    VESPER_READ(id, r.i64());
+    f.id = id;
+    VESPER_TRY(r.str(f.message));
+  }
   if (!r.done())
     return make_error(std::to_string(bytes.size() - r.offset()) + " bytes left after the plan");
   return out;
 }
 
+bool operator==(const SamplingSetup& a, const SamplingSetup& b) {
+  if (a.seed != b.seed || (a.params == nullptr) != (b.params == nullptr)) return false;
+  return a.params == nullptr || sample::same_sampling_params(*a.params, *b.params);
+}
 bool operator==(const NewSequenceData& a, const NewSequenceData& b) {
-  return a.id == b.id && a.token_ids == b.token_ids && a.block_table == b.block_table &&
-         a.adapter_id == b.adapter_id && a.adapter == b.adapter &&
-         a.quantized_groups == b.quantized_groups;
+  return a.id == b.id && a.token_ids == b.token_ids && a.num_prompt_tokens == b.num_prompt_tokens &&
+         a.block_table == b.block_table && a.adapter == b.adapter &&
+         a.quantized_groups == b.quantized_groups && a.sampling == b.sampling;
 }
 bool operator==(const BlockTableEntry& a, const BlockTableEntry& b) {
   return a.index == b.index && a.block == b.block;
 }
 bool operator==(const CachedSequenceData& a, const CachedSequenceData& b) {
-  return a.id == b.id && a.new_token_ids == b.new_token_ids && a.num_blocks == b.num_blocks &&
-         a.replaced_blocks == b.replaced_blocks && a.new_block_ids == b.new_block_ids &&
-         a.quantized_groups == b.quantized_groups;
+  return a.id == b.id && a.resumed == b.resumed && a.num_tokens == b.num_tokens &&
+         a.num_blocks == b.num_blocks && a.replaced_blocks == b.replaced_blocks &&
+         a.new_block_ids == b.new_block_ids && a.quantized_groups == b.quantized_groups &&
+         a.adapter == b.adapter;
+}
+bool operator==(const ForkData& a, const ForkData& b) {
+  return a.parent == b.parent && a.child == b.child && a.seed == b.seed;
 }
 bool operator==(const ScheduledSequence& a, const ScheduledSequence& b) {
   return a.id == b.id && a.start == b.start && a.num_new_tokens == b.num_new_tokens &&
          a.num_spec_tokens == b.num_spec_tokens && a.num_logits_rows == b.num_logits_rows &&
-         a.spec_token_ids == b.spec_token_ids && a.spec_tree_parents == b.spec_tree_parents;
+         a.spec_token_ids == b.spec_token_ids && a.spec_tree_parents == b.spec_tree_parents &&
+         a.num_steps == b.num_steps;
 }
-bool operator==(const SlotCopy& a, const SlotCopy& b) {
-  return a.src == b.src && a.dst == b.dst;
+bool operator==(const FailedSequence& a, const FailedSequence& b) {
+  return a.id == b.id && a.message == b.message;
 }
 static bool same_mappings(const std::vector<kv::SwapMapping>& a,
                           const std::vector<kv::SwapMapping>& b) {
@@ -234,12 +289,12 @@ bool operator==(const SchedulerOutput& a, const SchedulerOutput& b) {
     if (a.block_copies[i].src != b.block_copies[i].src ||
         a.block_copies[i].dst != b.block_copies[i].dst)
       return false;
-  return a.dropped == b.dropped && a.new_sequences == b.new_sequences &&
-         a.group_quantizations == b.group_quantizations &&
-         a.cached_sequences == b.cached_sequences && a.slot_copies == b.slot_copies &&
+  return a.finished == b.finished && a.preempted == b.preempted && a.recomputed == b.recomputed &&
+         a.new_sequences == b.new_sequences && a.cached_sequences == b.cached_sequences &&
+         a.forks == b.forks && a.group_quantizations == b.group_quantizations &&
          same_mappings(a.swap_out, b.swap_out) && same_mappings(a.swap_in, b.swap_in) &&
-         a.scheduled == b.scheduled && a.preempted == b.preempted &&
-         a.num_batched_tokens == b.num_batched_tokens;
+         a.scheduled == b.scheduled && a.num_batched_tokens == b.num_batched_tokens &&
+         a.num_running_or_waiting == b.num_running_or_waiting && a.failed == b.failed;
 }
 
 }  // namespace vesper::sched

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
+#include "sched/scheduler_output.h"
 
 namespace vesper::sched {
 
@@ -46,8 +48,26 @@ struct Sequence {
   uint64_t adapter_id = 0;
   kv::BlockHash prefix_root;  // root of the block hash chain (set by Scheduler::add)
 
+  // How it samples (carried to the runner in the plan that first schedules it), and the parallel
+  // samples to fork from it in the step that completes its prompt (n > 1: ids and seeds of the
+  // children, decided when the request was added).
+  SamplingSetup sampling;
+  std::vector<ForkData> forks;
+  // KIVI with a draft model: the leading positions whose rows the draft's cache holds, as the
+  // runner last reported (ModelRunnerOutput); compaction quantizes only groups wholly before it.
+  int64_t companion_rows = 0;
+  // The loaded adapter copy pinned for it while the runner holds its KV (-1: none).
+  int32_t adapter_slot = -1;
+
+  // Tokens a planned step samples whose ids the scheduler has not read yet (update() brings them):
+  // a multi-step plan's, or with async scheduling the step in flight's. The next step computes
+  // the first of them (the runner has it) like any committed token.
+  int64_t num_output_placeholders = 0;
+
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
-  int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
+  // Committed tokens and placeholders: the length the sequence will have once update() ran.
+  int64_t num_tokens_planned() const { return num_tokens() + num_output_placeholders; }
+  int64_t num_uncomputed() const { return num_tokens_planned() - num_computed_tokens; }
   bool in_prefill() const { return num_computed_tokens < num_prompt_tokens; }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
 };

@@ -169,13 +169,13 @@ Result<std::unique_ptr<MedusaHeads>> MedusaHeads::load(const std::string& dir,
 }
 
 MedusaHeads::~MedusaHeads() {
-  for (backend::Tensor* t : {&h_, &x_, &y_, &ones_, &logits_})
+  for (backend::Tensor* t : {&h_, &x_, &y_, &ones_, &logits_, &rows_})
     if (t->buffer.valid()) backend_->release(t->buffer);
 }
 
 void MedusaHeads::reserve(int64_t rows) {
   if (rows <= capacity_) return;
-  for (backend::Tensor* t : {&h_, &x_, &y_, &ones_, &logits_})
+  for (backend::Tensor* t : {&h_, &x_, &y_, &ones_, &logits_, &rows_})
     if (t->buffer.valid()) backend_->release(t->buffer);
   capacity_ = rows;
   using backend::DType;
@@ -187,21 +187,39 @@ void MedusaHeads::reserve(int64_t rows) {
   const std::vector<float> ones(static_cast<size_t>(rows * n_embd_), 1.0f);
   backend_->copy_to_device(ones_, ones.data());
   logits_ = backend_->allocate(DType::kF32, rows, n_vocab_, MemoryKind::kHostVisible);
+  rows_ = backend_->allocate(DType::kI32, rows, 1, MemoryKind::kDevice);
 }
 
 void MedusaHeads::top_k(std::span<const float> hidden, int64_t n, int64_t k,
                         std::vector<int32_t>& out) {
+  VESPER_CHECK(static_cast<int64_t>(hidden.size()) == n * n_embd_,
+               "%zu floats for %lld hidden states", hidden.size(), static_cast<long long>(n));
+  if (n > 0) {
+    reserve(n);
+    backend_->copy_to_device(h_.rows_view(0, n), hidden.data());
+  }
+  run_heads(n, k, out);
+}
+
+void MedusaHeads::top_k(const backend::Tensor& hidden, std::span<const int32_t> rows, int64_t k,
+                        std::vector<int32_t>& out) {
+  const auto n = static_cast<int64_t>(rows.size());
+  if (n > 0) {
+    reserve(n);
+    backend_->copy_to_device(rows_.rows_view(0, n), rows.data());
+    backend_->gather_rows(hidden, rows_.rows_view(0, n), h_.rows_view(0, n));
+  }
+  run_heads(n, k, out);
+}
+
+void MedusaHeads::run_heads(int64_t n, int64_t k, std::vector<int32_t>& out) {
   const int64_t heads = num_heads();
   out.assign(static_cast<size_t>(n * heads * k), 0);
   if (n == 0) return;
-  VESPER_CHECK(static_cast<int64_t>(hidden.size()) == n * n_embd_,
-               "%zu floats for %lld hidden states", hidden.size(), static_cast<long long>(n));
   k = std::min(k, n_vocab_);
-  reserve(n);
   backend::Backend& b = *backend_;
   const backend::Tensor h = h_.rows_view(0, n), ones = ones_.rows_view(0, n);
   const backend::Tensor logits = logits_.rows_view(0, n);
-  b.copy_to_device(h, hidden.data());
   for (int64_t head = 0; head < heads; ++head) {
     const Head& hd = heads_[static_cast<size_t>(head)];
     // x = h, then x + SiLU(W x + b) per block, ping-ponging between x_ and y_ (h stays for the

@@ -57,6 +57,7 @@ class MedusaHeads {
 
   int64_t num_heads() const { return static_cast<int64_t>(heads_.size()); }
   int64_t num_layers() const { return num_layers_; }
+  int64_t n_embd() const { return n_embd_; }
   // Bytes of the heads' weights as kept (for the memory plan), and their type.
   int64_t weight_bytes() const { return weight_bytes_; }
   tensor::GgmlType weight_type() const { return weight_type_; }
@@ -65,10 +66,16 @@ class MedusaHeads {
   // For each of the n hidden states (rows of n_embd floats) and each head, its `k` most likely
   // tokens, best first (ties: the lower id): out[(row * num_heads() + head) * k + rank].
   void top_k(std::span<const float> hidden, int64_t n, int64_t k, std::vector<int32_t>& out);
+  // The same for rows `rows` of `hidden` (the target's hidden states where its forward pass left
+  // them, Model::hidden_states), gathered on the device.
+  void top_k(const backend::Tensor& hidden, std::span<const int32_t> rows, int64_t k,
+             std::vector<int32_t>& out);
 
  private:
   MedusaHeads() = default;
   void reserve(int64_t rows);
+  // Runs the heads over h_'s first n rows.
+  void run_heads(int64_t n, int64_t k, std::vector<int32_t>& out);
 
   struct Head {
     std::vector<backend::WeightHandle> w;  // the residual blocks' matrices
@@ -86,7 +93,7 @@ class MedusaHeads {
   // Activations for up to capacity_ rows: the hidden states, two residual streams, ones (SiLU is
   // silu_mul by 1), the logits (host-visible).
   int64_t capacity_ = 0;
-  backend::Tensor h_, x_, y_, ones_, logits_;
+  backend::Tensor h_, x_, y_, ones_, logits_, rows_;
   std::vector<std::pair<float, int32_t>> scratch_;
 };
 

@@ -1,8 +1,10 @@
 #include "spec/medusa_proposer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <queue>
+#include <string>
 
 namespace vesper::spec {
 namespace {
@@ -66,10 +68,23 @@ Result<std::unique_ptr<MedusaProposer>> MedusaProposer::load(const std::string& 
   return p;
 }
 
-void MedusaProposer::set_hidden(kv::SeqId id, int64_t length, std::span<const float> hidden) {
-  SeqState& s = state_[id];
-  s.length = length;
-  s.hidden.assign(hidden.begin(), hidden.end());
+std::string MedusaProposer::describe() const {
+  return "Medusa heads " + heads_->path() + " (" + std::to_string(heads_->num_heads()) +
+         " heads in " + std::string(tensor::type_name(heads_->weight_type())) + ", " +
+         (tree_ ? "a tree" : "a chain") + " of candidates)";
+}
+
+double MedusaProposer::time_proposal(int64_t rows) {
+  const std::vector<float> hidden(static_cast<size_t>(rows) * heads_->n_embd(), 0.0f);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    heads_->top_k(hidden, rows, 1, top_);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rep > 0) best = std::min(best, s);
+  }
+  return best;
 }
 
 std::vector<double> MedusaProposer::estimates(const SeqState* s) const {
@@ -91,45 +106,46 @@ std::vector<double> MedusaProposer::acceptance_estimates(kv::SeqId id) const {
   return estimates(it == state_.end() ? nullptr : &it->second);
 }
 
-void MedusaProposer::propose(std::span<const Request> requests,
-                             std::vector<std::vector<int32_t>>& tokens,
-                             std::vector<std::vector<int32_t>>& parents) {
+void MedusaProposer::propose(std::span<const ProposalRequest> requests,
+                             const sched::SequenceMirror&, const backend::Tensor& hidden,
+                             std::vector<Proposal>& out) {
   const int64_t heads = heads_->num_heads();
-  tokens.assign(requests.size(), {});
-  parents.assign(requests.size(), {});
-  hidden_batch_.clear();
+  out.resize(requests.size());
+  for (Proposal& p : out) {
+    p.tokens.clear();
+    p.parents.clear();
+  }
+  rows_.clear();
   with_hidden_.clear();
   for (size_t i = 0; i < requests.size(); ++i) {
-    auto it = state_.find(requests[i].id);
-    if (it == state_.end() || it->second.length != requests[i].length || requests[i].k <= 0)
-      continue;
-    hidden_batch_.insert(hidden_batch_.end(), it->second.hidden.begin(), it->second.hidden.end());
+    if (requests[i].hidden_row < 0 || requests[i].k <= 0) continue;
+    rows_.push_back(static_cast<int32_t>(requests[i].hidden_row));
     with_hidden_.push_back(i);
   }
   if (with_hidden_.empty()) return;
   const auto n = static_cast<int64_t>(with_hidden_.size());
-  heads_->top_k(hidden_batch_, n, max_rank_, top_);
+  heads_->top_k(hidden, rows_, max_rank_, top_);
   for (int64_t row = 0; row < n; ++row) {
-    const Request& req = requests[with_hidden_[static_cast<size_t>(row)]];
+    const size_t i = with_hidden_[static_cast<size_t>(row)];
+    const ProposalRequest& req = requests[i];
     SeqState& s = state_[req.id];
     s.candidates.assign(top_.begin() + row * heads * max_rank_,
                         top_.begin() + (row + 1) * heads * max_rank_);
-    std::vector<int32_t>& out = tokens[with_hidden_[static_cast<size_t>(row)]];
+    Proposal& p = out[i];
     if (!tree_) {
       for (int64_t h = 0; h < std::min(heads, req.k); ++h)
-        out.push_back(s.candidates[static_cast<size_t>(h * max_rank_)]);
+        p.tokens.push_back(s.candidates[static_cast<size_t>(h * max_rank_)]);
       continue;
     }
     const std::vector<double> acc = estimates(&s);
-    std::vector<int32_t>& par = parents[with_hidden_[static_cast<size_t>(row)]];
     for (const MedusaTreeNode& node : best_medusa_tree(acc, heads, max_rank_, req.k)) {
-      out.push_back(s.candidates[static_cast<size_t>(node.head * max_rank_ + node.rank)]);
-      par.push_back(node.parent);
+      p.tokens.push_back(s.candidates[static_cast<size_t>(node.head * max_rank_ + node.rank)]);
+      p.parents.push_back(node.parent);
     }
   }
 }
 
-void MedusaProposer::on_verified(kv::SeqId id, std::span<const int32_t> true_tokens) {
+void MedusaProposer::on_verified(kv::SeqId id, std::span<const int32_t> true_tokens, int64_t) {
   auto it = state_.find(id);
   if (it == state_.end() || it->second.candidates.empty()) return;
   SeqState& s = it->second;

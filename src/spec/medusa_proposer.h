@@ -10,11 +10,14 @@
 // chance is its parent's times acc(head, rank)). acc(head, rank) is the sequence's own measured
 // rate at which the true token was the head's rank-th candidate, smoothed towards a prior that
 // falls with depth and rank; a sequence's tree so depends on its own history only (seeded
-// requests stay reproducible whatever else runs). The shape follows the model of Medusa's
-// hand-tuned choice lists (more candidates near the root, where they are most likely to be
-// reached) but is measured, not tuned. In chain mode, the top candidate of each head.
+// requests stay reproducible whatever else runs). The hidden state is read where the target's
+// forward pass left it (Model::hidden_states), in the step that sampled the token. The shape
+// follows the model of Medusa's hand-tuned choice lists (more candidates near the root, where they
+// are most likely to be reached) but is measured, not tuned. In chain mode, the top candidate of
+// each head.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -24,6 +27,7 @@
 
 #include "kv/kv_cache_manager.h"
 #include "spec/medusa_heads.h"
+#include "spec/proposer.h"
 
 namespace vesper::spec {
 
@@ -38,7 +42,7 @@ struct MedusaTreeNode {
 std::vector<MedusaTreeNode> best_medusa_tree(std::span<const double> acc, int64_t num_heads,
                                              int64_t max_rank, int64_t k);
 
-class MedusaProposer {
+class MedusaProposer : public Proposer {
  public:
   // The heads at `dir` for a target of n_embd and n_vocab whose output matrix is kept in
   // `weight_type` (MedusaHeads::load).
@@ -51,24 +55,22 @@ class MedusaProposer {
   MedusaHeads& heads() { return *heads_; }
   bool tree() const { return tree_; }
 
-  // The target's final hidden state that produced the last token of a sequence now `length`
-  // tokens long. Proposals need it for the sequence's current length.
-  void set_hidden(kv::SeqId id, int64_t length, std::span<const float> hidden);
+  std::string describe() const override;
+  Cost cost() const override { return Cost::kOnePass; }
+  int64_t weight_bytes() const override { return heads_->weight_bytes(); }
+  // One level per head (a chain is a tree of one branch).
+  int64_t max_tree_depth(int64_t k) const override { return std::min(k, heads_->num_heads()); }
 
-  struct Request {
-    kv::SeqId id = 0;
-    int64_t length = 0;  // committed tokens
-    int64_t k = 0;       // at most this many proposals
-  };
-  // For each request with a hidden state for its length: tokens[i] and parents[i] (empty when it
-  // has none; parents empty in chain mode). The heads run once for all requests.
-  void propose(std::span<const Request> requests, std::vector<std::vector<int32_t>>& tokens,
-               std::vector<std::vector<int32_t>>& parents);
+  // For each request with a hidden row: its proposals (parents empty in chain mode). The heads
+  // run once for all requests.
+  void propose(std::span<const ProposalRequest> requests, const sched::SequenceMirror& mirror,
+               const backend::Tensor& hidden, std::vector<Proposal>& out) override;
 
-  // After the target verified the sequence's last proposals: the tokens it committed after the
-  // root (accepted proposals, then the token it drew): the true tokens at depths 1, 2, ...
-  void on_verified(kv::SeqId id, std::span<const int32_t> true_tokens);
-  void forget(kv::SeqId id) { state_.erase(id); }
+  // The tokens the target committed after the root (accepted proposals, then the token it drew):
+  // the true tokens at depths 1, 2, ...
+  void on_verified(kv::SeqId id, std::span<const int32_t> committed, int64_t num_accepted) override;
+  void forget(kv::SeqId id) override { state_.erase(id); }
+  double time_proposal(int64_t rows) override;
 
   // The chance estimates of a sequence (for tests): acc as best_medusa_tree reads it.
   std::vector<double> acceptance_estimates(kv::SeqId id) const;
@@ -78,8 +80,6 @@ class MedusaProposer {
   MedusaProposer() = default;
 
   struct SeqState {
-    int64_t length = -1;
-    std::vector<float> hidden;
     std::vector<int32_t> candidates;  // of the last proposal: [head][rank]
     std::vector<int64_t> hits;        // [head][rank]: the true token was that candidate
     std::vector<int64_t> trials;      // [head]: the true token at its depth was known
@@ -90,7 +90,7 @@ class MedusaProposer {
   bool tree_ = true;
   int64_t max_rank_ = 8;
   std::unordered_map<kv::SeqId, SeqState> state_;
-  std::vector<float> hidden_batch_;
+  std::vector<int32_t> rows_;
   std::vector<int32_t> top_;
   std::vector<size_t> with_hidden_;
 };

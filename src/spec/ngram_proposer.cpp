@@ -1,6 +1,7 @@
 #include "spec/ngram_proposer.h"
 
 #include <algorithm>
+#include <string>
 
 namespace vesper::spec {
 
@@ -21,6 +22,26 @@ void propose_ngram(std::span<const int32_t> tokens, const NgramConfig& config, i
       out.assign(tokens.begin() + from, tokens.begin() + from + take);
       return;
     }
+  }
+}
+
+std::string NgramProposer::describe() const {
+  return "n-gram prompt lookup (n " + std::to_string(config_.min_n) + ".." +
+         std::to_string(config_.max_n) + ")";
+}
+
+void NgramProposer::propose(std::span<const ProposalRequest> requests,
+                            const sched::SequenceMirror& mirror, const backend::Tensor&,
+                            std::vector<Proposal>& out) {
+  out.resize(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    out[i].parents.clear();
+    const sched::SequenceMirror::Entry* e = mirror.find(requests[i].id);
+    if (e == nullptr) {
+      out[i].tokens.clear();
+      continue;
+    }
+    propose_ngram(e->tokens, config_, requests[i].k, out[i].tokens);
   }
 }
 

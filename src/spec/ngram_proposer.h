@@ -6,7 +6,10 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "spec/proposer.h"
 
 namespace vesper::spec {
 
@@ -20,5 +23,18 @@ struct NgramConfig {
 // to `out` (cleared first).
 void propose_ngram(std::span<const int32_t> tokens, const NgramConfig& config, int64_t k,
                    std::vector<int32_t>& out);
+
+// The proposer: each sequence's proposals are propose_ngram over its tokens (prompt and output).
+class NgramProposer : public Proposer {
+ public:
+  explicit NgramProposer(const NgramConfig& config) : config_(config) {}
+  std::string describe() const override;
+  Cost cost() const override { return Cost::kFree; }
+  void propose(std::span<const ProposalRequest> requests, const sched::SequenceMirror& mirror,
+               const backend::Tensor& hidden, std::vector<Proposal>& out) override;
+
+ private:
+  NgramConfig config_;
+};
 
 }  // namespace vesper::spec

@@ -1,5 +1,7 @@
 // AsyncEngine on stories260K: requests from several threads, aborts racing the engine thread,
-// callbacks that call back in, callbacks that throw, and shutdown with and without a deadline.
+// callbacks that call back in, callbacks that throw, and shutdown with and without a deadline;
+// the same traffic with the engine planning ahead on a runner thread in multi-step plans (and
+// outputs delivered from its output thread).
 // Built and run under ThreadSanitizer too (the `tsan` preset), so every path here is also a
 // data-race check.
 #include <gtest/gtest.h>
@@ -75,9 +77,9 @@ TEST(AsyncEngine, RequestsFromManyThreadsAllFinishWithTheirTokens) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
         const int k = t * kPerThread + i;
-        engine.add_request({"r" + std::to_string(k), prompt_of(engine, "Once upon a time"),
-                           greedy(5 + k % 7), 0}, collectors[k]->on_output(),
-                           collectors[k]->on_error());
+        engine.add_request(
+            {"r" + std::to_string(k), prompt_of(engine, "Once upon a time"), greedy(5 + k % 7), 0},
+            collectors[k]->on_output(), collectors[k]->on_error());
       }
     });
   }
@@ -91,10 +93,49 @@ TEST(AsyncEngine, RequestsFromManyThreadsAllFinishWithTheirTokens) {
   EXPECT_EQ(engine.num_unfinished(), 0);
 }
 
+// Async scheduling, multi-step plans and the output thread: three threads of the engine's own
+// beside the callers'. Greedy requests from several threads get the tokens they get alone, and
+// aborts racing them leave nothing behind.
+TEST(AsyncEngine, PlanningAheadInMultiStepPlansServesThreadsAndAborts) {
+  EngineConfig c = stories_config();
+  c.async_scheduling = EngineConfig::AsyncScheduling::kOn;
+  c.scheduler.num_scheduler_steps = 4;
+  const auto alone = testing_util::run_texts(stories_config(), {"Once upon a time"},
+                                             testing_util::greedy_params(24));
+  const std::vector<int32_t>& expected = alone.outputs.at("0").outputs[0].token_ids;
+  AsyncEngine engine(make_engine(c));
+  constexpr int kRequests = 24;
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int i = 0; i < kRequests; ++i) collectors.push_back(std::make_unique<Collector>());
+  std::thread adder([&] {
+    for (int i = 0; i < kRequests; ++i)
+      engine.add_request({"r" + std::to_string(i), prompt_of(engine, "Once upon a time"),
+                          testing_util::greedy_params(24), 0},
+                         collectors[i]->on_output(), collectors[i]->on_error());
+  });
+  std::thread aborter([&] {
+    for (int i = 0; i < kRequests; i += 3) engine.abort("r" + std::to_string(i));
+  });
+  adder.join();
+  aborter.join();
+  for (int i = 1; i < kRequests; i += 3) {
+    collectors[i]->wait();
+    std::vector<int32_t> tokens;
+    for (const auto& o : collectors[i]->outputs)
+      tokens.insert(tokens.end(), o.outputs[0].delta_token_ids.begin(),
+                    o.outputs[0].delta_token_ids.end());
+    EXPECT_EQ(tokens, expected) << i;
+  }
+  engine.shutdown(5);
+  EXPECT_EQ(engine.num_unfinished(), 0);
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+}
+
 TEST(AsyncEngine, MaxTokensZeroOnAnIdleEngineIsAnsweredWithoutOtherTraffic) {
   AsyncEngine engine(make_engine(stories_config()));
   Collector c;
-  engine.add_request({"zero", prompt_of(engine, "Once"), greedy(0), 0}, c.on_output(), c.on_error());
+  engine.add_request({"zero", prompt_of(engine, "Once"), greedy(0), 0}, c.on_output(),
+                     c.on_error());
   c.wait();  // hung before: the engine thread waited for work that was already done
   ASSERT_EQ(c.outputs.size(), 1u);
   EXPECT_TRUE(c.outputs[0].finished);
@@ -109,7 +150,7 @@ TEST(AsyncEngine, AbortsRacingTheEngineThreadLeaveNothingBehind) {
   std::thread adder([&] {
     for (int i = 0; i < kRequests; ++i)
       engine.add_request({"r" + std::to_string(i),
-                         prompt_of(engine, "Lily and Ben went to the park"), greedy(40), 0},
+                          prompt_of(engine, "Lily and Ben went to the park"), greedy(40), 0},
                          collectors[i]->on_output(), collectors[i]->on_error());
   });
   std::thread aborter([&] {
@@ -134,7 +175,8 @@ TEST(AsyncEngine, AnErrorCallbackMayAbortSiblingsDuringShutdown) {
   std::thread stopper([&] { engine.shutdown(30); });
   while (engine.accepting()) std::this_thread::yield();
   std::atomic<bool> refused{false};
-  engine.add_request({"late", prompt_of(engine, "Hi"), greedy(3), 0}, [](const RequestOutput&) {},
+  engine.add_request(
+      {"late", prompt_of(engine, "Hi"), greedy(3), 0}, [](const RequestOutput&) {},
       [&](const AsyncEngine::RequestError& e) {
         EXPECT_EQ(e.kind, AsyncEngine::RequestError::Kind::kShuttingDown);
         engine.abort("late-sibling");
@@ -155,8 +197,8 @@ TEST(AsyncEngine, TheShutdownDeadlineEndsEveryRequestWithAnAbortOutput) {
   for (int i = 0; i < 3; ++i) {
     collectors.push_back(std::make_unique<Collector>());
     engine.add_request({"r" + std::to_string(i), prompt_of(engine, "Once upon a time"),
-                       i == 2 ? two : greedy(500), 0}, collectors.back()->on_output(),
-                       collectors.back()->on_error());
+                        i == 2 ? two : greedy(500), 0},
+                       collectors.back()->on_output(), collectors.back()->on_error());
   }
   engine.shutdown(0.001);
   for (auto& c : collectors) {
@@ -173,7 +215,8 @@ TEST(AsyncEngine, TheShutdownDeadlineEndsEveryRequestWithAnAbortOutput) {
 TEST(AsyncEngine, ACallbackThatThrowsAbortsItsRequestAndTheEngineGoesOn) {
   AsyncEngine engine(make_engine(stories_config()));
   std::atomic<int> calls{0};
-  engine.add_request({"bad", prompt_of(engine, "Once upon a time"), greedy(50), 0},
+  engine.add_request(
+      {"bad", prompt_of(engine, "Once upon a time"), greedy(50), 0},
       [&](const RequestOutput&) {
         ++calls;
         throw std::runtime_error("client bug");
@@ -198,8 +241,9 @@ TEST(AsyncEngine, WaitingCountsOnlyRequestsBeyondFreeSequenceSlots) {
   std::vector<std::unique_ptr<Collector>> collectors;
   for (int i = 0; i < 10; ++i) {
     collectors.push_back(std::make_unique<Collector>());
-    engine.add_request({"r" + std::to_string(i), prompt_of(engine, "Once upon a time"), greedy(200),
-                       0}, collectors.back()->on_output(), collectors.back()->on_error());
+    engine.add_request(
+        {"r" + std::to_string(i), prompt_of(engine, "Once upon a time"), greedy(200), 0},
+        collectors.back()->on_output(), collectors.back()->on_error());
   }
   // At most 10 submitted, 4 slots: at most 6 wait, whatever the engine thread has picked up.
   EXPECT_LE(engine.num_waiting(), 6);

@@ -1,16 +1,19 @@
 // The step plan travels: every plan a scheduler makes is serialized to bytes, and a second
 // ModelRunner (its own backend, model and KV storage, and no scheduler: it sees nothing but the
 // bytes) runs each step from the deserialized copy. Its logits must equal, bit for bit, those of
-// the runner that got the plan itself, through prefill chunks, decodes, forks (copy-on-write),
-// preemption by swap (swap-outs and swap-ins) and prefix-cache hits. Corrupt bytes are errors.
+// the runner that got the plan itself, and it must sample the same tokens (the plan brings each
+// sequence's parameters, seed and grammar), through prefill chunks, decodes, forks (n > 1,
+// copy-on-write), preemption by swap (swap-outs and swap-ins) and prefix-cache hits. Corrupt
+// bytes are errors.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "backend/cpu_backend.h"
 #include "engine/engine_test_util.h"
+#include "engine/grammar_vocabulary.h"
 #include "engine/model_runner.h"
-#include "sample/sampler.h"
+#include "grammar/gbnf.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,23 +26,38 @@ struct Side {
   std::unique_ptr<ModelRunner> runner;
 };
 
-Side make_side(int64_t blocks, int64_t swap_blocks, int64_t block_size) {
+Side make_side(int64_t blocks, int64_t swap_blocks, int64_t block_size,
+               const std::vector<int32_t>& eog_ids) {
   Side s;
   s.backend = std::make_unique<backend::CpuBackend>(2);
   auto m = model::Model::load(testing_util::kStoriesLong, *s.backend);
   EXPECT_TRUE(m.ok()) << m.error().message;
   s.model = std::move(*m);
+  RunnerConfig rc;
+  rc.max_model_len = 128;
+  rc.eog_ids = eog_ids;
   s.runner = std::make_unique<ModelRunner>(*s.model, s.model->kv_spec(block_size), blocks,
-                                            swap_blocks);
+                                           swap_blocks, rc);
   return s;
 }
 
 TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
   constexpr int64_t kBlockSize = 8, kBlocks = 24, kSwapBlocks = 64;  // 192 tokens: preempts often
-  Side local = make_side(kBlocks, kSwapBlocks, kBlockSize);
-  Side remote = make_side(kBlocks, kSwapBlocks, kBlockSize);
-  auto tok = tokenizer::Tokenizer::from_gguf(local.model->file());
+  backend::CpuBackend probe(1);
+  auto probe_model = model::Model::load(testing_util::kStoriesLong, probe);
+  ASSERT_TRUE(probe_model.ok());
+  auto tok = tokenizer::Tokenizer::from_gguf((*probe_model)->file());
   ASSERT_TRUE(tok.ok());
+  Side local = make_side(kBlocks, kSwapBlocks, kBlockSize, tok->eog_ids());
+  Side remote = make_side(kBlocks, kSwapBlocks, kBlockSize, tok->eog_ids());
+  // Structured output travels as its grammar; the remote side compiles it against its vocabulary.
+  const auto vocab = grammar_vocabulary(*tok);
+  auto words = grammar::parse_gbnf("root ::= [ a-zA-Z.,]*");
+  ASSERT_TRUE(words.ok());
+  const auto constrained = std::make_shared<const grammar::CompiledGrammar>(*words, vocab);
+  const sample::GrammarCompiler compile = [&](grammar::Grammar g) {
+    return std::make_shared<const grammar::CompiledGrammar>(std::move(g), vocab);
+  };
 
   kv::KvCacheManager kv(kBlocks, kSwapBlocks, kBlockSize, /*enable_prefix_caching=*/true);
   sched::SchedulerConfig cfg;
@@ -51,30 +69,44 @@ TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
 
   const auto prompts = testing_util::varied_prompts(10);
   sched::SeqId next_id = 1;
-  std::map<sched::SeqId, int64_t> budget;  // tokens each sequence still generates
+  int64_t forks = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     sched::Sequence seq;
-    seq.id = next_id++;
+    seq.id = next_id;
     // Every other prompt twice, so that prefix-cache hits happen.
     seq.tokens = tok->encode(prompts[i / 2 * 2], true, false);
     seq.num_prompt_tokens = seq.num_tokens();
     seq.max_total_tokens = seq.num_tokens() + 20;
     seq.arrival = static_cast<int64_t>(i);
+    // Sampled at temperature, seeded; some with logprobs, some constrained by a grammar.
+    auto params = std::make_shared<sample::SamplingParams>();
+    params->temperature = 0.8f;
+    params->max_tokens = 20;
+    params->ignore_eos = true;
+    if (i % 3 == 1) params->logprobs = 2;
+    if (i % 4 == 2) params->grammar = constrained;
+    // Every third prompt samples twice (n = 2): copy-on-write later.
+    if (i % 3 == 0) {
+      params->n = 2;
+      seq.forks.push_back({seq.id, seq.id + 1, 1000 + i});
+      ++forks;
+    }
+    seq.sampling = {params, 20261205 + i};
+    next_id += params->n;
     ASSERT_TRUE(sched.add(seq).ok());
-    budget[seq.id] = 20;
   }
 
-  int64_t steps = 0, forks = 0, swaps = 0, copies = 0, compared_rows = 0;
+  int64_t steps = 0, swaps = 0, copies = 0, compared_rows = 0, sampled = 0;
+  sched::ModelRunnerOutput local_out, remote_out;
   while (sched.has_unfinished()) {
     ASSERT_LT(++steps, 2000);
     const sched::SchedulerOutput plan = sched.schedule();
-    if (plan.empty()) continue;
     const std::vector<uint8_t> bytes = plan.serialize();
-    ASSERT_TRUE(local.runner->execute(plan).ok());
+    ASSERT_TRUE(local.runner->execute(plan, local_out).ok());
     // The other side knows nothing but the bytes.
-    auto copy = sched::SchedulerOutput::deserialize(bytes);
+    auto copy = sched::SchedulerOutput::deserialize(bytes, compile);
     ASSERT_TRUE(copy.ok()) << copy.error().message;
-    const Status ran = remote.runner->execute(*copy);
+    const Status ran = remote.runner->execute(*copy, remote_out);
     ASSERT_TRUE(ran.ok()) << ran.error().message;
     swaps += static_cast<int64_t>(plan.swap_out.size() + plan.swap_in.size());
     copies += static_cast<int64_t>(plan.block_copies.size());
@@ -88,23 +120,23 @@ TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
           << "step " << steps << " seq " << s.id;
       ++compared_rows;
-      const int32_t token = sample::argmax(a);
-      // The first sample of every third sequence forks a sibling (n = 2): copy-on-write later.
-      const sched::Sequence* seq = sched.find(s.id);
-      if (seq->num_tokens() == seq->num_prompt_tokens && s.id % 3 == 0 && s.id < 100) {
-        const sched::SeqId child = 100 + s.id;
-        sched.fork(s.id, child);
-        budget[child] = budget[s.id];
-        sched.append_token(child, token);
-        if (--budget[child] == 0) sched.remove(child);
-        ++forks;
-      }
-      sched.append_token(s.id, token);
-      if (--budget[s.id] == 0) sched.remove(s.id);
     }
+    ASSERT_EQ(local_out.sequences.size(), remote_out.sequences.size()) << "step " << steps;
+    for (size_t j = 0; j < local_out.sequences.size(); ++j) {
+      const sched::SampledSequence &x = local_out.sequences[j], &y = remote_out.sequences[j];
+      ASSERT_EQ(x.id, y.id);
+      ASSERT_EQ(x.token_ids, y.token_ids) << "step " << steps << " seq " << x.id;
+      ASSERT_EQ(x.finished, y.finished);
+      ASSERT_EQ(x.logprobs.size(), y.logprobs.size());
+      for (size_t t = 0; t < x.logprobs.size(); ++t)
+        ASSERT_EQ(x.logprobs[t].logprob, y.logprobs[t].logprob);
+      ++sampled;
+    }
+    sched.update(plan, local_out);
     sched.check_invariants();
   }
   EXPECT_GT(compared_rows, 200);
+  EXPECT_GT(sampled, 200);
   EXPECT_GT(forks, 0);
   EXPECT_GT(swaps, 0) << "the workload was meant to preempt by swap";
   EXPECT_GT(copies, 0) << "the workload was meant to copy on write";
@@ -114,16 +146,23 @@ TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
 
 TEST(StepPlan, CorruptOrTruncatedBytesAreErrorsNotCrashes) {
   sched::SchedulerOutput plan;
-  plan.new_sequences.push_back({7, {1, 2, 3, 4, 5}, {3, 9}});
-  plan.cached_sequences.push_back({8, {42}, 3, {{1, 11}}, {12}});
+  auto params = std::make_shared<sample::SamplingParams>();
+  params->temperature = 0.7f;
+  params->stop = {"The end"};
+  params->logit_bias = {{5, -1.5f}};
+  params->seed = 9;
+  plan.new_sequences.push_back({7, {1, 2, 3, 4, 5}, 4, {3, 9}, 2, 0, {params, 77}});
+  plan.cached_sequences.push_back({8, false, 12, 3, {{1, 11}}, {12}, 0, -1});
+  plan.forks.push_back({7, 21, 78});
   plan.swap_out.push_back({4, 5});
   plan.block_copies.push_back({1, 2});
-  plan.slot_copies.push_back({70, 66});
   plan.scheduled.push_back({7, 0, 5, 0, 1, {}, {}});
   plan.scheduled.push_back({8, 9, 3, 2, 3, {100, 101}, {-1, -1}});
-  plan.dropped = {3};
-  plan.preempted = {3};
+  plan.finished = {3};
+  plan.preempted = {4};
+  plan.recomputed = {4};
   plan.num_batched_tokens = 8;
+  plan.num_running_or_waiting = 5;
   const std::vector<uint8_t> bytes = plan.serialize();
   auto same = sched::SchedulerOutput::deserialize(bytes);
   ASSERT_TRUE(same.ok()) << same.error().message;

@@ -24,7 +24,8 @@ nlohmann::json expected_stories() {
 
 TEST(CliGenerate, GreedyTextEqualsLlamaCpp) {
   const auto expected = expected_stories()["results"][0];
-  auto r = run_vesper({"generate", kStories, "--prompt", expected["prompt"], "--max-tokens", "32", "--temperature", "0"});
+  auto r = run_vesper({"generate", kStories, "--prompt", expected["prompt"], "--max-tokens", "32",
+                       "--temperature", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string text = r.out;
   if (!text.empty() && text.back() == '\n') text.pop_back();
@@ -33,7 +34,8 @@ TEST(CliGenerate, GreedyTextEqualsLlamaCpp) {
 
 TEST(CliGenerate, JsonGivesIdsTextAndFinishReasonPerPromptInOrder) {
   const auto results = expected_stories()["results"];
-  std::vector<std::string> args = {"generate", kStories, "--max-tokens", "32", "--temperature", "0", "--json"};
+  std::vector<std::string> args = {"generate",      kStories, "--max-tokens", "32",
+                                   "--temperature", "0",      "--json"};
   for (int i = 0; i < 3; ++i) {
     args.push_back("--prompt");
     args.push_back(results[i]["prompt"]);
@@ -59,11 +61,12 @@ TEST(CliGenerate, StopsAtEndOfSequenceWithFinishReasonStop) {
   gguf::GgufWriter w;
   w.copy_metadata(*file);
   w.set("tokenizer.ggml.eos_token_id", gguf::Value::u32(1));
-  for (const auto& t : file->tensors()) ASSERT_TRUE(w.add_tensor(t.name, t.shape, t.type, {t.data, t.size_bytes}).ok());
+  for (const auto& t : file->tensors())
+    ASSERT_TRUE(w.add_tensor(t.name, t.shape, t.type, {t.data, t.size_bytes}).ok());
   const std::string path = ::testing::TempDir() + "vesper_stories_eos1.gguf";
   ASSERT_TRUE(w.write(path).ok());
-  auto r = run_vesper({"generate", path, "--prompt", "Once upon a time", "--max-tokens", "1000", "--temperature", "1",
-                       "--seed", "1", "--json"});
+  auto r = run_vesper({"generate", path, "--prompt", "Once upon a time", "--max-tokens", "1000",
+                       "--temperature", "1", "--seed", "1", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto lines = json_lines(r.out);
   ASSERT_EQ(lines.size(), 1u);
@@ -73,8 +76,8 @@ TEST(CliGenerate, StopsAtEndOfSequenceWithFinishReasonStop) {
   EXPECT_EQ(ids.back(), 1);
   EXPECT_LT(ids.size(), 1000u);
   // With --ignore-eos the same run goes on to the length limit.
-  auto more = run_vesper({"generate", path, "--prompt", "Once upon a time", "--max-tokens", "400", "--temperature", "1",
-                          "--seed", "1", "--json", "--ignore-eos"});
+  auto more = run_vesper({"generate", path, "--prompt", "Once upon a time", "--max-tokens", "400",
+                          "--temperature", "1", "--seed", "1", "--json", "--ignore-eos"});
   auto more_lines = json_lines(more.out);
   ASSERT_EQ(more_lines.size(), 1u);
   EXPECT_EQ(more_lines[0]["finish_reason"], "length");
@@ -83,8 +86,8 @@ TEST(CliGenerate, StopsAtEndOfSequenceWithFinishReasonStop) {
 }
 
 TEST(CliGenerate, StopStringsEndTheTextBeforeTheMatch) {
-  auto r = run_vesper({"generate", kStories, "--prompt", "Once upon a time", "--max-tokens", "32", "--temperature", "0",
-                       "--stop", "Lily", "--json"});
+  auto r = run_vesper({"generate", kStories, "--prompt", "Once upon a time", "--max-tokens", "32",
+                       "--temperature", "0", "--stop", "Lily", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto line = json_lines(r.out).at(0);
   EXPECT_EQ(line["text"], ", there was a little girl named ");
@@ -92,8 +95,10 @@ TEST(CliGenerate, StopStringsEndTheTextBeforeTheMatch) {
 }
 
 TEST(CliGenerate, SeededSamplingIsReproducible) {
-  std::vector<std::string> args = {"generate", kStories, "--prompt", "The little dog", "--max-tokens", "40",
-                                   "--temperature", "0.9", "--top-p", "0.95", "--top-k", "40", "--seed", "42", "--json"};
+  std::vector<std::string> args = {"generate",     kStories, "--prompt",      "The little dog",
+                                   "--max-tokens", "40",     "--temperature", "0.9",
+                                   "--top-p",      "0.95",   "--top-k",       "40",
+                                   "--seed",       "42",     "--json"};
   auto a = run_vesper(args, "a"), b = run_vesper(args, "b");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(json_lines(a.out)[0]["token_ids"], json_lines(b.out)[0]["token_ids"]);
@@ -135,10 +140,13 @@ TEST(CliGenerate, PromptsFileRunsAsOneBatchInInputOrder) {
   {
     std::ofstream f(path);
     f << "Once upon a time\n";
-    f << R"({"prompt": "The little dog", "max_tokens": 5})" << "\n";
-    f << R"({"prompt": "Once upon a time", "n": 2, "stop": ["Lily"]})" << "\n";
+    f << R"({"prompt": "The little dog", "max_tokens": 5})"
+      << "\n";
+    f << R"({"prompt": "Once upon a time", "n": 2, "stop": ["Lily"]})"
+      << "\n";
   }
-  auto r = run_vesper({"generate", kStories, "--prompts-file", path, "--max-tokens", "32", "--temperature", "0", "--json"});
+  auto r = run_vesper({"generate", kStories, "--prompts-file", path, "--max-tokens", "32",
+                       "--temperature", "0", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto lines = json_lines(r.out);
   ASSERT_EQ(lines.size(), 3u);
@@ -150,7 +158,8 @@ TEST(CliGenerate, PromptsFileRunsAsOneBatchInInputOrder) {
   EXPECT_EQ(lines[2]["finish_reason"], "stop");
   {
     std::ofstream f(path);
-    f << R"({"prompt": "x", "temperature": "hot"})" << "\n";
+    f << R"({"prompt": "x", "temperature": "hot"})"
+      << "\n";
   }
   auto bad = run_vesper({"generate", kStories, "--prompts-file", path});
   EXPECT_EQ(bad.exit_code, 1);
@@ -158,9 +167,52 @@ TEST(CliGenerate, PromptsFileRunsAsOneBatchInInputOrder) {
   std::remove(path.c_str());
 }
 
+// The engine loop's flags: the same greedy ids and texts with output processing on the engine
+// thread, planned ahead, and in multi-step plans; the startup log says which; bad values and
+// async scheduling with speculation are refused naming the flag.
+TEST(CliGenerate, EngineLoopFlagsKeepTheOutputAndAreLogged) {
+  const std::vector<std::string> base = {
+      "generate",       kStoriesLong,   "--prompt", "Once upon a time", "--prompt",
+      "The little dog", "--max-tokens", "40",       "--temperature",    "0",
+      "--stop",         "park",         "--json"};
+  auto plain = run_vesper(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("output processing asynchronous"), std::string::npos) << plain.err;
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--disable-async-output-proc", "--num-scheduler-steps", "2"},
+        std::vector<std::string>{"--async-scheduling", "--num-scheduler-steps", "16"},
+        std::vector<std::string>{"--no-async-scheduling", "--num-scheduler-steps", "8"}}) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run_vesper(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, plain.out) << flags[0];
+    EXPECT_NE(r.err.find(flags[1] == "--num-scheduler-steps" ? flags[2] + " passes per decode step"
+                                                             : "passes"),
+              std::string::npos)
+        << r.err;
+  }
+  auto ahead = run_vesper(
+      {"generate", kStoriesLong, "--prompt", "x", "--max-tokens", "2", "--async-scheduling"});
+  EXPECT_NE(ahead.err.find("async scheduling on"), std::string::npos) << ahead.err;
+  auto spec = run_vesper({"generate", kStoriesLong, "--prompt", "x", "--async-scheduling",
+                          "--speculative-model", "[ngram]", "--num-speculative-tokens", "3"});
+  EXPECT_EQ(spec.exit_code, 1);
+  EXPECT_NE(spec.err.find("--async-scheduling: speculative decoding"), std::string::npos)
+      << spec.err;
+  auto steps =
+      run_vesper({"generate", kStoriesLong, "--prompt", "x", "--num-scheduler-steps", "0"});
+  EXPECT_EQ(steps.exit_code, 2);
+  EXPECT_NE(steps.err.find("--num-scheduler-steps"), std::string::npos) << steps.err;
+  auto both = run_vesper(
+      {"generate", kStoriesLong, "--prompt", "x", "--async-scheduling", "--no-async-scheduling"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--no-async-scheduling"), std::string::npos) << both.err;
+}
+
 TEST(CliBench, ThroughputJsonReportsRates) {
-  auto r = run_vesper({"bench", "throughput", kStoriesLong, "--num-prompts", "16", "--input-len", "32", "--output-len", "8",
-                       "--json"});
+  auto r = run_vesper({"bench", "throughput", kStoriesLong, "--num-prompts", "16", "--input-len",
+                       "32", "--output-len", "8", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   for (const char* key : {"requests_per_s", "output_tokens_per_s", "total_tokens_per_s"}) {
@@ -169,6 +221,14 @@ TEST(CliBench, ThroughputJsonReportsRates) {
   }
   EXPECT_EQ(j["output_tokens"], 16 * 8);
   EXPECT_EQ(j["prompt_tokens"], 16 * 32);
+  // Where the steps' time went: every phase, the shares adding up to one.
+  double share = 0;
+  for (const char* phase : {"schedule", "batch_build", "forward", "sample", "propose", "output"}) {
+    ASSERT_TRUE(j["step_phases"][phase]["seconds"].is_number()) << phase;
+    share += j["step_phases"][phase]["share"].get<double>();
+  }
+  EXPECT_NEAR(share, 1.0, 1e-9);
+  EXPECT_GT(j["step_phases"]["forward"]["seconds"].get<double>(), 0);
 }
 
 // The prefix-caching workloads of `bench throughput`: shared prefixes and multi-turn chats,
@@ -176,8 +236,9 @@ TEST(CliBench, ThroughputJsonReportsRates) {
 TEST(CliBench, ThroughputPrefixCachingWorkloads) {
   auto run = [](std::vector<std::string> extra, const std::string& num_prompts = "12",
                 const std::string& input_len = "8") {
-    std::vector<std::string> args = {"bench", "throughput", kStoriesLong, "--num-prompts", num_prompts, "--input-len",
-                                     input_len, "--output-len", "6", "--json"};
+    std::vector<std::string> args = {"bench",     "throughput",  kStoriesLong, "--num-prompts",
+                                     num_prompts, "--input-len", input_len,    "--output-len",
+                                     "6",         "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = run_vesper(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -192,9 +253,11 @@ TEST(CliBench, ThroughputPrefixCachingWorkloads) {
   EXPECT_EQ(off["prefix_caching"], false);
   EXPECT_EQ(off["prefill_tokens_computed"], off["prompt_tokens"]);
   EXPECT_EQ(off["prefix_cache_hit_rate"], 0.0);
-  EXPECT_LT(on["prefill_tokens_computed"].get<int64_t>(), off["prefill_tokens_computed"].get<int64_t>() / 2);
+  EXPECT_LT(on["prefill_tokens_computed"].get<int64_t>(),
+            off["prefill_tokens_computed"].get<int64_t>() / 2);
   EXPECT_GT(on["prefix_cache_hit_rate"].get<double>(), 0.5);
-  for (const char* key : {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms"}) EXPECT_GT(on[key].get<double>(), 0) << key;
+  for (const char* key : {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms"})
+    EXPECT_GT(on[key].get<double>(), 0) << key;
 
   const auto chat = run({"--num-turns", "4"}, "3", "40");
   ASSERT_FALSE(chat.empty());
@@ -263,14 +326,16 @@ TEST(CliSynth, QuantizedFilesGiveLlamaCppsGreedyIds) {
   const auto expected = nlohmann::json::parse(f);
   ASSERT_GE(expected["results"].size(), 7u);
   for (const auto& r : expected["results"]) {
-    const std::string path = ::testing::TempDir() + "vesper_synth_" + r["type"].get<std::string>() + ".gguf";
+    const std::string path =
+        ::testing::TempDir() + "vesper_synth_" + r["type"].get<std::string>() + ".gguf";
     std::vector<std::string> args = {"synth"};
     for (const auto& a : r["synth_args"]) args.push_back(a.get<std::string>());
     args.push_back("-o");
     args.push_back(path);
     auto s = run_vesper(args);
     ASSERT_EQ(s.exit_code, 0) << s.err;
-    auto g = run_vesper({"generate", path, "--prompt", r["prompt"], "--max-tokens", "12", "--temperature", "0", "--json"});
+    auto g = run_vesper({"generate", path, "--prompt", r["prompt"], "--max-tokens", "12",
+                         "--temperature", "0", "--json"});
     ASSERT_EQ(g.exit_code, 0) << g.err;
     auto line = json_lines(g.out).at(0);
     EXPECT_EQ(line["prompt_token_ids"], r["prompt_ids"]) << r["type"];
@@ -308,12 +373,14 @@ std::string write_three_prompts(const std::string& name) {
 // `vesper generate MODEL` over kThreePrompts in one batch (--prompts-file) gives each prompt the
 // greedy tokens it gets alone (16 of them).
 void expect_batch_equals_alone(const std::string& model, const std::string& prompts_path) {
-  auto batch = run_vesper({"generate", model, "--prompts-file", prompts_path, "--max-tokens", "16", "--temperature", "0", "--json"});
+  auto batch = run_vesper({"generate", model, "--prompts-file", prompts_path, "--max-tokens", "16",
+                           "--temperature", "0", "--json"});
   ASSERT_EQ(batch.exit_code, 0) << batch.err;
   const auto lines = json_lines(batch.out);
   ASSERT_EQ(lines.size(), kThreePrompts.size());
   for (size_t i = 0; i < kThreePrompts.size(); ++i) {
-    auto alone = run_vesper({"generate", model, "--prompt", kThreePrompts[i], "--max-tokens", "16", "--temperature", "0", "--json"});
+    auto alone = run_vesper({"generate", model, "--prompt", kThreePrompts[i], "--max-tokens", "16",
+                             "--temperature", "0", "--json"});
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
     const auto one = json_lines(alone.out);
     ASSERT_EQ(one.size(), 1u);
@@ -327,7 +394,8 @@ void expect_batch_equals_alone(const std::string& model, const std::string& prom
 // each prompt's tokens the same whether it runs alone or in a batch of three.
 TEST(CliQuantize, F16AndBf16ModelsKeepGreedyOutputAloneAndBatched) {
   const std::string prompts_path = write_three_prompts("vesper_prompts_16bit.txt");
-  auto f32 = run_vesper({"generate", kStories, "--prompt", kThreePrompts[0], "--max-tokens", "16", "--temperature", "0"});
+  auto f32 = run_vesper({"generate", kStories, "--prompt", kThreePrompts[0], "--max-tokens", "16",
+                         "--temperature", "0"});
   ASSERT_EQ(f32.exit_code, 0) << f32.err;
   for (const std::string type : {"f16", "bf16"}) {
     SCOPED_TRACE(type);
@@ -341,7 +409,8 @@ TEST(CliQuantize, F16AndBf16ModelsKeepGreedyOutputAloneAndBatched) {
     std::string name, tensor_type;
     row >> name >> tensor_type;
     EXPECT_EQ(tensor_type, type);
-    auto alone0 = run_vesper({"generate", out, "--prompt", kThreePrompts[0], "--max-tokens", "16", "--temperature", "0"});
+    auto alone0 = run_vesper({"generate", out, "--prompt", kThreePrompts[0], "--max-tokens", "16",
+                              "--temperature", "0"});
     ASSERT_EQ(alone0.exit_code, 0) << alone0.err;
     EXPECT_EQ(alone0.out, f32.out);
     expect_batch_equals_alone(out, prompts_path);
@@ -358,7 +427,9 @@ TEST(CliSynth, PackedKQuantModelsGiveEachPromptItsTokensAloneAndBatched) {
   for (const std::string type : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {
     SCOPED_TRACE(type);
     const std::string path = ::testing::TempDir() + "vesper_packed_" + type + ".gguf";
-    auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--n-head-kv", "2", "--n-ff", "512", "--vocab-from", kStories, "--context-length", "512", "--type", type, "-o", path});
+    auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4",
+                         "--n-head-kv", "2", "--n-ff", "512", "--vocab-from", kStories,
+                         "--context-length", "512", "--type", type, "-o", path});
     ASSERT_EQ(s.exit_code, 0) << s.err;
     expect_batch_equals_alone(path, prompts_path);
     std::remove(path.c_str());
@@ -399,8 +470,10 @@ TEST(CliQuantize, Q8_0ModelKeepsGreedyOutputAndLayoutRules) {
   EXPECT_EQ(type_of("blk.0.ffn_down.weight"), "f16");  // 172 columns: no 32-block type fits
   EXPECT_EQ(type_of("blk.0.attn_norm.weight"), "f32");
   // 8-bit weights on this model keep the first greedy tokens of the f32 model.
-  auto f32 = run_vesper({"generate", kStories, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0"});
-  auto q8 = run_vesper({"generate", out, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0"});
+  auto f32 = run_vesper({"generate", kStories, "--prompt", "Once upon a time", "--max-tokens", "8",
+                         "--temperature", "0"});
+  auto q8 = run_vesper(
+      {"generate", out, "--prompt", "Once upon a time", "--max-tokens", "8", "--temperature", "0"});
   ASSERT_EQ(q8.exit_code, 0) << q8.err;
   EXPECT_EQ(q8.out, f32.out);
   auto bad = run_vesper({"quantize", kStories, out, "--type", "q9_9"});

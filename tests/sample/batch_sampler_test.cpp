@@ -1,12 +1,14 @@
 // BatchSampler against the per-sequence Sampler: many sequences with different parameters
 // (penalties, logit_bias, allowed_token_ids, bad words),
 // histories and seeds share one scratch and must draw exactly what each would alone; the
-// scratch is left clean between rows (a penalty never leaks into the next sequence); logprobs.
+// scratch is left clean between rows (a penalty never leaks into the next sequence); logprobs;
+// a batch spread over a thread pool draws what one thread draws.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+#include "core/thread_pool.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
 
@@ -73,8 +75,8 @@ TEST(BatchSampler, DrawsWhatEachSequenceDrawsAlone) {
     std::vector<std::vector<float>> batched_rows = rows;
     std::vector<BatchSampler::Row> batch_rows;
     for (int s = 0; s < kSeqs; ++s)
-      batch_rows.push_back(
-          {&params[s], &rngs[s], TokenHistory{prompts[s], outputs_batched[s]}, batched_rows[s]});
+      batch_rows.push_back({&params[s], &rngs[s], TokenHistory{prompts[s], outputs_batched[s]},
+                            rows[s], nullptr, batched_rows[s]});
     std::vector<int32_t> tokens(kSeqs);
     batch.sample(batch_rows, eog, tokens);
     // Alone: the reference sampler, with min_tokens applied as the engine applies it.
@@ -90,6 +92,47 @@ TEST(BatchSampler, DrawsWhatEachSequenceDrawsAlone) {
       }
       outputs_alone[s].push_back(t);
       outputs_batched[s].push_back(tokens[s]);
+    }
+  }
+}
+
+TEST(BatchSampler, RowsSpreadOverThreadsDrawWhatOneThreadDraws) {
+  const uint64_t seed = 20261205;
+  std::mt19937 rng(seed);
+  constexpr int kSeqs = 37, kSteps = 12;
+  const std::vector<int32_t> eog = {2, 7};
+  std::normal_distribution<float> logit(0.0f, 3.0f);
+  std::vector<SamplingParams> params;
+  std::vector<std::vector<int32_t>> prompts, outputs(kSeqs);
+  std::vector<std::mt19937_64> one_rngs, pool_rngs;
+  for (int s = 0; s < kSeqs; ++s) {
+    params.push_back(random_params(rng, 500 + s));
+    params.back().logprobs = s % 2 == 0 ? 3 : -1;
+    prompts.push_back({static_cast<int32_t>(rng() % kVocab)});
+    one_rngs.push_back(make_rng(params.back()));
+    pool_rngs.push_back(make_rng(params.back()));
+  }
+  ThreadPool pool(3);
+  BatchSampler one(kVocab), spread(kVocab, &pool);
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<std::vector<float>> logits(kSeqs, std::vector<float>(kVocab));
+    for (auto& row : logits)
+      for (float& x : row) x = logit(rng);
+    std::vector<LogprobEntry> one_lp(kSeqs), pool_lp(kSeqs);
+    std::vector<BatchSampler::Row> one_rows, pool_rows;
+    for (int s = 0; s < kSeqs; ++s) {
+      const TokenHistory history{prompts[s], outputs[s]};
+      one_rows.push_back({&params[s], &one_rngs[s], history, logits[s], &one_lp[s]});
+      pool_rows.push_back({&params[s], &pool_rngs[s], history, logits[s], &pool_lp[s]});
+    }
+    std::vector<int32_t> a(kSeqs), b(kSeqs);
+    one.sample(one_rows, eog, a);
+    spread.sample(pool_rows, eog, b);
+    ASSERT_EQ(a, b) << "step " << step;
+    for (int s = 0; s < kSeqs; ++s) {
+      ASSERT_EQ(one_lp[s].logprob, pool_lp[s].logprob) << "sequence " << s << " step " << step;
+      ASSERT_EQ(one_lp[s].top.size(), pool_lp[s].top.size());
+      outputs[s].push_back(a[s]);
     }
   }
 }

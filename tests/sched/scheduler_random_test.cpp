@@ -1,9 +1,9 @@
 // sched/Scheduler under a long random workload: thousands of sequences with random prompt and
 // output lengths, priorities, forks, speculative tokens (randomly accepted and rolled back) and
 // aborts in every state, on a KV cache small enough to preempt often, for each preemption mode,
-// with chunked prefill on and off, at several block sizes. Every step is checked by the fake engine (sched_driver.h: invariants, budgets, order,
-// and the KV contents each sequence reads); the run must also make progress every step and end
-// with every sequence gone and every block free.
+// with chunked prefill on and off, at several block sizes. Every step is checked by the fake engine
+// (sched_driver.h: invariants, budgets, order, and the KV contents each sequence reads); the run
+// must also make progress every step and end with every sequence gone and every block free.
 //
 // The seed is printed; set VESPER_SCHED_SEED to replay one.
 #include <gtest/gtest.h>
@@ -35,7 +35,14 @@ uint64_t base_seed() {
 }
 
 // Where a sequence was when it was aborted.
-enum AbortState { kNewWaiting, kPreemptedWaiting, kPrefilling, kDecoding, kSwappedOut, kNumAbortStates };
+enum AbortState {
+  kNewWaiting,
+  kPreemptedWaiting,
+  kPrefilling,
+  kDecoding,
+  kSwappedOut,
+  kNumAbortStates
+};
 const char* const kAbortStateNames[] = {"waiting (new)", "waiting (preempted)", "running (prefill)",
                                         "running (decode)", "swapped"};
 
@@ -54,16 +61,20 @@ AbortState abort_state(const Sequence& s) {
 // often falls back to recompute.
 enum class Preemption { kRecompute, kSwap, kSwapSmallHost };
 
-using Params = std::tuple<Preemption, bool /*chunked*/, int64_t /*block size*/, bool /*prefix caching*/>;
+using Params =
+    std::tuple<Preemption, bool /*chunked*/, int64_t /*block size*/, bool /*prefix caching*/>;
 
 class SchedulerRandom : public ::testing::TestWithParam<Params> {};
 
 TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
   const auto [preemption, chunked, block_size, prefix_caching] = GetParam();
-  const PreemptionMode mode = preemption == Preemption::kRecompute ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
-  const uint64_t seed = base_seed() ^ (static_cast<uint64_t>(preemption) * 1000003u + (chunked ? 7919u : 0u) +
-                                       static_cast<uint64_t>(block_size) * 104729u + (prefix_caching ? 31u : 0u));
-  std::printf("SchedulerRandom: VESPER_SCHED_SEED=%" PRIu64 " (case seed %" PRIu64 ")\n", base_seed(), seed);
+  const PreemptionMode mode =
+      preemption == Preemption::kRecompute ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
+  const uint64_t seed =
+      base_seed() ^ (static_cast<uint64_t>(preemption) * 1000003u + (chunked ? 7919u : 0u) +
+                     static_cast<uint64_t>(block_size) * 104729u + (prefix_caching ? 31u : 0u));
+  std::printf("SchedulerRandom: VESPER_SCHED_SEED=%" PRIu64 " (case seed %" PRIu64 ")\n",
+              base_seed(), seed);
   SCOPED_TRACE("VESPER_SCHED_SEED=" + std::to_string(base_seed()));
 
   constexpr int64_t kMaxModelLen = 128;
@@ -76,41 +87,39 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
   cfg.max_model_len = kMaxModelLen;
   cfg.enable_chunked_prefill = chunked;
   cfg.preemption_mode = mode;
-  Driver d(cfg, kDeviceTokens / block_size, host_tokens / block_size, block_size, seed, prefix_caching);
+  Driver d(cfg, kDeviceTokens / block_size, host_tokens / block_size, block_size, seed,
+           prefix_caching);
   d.set_speculation(0.3);
   std::mt19937_64& rng = d.rng();
-  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
   auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
 
   SeqId next_id = 1;
   int accepted = 0, rejected = 0, forks = 0;
   int aborts[kNumAbortStates] = {};
-  d.on_sample = [&](Driver& drv, SeqId id) {
-    const Sequence* s = drv.sched().find(id);
-    // n > 1 sampling: right after the prompt, fork a sibling or two that sample their own tokens.
-    if (s->num_tokens() != s->num_prompt_tokens || s->num_tokens() + 1 >= s->max_total_tokens || !chance(0.25))
-      return;
-    for (int64_t k = uniform(1, 2); k > 0; --k) {
-      const SeqId child = next_id++;
-      drv.fork(id, child);
-      drv.sched().append_token(child, drv.random_token());
-      ++forks;
-    }
-  };
-
   auto submit = [&] {
     const int64_t kind = uniform(0, 99);
-    int64_t prompt = kind < 70 ? uniform(1, 24) : kind < 95 ? uniform(25, 80) : uniform(81, kMaxModelLen + 8);
+    int64_t prompt = kind < 70   ? uniform(1, 24)
+                     : kind < 95 ? uniform(25, 80)
+                                 : uniform(81, kMaxModelLen + 8);
     int64_t max_total = prompt + (chance(0.9) ? uniform(1, 48) : uniform(1, 120));
     const auto priority = static_cast<int32_t>(uniform(0, 2));
     const SeqId id = next_id++;
-    const Status st = d.add(id, prompt, max_total, priority);
+    // n > 1 sampling: a sibling or two forked once the prompt is computed.
+    std::vector<SeqId> children;
+    if (max_total > prompt + 1 && chance(0.25))
+      for (int64_t k = uniform(1, 2); k > 0; --k) children.push_back(next_id++);
+    const Status st = d.add(id, prompt, max_total, priority, std::nullopt, 0, children);
     const bool fits = prompt <= kMaxModelLen && max_total <= kMaxModelLen &&
                       (chunked || max_total <= cfg.max_num_batched_tokens);
-    EXPECT_EQ(st.ok(), fits) << "sequence " << id << ": prompt " << prompt << ", max_total " << max_total
-                             << (st.ok() ? "" : ": " + st.error().message);
-    if (st.ok()) ++accepted;
-    else ++rejected;
+    EXPECT_EQ(st.ok(), fits) << "sequence " << id << ": prompt " << prompt << ", max_total "
+                             << max_total << (st.ok() ? "" : ": " + st.error().message);
+    if (st.ok())
+      ++accepted;
+    else
+      ++rejected;
   };
 
   const int64_t max_steps = 400000;
@@ -138,15 +147,17 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
     const int failures = Driver::num_failures();
     const SchedulerOutput out = d.step();
     if (Driver::num_failures() != failures) break;
+    forks += static_cast<int>(out.forks.size());
     // Liveness: with anything left, every step computes something.
     if (out.scheduled.empty() && d.sched().has_unfinished()) ++idle_steps;
-    ASSERT_EQ(idle_steps, 0) << "step " << d.steps() << " scheduled nothing with " << d.live().size()
-                             << " sequences left";
+    ASSERT_EQ(idle_steps, 0) << "step " << d.steps() << " scheduled nothing with "
+                             << d.live().size() << " sequences left";
   }
   ASSERT_FALSE(HasFailure());
   ASSERT_FALSE(d.sched().has_unfinished()) << "not done after " << d.steps() << " steps";
   EXPECT_GE(accepted, kTargetSequences);
   d.expect_all_free();
+  EXPECT_EQ(d.binder().pinned(), 0);
 
   // Every sequence left, finished or aborted; the workload exercised what it is meant to.
   int finished = 0;
@@ -174,29 +185,37 @@ TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
     EXPECT_GT(stats.num_recomputes, 0);
   }
   for (int st = 0; st < kNumAbortStates; ++st) {
-    const bool possible = (st != kSwappedOut || mode == PreemptionMode::kSwap) && (st != kPrefilling || chunked) &&
-                          (st != kPreemptedWaiting || recomputes);
+    const bool possible = (st != kSwappedOut || mode == PreemptionMode::kSwap) &&
+                          (st != kPrefilling || chunked) && (st != kPreemptedWaiting || recomputes);
     if (possible) {
       EXPECT_GT(aborts[st], 0) << "no abort while " << kAbortStateNames[st];
     }
   }
-  std::printf("  %lld steps, %d accepted, %d rejected, %d forks, %d finished, %lld preemptions (%lld swaps, "
-              "%lld recomputes), aborts: %d new, %d preempted, %d prefill, %d decode, %d swapped\n",
-              static_cast<long long>(d.steps()), accepted, rejected, forks, finished,
-              static_cast<long long>(stats.num_preemptions), static_cast<long long>(stats.num_swap_outs),
-              static_cast<long long>(stats.num_recomputes), aborts[0], aborts[1], aborts[2], aborts[3], aborts[4]);
+  std::printf(
+      "  %lld steps, %d accepted, %d rejected, %d forks, %d finished, %lld preemptions (%lld "
+      "swaps, "
+      "%lld recomputes), aborts: %d new, %d preempted, %d prefill, %d decode, %d swapped\n",
+      static_cast<long long>(d.steps()), accepted, rejected, forks, finished,
+      static_cast<long long>(stats.num_preemptions), static_cast<long long>(stats.num_swap_outs),
+      static_cast<long long>(stats.num_recomputes), aborts[0], aborts[1], aborts[2], aborts[3],
+      aborts[4]);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, SchedulerRandom,
-    ::testing::Combine(::testing::Values(Preemption::kRecompute, Preemption::kSwap, Preemption::kSwapSmallHost),
-                       ::testing::Bool(), ::testing::Values<int64_t>(1, 4, 16), ::testing::Bool()),
-    [](const ::testing::TestParamInfo<Params>& info) {
-      const Preemption p = std::get<0>(info.param);
-      return std::string(p == Preemption::kRecompute ? "Recompute" : p == Preemption::kSwap ? "Swap" : "SwapSmallHost") +
-             (std::get<1>(info.param) ? "Chunked" : "Whole") + "Block" + std::to_string(std::get<2>(info.param)) +
-             (std::get<3>(info.param) ? "PrefixCache" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Modes, SchedulerRandom,
+                         ::testing::Combine(::testing::Values(Preemption::kRecompute,
+                                                              Preemption::kSwap,
+                                                              Preemption::kSwapSmallHost),
+                                            ::testing::Bool(), ::testing::Values<int64_t>(1, 4, 16),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<Params>& info) {
+                           const Preemption p = std::get<0>(info.param);
+                           return std::string(p == Preemption::kRecompute ? "Recompute"
+                                              : p == Preemption::kSwap    ? "Swap"
+                                                                          : "SwapSmallHost") +
+                                  (std::get<1>(info.param) ? "Chunked" : "Whole") + "Block" +
+                                  std::to_string(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "PrefixCache" : "");
+                         });
 
 }  // namespace
 }  // namespace vesper::sched

@@ -526,9 +526,9 @@ TEST(Scheduler, RemoveFreesEverythingInEveryState) {
   // Running decode, forked, and the fork's sibling.
   {
     Driver d(make_config(64, 8, 64, true), 8, 4, 4);
-    ASSERT_TRUE(d.add(1, 6, 24).ok());
-    d.step();
-    d.fork(1, 2);
+    ASSERT_TRUE(d.add(1, 6, 24, 0, std::nullopt, 0, {2}).ok());
+    d.step();  // the prompt, and the fork
+    ASSERT_NE(d.sched().find(2), nullptr);
     d.step();
     EXPECT_EQ(d.sched().find(1)->status, SeqStatus::kRunning);
     d.abort(1);
@@ -579,14 +579,11 @@ TEST(Scheduler, AbortsInEveryStateWhileOthersRunLeaveOthersIntact) {
 
 TEST(Scheduler, ForkSharesThePromptAndCopiesThePartialBlockOnWrite) {
   Driver d(make_config(64, 8, 64, true), 8, 0, 4);
-  ASSERT_TRUE(d.add(1, 6, 12).ok());
-  d.on_sample = [](Driver& drv, SeqId id) {
-    if (id == 1 && drv.steps() == 1) {
-      drv.fork(1, 2);
-      drv.sched().append_token(2, drv.random_token());  // the child samples its own token
-    }
-  };
-  d.step();
+  ASSERT_TRUE(d.add(1, 6, 12, 0, std::nullopt, 0, {2}).ok());
+  const SchedulerOutput first = d.step();  // the prompt: the child forks and samples its own token
+  ASSERT_EQ(first.forks.size(), 1u);
+  EXPECT_EQ(first.forks[0].parent, 1);
+  EXPECT_EQ(first.forks[0].child, 2);
   const auto shared = d.kv().block_table(1);
   ASSERT_EQ(shared.size(), 2u);
   EXPECT_EQ(d.kv().block_table(2), shared);
@@ -614,19 +611,16 @@ TEST(Scheduler, ForkSharesThePromptAndCopiesThePartialBlockOnWrite) {
 // on write and is then swapped out in the same step must take the copy's source to the host,
 // not the fresh block the copy has not yet filled.
 TEST(Scheduler, SwapOutRightAfterCopyOnWriteKeepsTheVictimsKv) {
-  Driver d(make_config(9, 8, 64, true, PreemptionMode::kSwap), 5, 16, 4);
+  Driver d(make_config(7, 8, 64, true, PreemptionMode::kSwap), 5, 16, 4);
   d.keep_history(true);
-  ASSERT_TRUE(d.add(1, 6, 16, 1).ok());  // P
-  d.on_sample = [](Driver& drv, SeqId id) {
-    if (id == 1 && drv.steps() == 2) {
-      drv.fork(1, 3);  // C, after P's first decode: the shared last block is partial
-      drv.sched().append_token(3, drv.random_token());
-    }
-  };
-  d.step();
+  // P: a 10-token prompt (its last block partial), two chunks; C forks from it when it completes.
+  ASSERT_TRUE(d.add(1, 10, 20, 1, std::nullopt, 0, {3}).ok());
+  d.step();                               // P's first 7 tokens
   ASSERT_TRUE(d.add(2, 18, 20, 0).ok());  // H: high priority, long prompt
-  d.step();                               // P decodes, H prefills 8 tokens
-  auto out = d.step();  // P copies its last block; H's chunk needs 2 blocks: C, then P, swapped
+  d.step();                               // P's last 3 tokens (C forks); H's first 4
+  ASSERT_NE(d.sched().find(3), nullptr);
+  // P copies the shared partial block on write; H's chunk needs 2 blocks: C, then P, swapped.
+  auto out = d.step();
   ASSERT_FALSE(::testing::Test::HasFailure());
   EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 1}));
   EXPECT_EQ(d.sched().find(1)->status, SeqStatus::kSwapped);
@@ -641,14 +635,7 @@ TEST(Scheduler, ForkedChildrenArePreemptedAndRecomputedIndependently) {
   for (auto mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
     SCOPED_TRACE(mode == PreemptionMode::kSwap ? "swap" : "recompute");
     Driver d(make_config(16, 8, 64, true, mode), 8, 4, 4);
-    ASSERT_TRUE(d.add(1, 5, 24, 1).ok());
-    d.on_sample = [](Driver& drv, SeqId id) {
-      if (id == 1 && drv.steps() == 1)
-        for (SeqId child : {10, 11, 12}) {
-          drv.fork(1, child);
-          drv.sched().append_token(child, drv.random_token());
-        }
-    };
+    ASSERT_TRUE(d.add(1, 5, 24, 1, std::nullopt, 0, {10, 11, 12}).ok());
     d.step();
     ASSERT_TRUE(d.add(2, 14, 24, 0).ok());
     ASSERT_TRUE(d.run_to_completion(500));
@@ -668,22 +655,26 @@ TEST_F(SchedulerDeathTest, MisuseAborts) {
   seq.id = 1;
   seq.tokens = {1, 2, 3};
   seq.max_total_tokens = 8;
+  seq.forks = {{1, 2, 2}};
   ASSERT_TRUE(s.add(seq).ok());
   EXPECT_DEATH((void)s.add(seq), "duplicate sequence id 1");
-  EXPECT_DEATH(s.append_token(1, 7), "not running");
-  EXPECT_DEATH(s.fork(1, 2), "not running");
-  EXPECT_DEATH(s.append_token(9, 7), "unknown sequence 9");
-  s.schedule();
-  ASSERT_EQ(s.find(1)->status, SeqStatus::kRunning);
+  ModelRunnerOutput sampled;
+  sampled.sequences.emplace_back();
+  sampled.sequences[0].id = 1;
+  sampled.sequences[0].token_ids = {7};
+  EXPECT_DEATH(s.update({}, sampled), "sequence 1 sampled while not running");
+  sampled.sequences[0].num_accepted = 1;
   seq.id = 2;
+  seq.forks.clear();
   ASSERT_TRUE(s.add(seq).ok());  // waiting: it holds no blocks the KV manager would notice
-  EXPECT_DEATH(s.fork(1, 2), "fork into existing sequence 2");
+  // Sequence 1's prompt completes: forking it into sequence 2, which exists, is a bug.
+  EXPECT_DEATH(s.schedule(), "fork into existing sequence 2");
 }
 
 // ---------------------------------------------------------------------------------------------
-// Speculative trees
+// Speculative tokens
 
-TEST(Scheduler, AnAcceptedTreePathMovesToItsPositionsInTheNextPlan) {
+TEST(Scheduler, AVerificationCommitsTheKeptProposalsAndGivesBackTheRest) {
   kv::KvCacheManager kv(16, 0, 4, /*prefix caching*/ true);
   Scheduler s(make_config(64, 8, 64, true), kv);
   Sequence seq;
@@ -692,42 +683,48 @@ TEST(Scheduler, AnAcceptedTreePathMovesToItsPositionsInTheNextPlan) {
   seq.num_prompt_tokens = 5;
   seq.max_total_tokens = 32;
   ASSERT_TRUE(s.add(std::move(seq)).ok());
-  ASSERT_EQ(s.schedule().scheduled.size(), 1u);  // the prompt
-  s.append_token(1, 20);                         // position 5
-  // Proposals at positions 6.. by index: 30 and 31 under the root, 32 under 30, 33 under 31.
-  s.set_spec_tokens(1, {30, 31, 32, 33}, {-1, -1, 0, 1});
+  const SchedulerOutput prompt = s.schedule();
+  ASSERT_EQ(prompt.scheduled.size(), 1u);
+  // The runner samples 20 (position 5) and proposes a tree: 30 and 31 under the root, 32 under 30,
+  // 33 under 31.
+  ModelRunnerOutput sampled;
+  sampled.sequences.emplace_back();
+  sampled.sequences[0].id = 1;
+  sampled.sequences[0].token_ids = {20};
+  sampled.sequences[0].proposals = {30, 31, 32, 33};
+  sampled.sequences[0].proposal_parents = {-1, -1, 0, 1};
+  s.update(prompt, sampled);
   const SchedulerOutput verify = s.schedule();
   ASSERT_EQ(verify.scheduled.size(), 1u);
   EXPECT_EQ(verify.scheduled[0].spec_token_ids, (std::vector<int32_t>{30, 31, 32, 33}));
   EXPECT_EQ(verify.scheduled[0].spec_tree_parents, (std::vector<int32_t>{-1, -1, 0, 1}));
   EXPECT_EQ(verify.scheduled[0].num_logits_rows, 5);
-  EXPECT_TRUE(verify.slot_copies.empty());
-  // Keep 31 (index 1, at position 7) and 33 (index 3, at position 9): they belong at 6 and 7.
-  // Position 9's block goes back at once (rollback), but nothing can write it before the next
-  // plan's slot copies, which come first of all.
-  const std::vector<kv::BlockId> table = kv.block_table(1);
-  auto slot = [&](int64_t pos) { return int64_t{table[pos / 4]} * 4 + pos % 4; };
-  const std::vector<int32_t> path = {1, 3};
-  s.accept_spec_path(1, path);
-  s.append_token(1, 40);
+  EXPECT_EQ(kv.block_table(1).size(), 3u);  // positions 0..9
+  // The runner kept 31 and 33 (it moved their K/V to positions 6 and 7 itself) and drew 40.
+  ModelRunnerOutput verified;
+  verified.sequences.emplace_back();
+  verified.sequences[0].id = 1;
+  verified.sequences[0].token_ids = {31, 33, 40};
+  verified.sequences[0].num_proposals = 4;
+  verified.sequences[0].num_accepted = 2;
+  s.update(verify, verified);
   EXPECT_EQ(s.find(1)->tokens, (std::vector<int32_t>{1, 10, 11, 12, 13, 20, 31, 33, 40}));
   EXPECT_EQ(s.find(1)->num_computed_tokens, 8);
+  EXPECT_TRUE(s.find(1)->spec_token_ids.empty());
+  // Position 8 and on (the rejected proposals' slots) go back: two blocks cover 0..7.
+  EXPECT_EQ(kv.block_table(1).size(), 2u);
+  // The next plan tells the runner of the shorter table, and computes position 8.
   const SchedulerOutput next = s.schedule();
-  ASSERT_EQ(next.slot_copies.size(), 2u);
-  EXPECT_EQ(next.slot_copies[0], (SlotCopy{slot(7), slot(6)}));
-  EXPECT_EQ(next.slot_copies[1], (SlotCopy{slot(9), slot(7)}));
-  // They round-trip with the plan, and go out once.
-  auto copy = SchedulerOutput::deserialize(next.serialize());
-  ASSERT_TRUE(copy.ok());
-  EXPECT_EQ(copy->slot_copies, next.slot_copies);
-  s.append_token(1, 41);
-  EXPECT_TRUE(s.schedule().slot_copies.empty());
+  ASSERT_EQ(next.cached_sequences.size(), 1u);
+  EXPECT_EQ(next.cached_sequences[0].num_blocks, 3);
+  ASSERT_EQ(next.scheduled.size(), 1u);
+  EXPECT_EQ(next.scheduled[0].start, 8);
   s.check_invariants();
   s.remove(1);
   EXPECT_EQ(kv.device_pool().num_used(), 0);
 }
 
-TEST(Scheduler, AcceptingSomethingOffThePathIsRefused) {
+TEST(Scheduler, AcceptingMoreThanWasProposedIsRefused) {
   kv::KvCacheManager kv(16, 0, 4, false);
   Scheduler s(make_config(64, 8, 64, true), kv);
   Sequence seq;
@@ -736,12 +733,20 @@ TEST(Scheduler, AcceptingSomethingOffThePathIsRefused) {
   seq.num_prompt_tokens = 2;
   seq.max_total_tokens = 32;
   ASSERT_TRUE(s.add(std::move(seq)).ok());
-  s.schedule();
-  s.append_token(1, 20);
-  s.set_spec_tokens(1, {30, 31, 32}, {-1, -1, 0});
-  s.schedule();
-  const std::vector<int32_t> not_a_path = {1, 2};  // 2's parent is 0, not 1
-  EXPECT_DEATH(s.accept_spec_path(1, not_a_path), "does not continue the path");
+  const SchedulerOutput prompt = s.schedule();
+  ModelRunnerOutput sampled;
+  sampled.sequences.emplace_back();
+  sampled.sequences[0].id = 1;
+  sampled.sequences[0].token_ids = {20};
+  sampled.sequences[0].proposals = {30, 31};
+  s.update(prompt, sampled);
+  const SchedulerOutput verify = s.schedule();
+  ModelRunnerOutput verified;
+  verified.sequences.emplace_back();
+  verified.sequences[0].id = 1;
+  verified.sequences[0].token_ids = {30, 31, 32, 40};
+  verified.sequences[0].num_accepted = 3;
+  EXPECT_DEATH(s.update(verify, verified), "3 of 2 proposals accepted");
 }
 
 }  // namespace
@@ -764,7 +769,7 @@ TEST(Scheduler, MaxLorasBoundsDistinctAdaptersAndServesAdaptersInArrivalOrder) {
   while (d.sched().has_unfinished()) {
     const SchedulerOutput out = d.step();
     for (const NewSequenceData& n : out.new_sequences)
-      EXPECT_EQ(n.adapter_id, adapter.at(n.id));
+      EXPECT_EQ(n.adapter, adapter.at(n.id) == 0 ? -1 : static_cast<int32_t>(adapter.at(n.id)));
     for (const ScheduledSequence& s : out.scheduled) first_step.try_emplace(s.id, d.steps());
     std::set<uint64_t> running;
     d.sched().for_each_running([&](const Sequence& seq) {
@@ -779,6 +784,9 @@ TEST(Scheduler, MaxLorasBoundsDistinctAdaptersAndServesAdaptersInArrivalOrder) {
   EXPECT_EQ(first_step[4], first_step[1]);
   EXPECT_GT(first_step[3], first_step[1]);
   EXPECT_GE(first_step[5], first_step[3]);
+  // The last sequences' copies are released once a plan no longer reads them: the next one.
+  d.sched().schedule();
+  EXPECT_EQ(d.binder().pinned(), 0) << "every pin was released";
 }
 
 }  // namespace

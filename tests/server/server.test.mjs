@@ -1,7 +1,9 @@
 // End-to-end tests of `vesper serve` on stories260K over real HTTP on 127.0.0.1: completions and
 // chat, streaming and not, equality with `vesper generate`, 300 concurrent streaming clients,
 // disconnects freeing KV blocks, every bad input's status and error JSON while a good request
-// runs, admission control, API keys, metrics, tokenize/detokenize, and graceful SIGTERM.
+// runs, admission control, API keys, metrics (the engine step phases among them),
+// tokenize/detokenize, graceful SIGTERM, and the engine loop's modes (async scheduling and
+// multi-step scheduling, output processing on the engine thread) answering alike.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -27,6 +29,43 @@ test('GET /health, /v1/models and /metrics answer', async () => {
     'vesper:time_per_output_token_seconds_bucket', 'vesper:e2e_request_latency_seconds_bucket',
     'vesper:request_prompt_tokens_bucket', 'vesper:request_generation_tokens_bucket']) {
     assert.ok(text.includes(name), `metrics lack ${name}`);
+  }
+});
+
+test('/metrics has where each engine step spent its time, by phase', async () => {
+  const r = await postJson(server.url + '/v1/completions', { prompt: 'Once upon a time', max_tokens: 8, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  const { text } = await metrics(server.url);
+  for (const phase of ['schedule', 'batch_build', 'forward', 'sample', 'propose', 'output']) {
+    const count = text.match(new RegExp(`^vesper:engine_step_phase_seconds_count\\{[^}]*phase="${phase}"\\} (\\d+)$`, 'm'));
+    assert.ok(count, `no phase ${phase} in /metrics`);
+    assert.ok(Number(count[1]) >= 8, `phase ${phase}: ${count[1]} steps observed`);
+  }
+  const forward = text.match(/^vesper:engine_step_phase_seconds_sum\{[^}]*phase="forward"\} ([0-9.eE+-]+)$/m);
+  assert.ok(Number(forward[1]) > 0, 'the forward passes took no time');
+});
+
+test('the engine loop modes give the same greedy and streamed output', async () => {
+  const request = { prompt: 'Tom and his dog went to the beach.', max_tokens: 48, temperature: 0, stop: ['park'] };
+  const expected = await postJson(server.url + '/v1/completions', request);
+  assert.equal(expected.status, 200, expected.text);
+  for (const flags of [['--async-scheduling', '--num-scheduler-steps', '8'], ['--disable-async-output-proc', '--num-scheduler-steps', '2']]) {
+    const s = await startServer(flags);
+    try {
+      assert.match(s.logs, flags[0] === '--async-scheduling' ? /async scheduling on/ : /output processing synchronous/);
+      const plain = await postJson(s.url + '/v1/completions', request);
+      assert.equal(plain.status, 200, plain.text);
+      assert.equal(plain.json.choices[0].text, expected.json.choices[0].text, flags.join(' '));
+      assert.equal(plain.json.choices[0].finish_reason, expected.json.choices[0].finish_reason);
+      const res = await fetch(s.url + '/v1/completions', {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ ...request, stream: true }),
+      });
+      const { events, done } = await readSse(res);
+      assert.ok(done, 'no [DONE]');
+      assert.equal(events.map((e) => e.choices[0]?.text ?? '').join(''), expected.json.choices[0].text, flags.join(' '));
+    } finally {
+      await s.stop();
+    }
   }
 });
 

@@ -1,10 +1,10 @@
-#include "engine/speculation_policy.h"
+#include "spec/speculation_policy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-namespace vesper::engine {
+namespace vesper::spec {
 namespace {
 
 // Before any verification: proposals are kept half the time, with the weight of 8 proposals.
@@ -117,4 +117,4 @@ int64_t SpeculationPolicy::choose(int64_t seqs, int64_t other_rows) {
   return 1;
 }
 
-}  // namespace vesper::engine
+}  // namespace vesper::spec

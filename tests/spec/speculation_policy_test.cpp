@@ -4,9 +4,9 @@
 // about 4.5 times 1 row: compute-bound). No timing here: the tables are given.
 #include <gtest/gtest.h>
 
-#include "engine/speculation_policy.h"
+#include "spec/speculation_policy.h"
 
-namespace vesper::engine {
+namespace vesper::spec {
 namespace {
 
 void widened(PassCost& t) {
@@ -117,4 +117,4 @@ TEST(SpeculationPolicy, ProbesRarelyWhereItPicksNoneAndNeverWhereNothingCouldPay
 }
 
 }  // namespace
-}  // namespace vesper::engine
+}  // namespace vesper::spec

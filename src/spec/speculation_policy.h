@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-namespace vesper::engine {
+namespace vesper::spec {
 
 // Seconds per pass as a function of rows: piecewise linear through the measured points, and
 // linear past the last two. A pass over fewer rows never costs more than one over more, so a
@@ -93,4 +93,4 @@ class SpeculationPolicy {
   int64_t probe_every_ = kProbeEvery;
 };
 
-}  // namespace vesper::engine
+}  // namespace vesper::spec
