@@ -1,6 +1,7 @@
 #include "sample/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 
@@ -25,6 +26,58 @@ int32_t argmax(std::span<const float> logits) {
   for (size_t j = 0; j < n; ++j)
     if (logits[j] == best) return static_cast<int32_t>(j);
   return 0;  // unreachable: best is one of the logits
+}
+
+namespace {
+
+// Weights are summed a block of kBlock at a time, in a fixed order (each block's floats pairwise,
+// the blocks in turn), so that the sums do not depend on a long chain of dependent additions (on
+// a 32,000-token vocabulary two such chains were most of a sampled row) and stay the same for the
+// same weights.
+constexpr size_t kBlock = 8;
+
+double block_sum(const float* p) {
+  const double a = static_cast<double>(p[0]) + p[1], b = static_cast<double>(p[2]) + p[3];
+  const double c = static_cast<double>(p[4]) + p[5], d = static_cast<double>(p[6]) + p[7];
+  return (a + b) + (c + d);
+}
+
+double weight_sum(const float* p, size_t n) {
+  double total = 0.0;
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) total += block_sum(p + i);
+  for (; i < n; ++i) total += p[i];
+  return total;
+}
+
+// top-p reads the weights' total; nothing else in kept_distribution does.
+bool top_p_needs_total(const SamplingParams& params) {
+  return params.top_p < 1.0f;
+}
+
+}  // namespace
+
+float exp_nonpositive(float x) {
+  // The selects are bit masks, not branches: a comparison's result as all-ones or zero bits (the
+  // vectorizer if-converts no floating-point `?:` while operations may trap).
+  const uint32_t in_range = 0u - static_cast<uint32_t>(x >= -87.0f);  // NaN: out of range
+  const float clamped = std::bit_cast<float>((std::bit_cast<uint32_t>(x) & in_range) |
+                                             (std::bit_cast<uint32_t>(-87.0f) & ~in_range));
+  // n = round(x / ln 2) (x <= 0: truncating x / ln 2 - 1/2 rounds to nearest), r = x - n ln 2 in
+  // two steps (ln 2's high part is exact in float), |r| <= ln 2 / 2.
+  const auto n = static_cast<int32_t>(clamped * 1.44269504088896341f - 0.5f);
+  const auto fn = static_cast<float>(n);
+  const float r = clamped - fn * 0.693359375f + fn * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const float scale = std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23);
+  // Below -87, under float's normal range (and -inf, NaN): 0.
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * scale) & in_range);
 }
 
 std::mt19937_64 make_rng(const SamplingParams& params) {
@@ -68,17 +121,23 @@ size_t kept_distribution(const SamplingParams& params, std::span<const float> lo
 
   // Softmax over the kept candidates at the temperature (double sums for stability).
   scratch.probs.resize(keep);
+  float* probs = scratch.probs.data();
   // Every token masked (e.g. allowed_token_ids that min_tokens or bad_words all ban): an equal
   // weight each, rather than the NaNs of -inf - -inf.
   const bool all_masked = max_logit == -INFINITY;
-  double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    const double p =
-        all_masked ? 1.0
-                   : std::exp((logits[scratch.candidates[i]] - max_logit) / params.temperature);
-    scratch.probs[i] = static_cast<float>(p);
-    total += p;
+  const auto max_f = static_cast<float>(max_logit);
+  const float inv_temperature = 1.0f / params.temperature;
+  if (all_masked) {
+    std::fill(probs, probs + keep, 1.0f);
+  } else if (keep == logits.size() && !(top_k_cuts || params.top_p < 1.0f || params.min_p > 0.0f)) {
+    // The whole vocabulary in id order: a loop the compiler vectorizes.
+    const float* l = logits.data();
+    for (size_t i = 0; i < keep; ++i) probs[i] = exp_nonpositive((l[i] - max_f) * inv_temperature);
+  } else {
+    for (size_t i = 0; i < keep; ++i)
+      probs[i] = exp_nonpositive((logits[scratch.candidates[i]] - max_f) * inv_temperature);
   }
+  const double total = top_p_needs_total(params) ? weight_sum(probs, keep) : 0.0;
   // top-p: the smallest prefix whose mass reaches top_p (at least one token).
   if (params.top_p < 1.0f) {
     double mass = 0.0;
@@ -106,13 +165,21 @@ int32_t draw_token(const SamplingParams& params, std::span<float> logits, std::m
                    SamplingScratch& scratch) {
   if (params.greedy()) return argmax(logits);
   const size_t keep = kept_distribution(params, logits, scratch);
-  double kept_total = 0.0;
-  for (size_t i = 0; i < keep; ++i) kept_total += scratch.probs[i];
+  const float* probs = scratch.probs.data();
+  const double kept_total = weight_sum(probs, keep);
   std::uniform_real_distribution<double> uniform(0.0, kept_total);
   const double r = uniform(rng);
+  // The first candidate whose cumulative weight passes r, walked a block of kBlock at a time (a
+  // block's weight summed as weight_sum sums it), then within the block.
   double acc = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    acc += scratch.probs[i];
+  size_t i = 0;
+  for (; i + kBlock <= keep; i += kBlock) {
+    const double block = block_sum(probs + i);
+    if (r < acc + block) break;
+    acc += block;
+  }
+  for (; i < keep; ++i) {
+    acc += probs[i];
     if (r < acc) return scratch.candidates[i];
   }
   return scratch.candidates[keep - 1];

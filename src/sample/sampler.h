@@ -25,6 +25,11 @@ namespace vesper::sample {
 // Index of the largest value; the first one wins ties.
 int32_t argmax(std::span<const float> logits);
 
+// e^x in float for x <= 0 (about 1 ulp; 0 below -87, under float's normal range, and for -inf):
+// branch-free and call-free, so that a loop over a vocabulary vectorizes. Sampling's weights
+// e^((logit - max) / temperature) are computed with it.
+float exp_nonpositive(float x);
+
 // A sequence's random state: seeded from SamplingParams::seed (random when unset).
 std::mt19937_64 make_rng(const SamplingParams& params);
 

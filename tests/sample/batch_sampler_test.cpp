@@ -137,6 +137,20 @@ TEST(BatchSampler, RowsSpreadOverThreadsDrawWhatOneThreadDraws) {
   }
 }
 
+TEST(ExpNonpositive, MatchesExpWithinTwoUlpsAndIsZeroBelowFloatsRange) {
+  double worst = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -87.0f * static_cast<float>(i) / 2000000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    const double got = exp_nonpositive(x);
+    worst = std::max(worst, std::abs(got - want) / want);
+  }
+  EXPECT_LT(worst, 2.4e-7) << "relative error (2 ulp is 2.4e-7)";
+  EXPECT_EQ(exp_nonpositive(0.0f), 1.0f);
+  EXPECT_EQ(exp_nonpositive(-88.0f), 0.0f);
+  EXPECT_EQ(exp_nonpositive(-INFINITY), 0.0f);
+}
+
 TEST(BatchSampler, PenaltiesOfOneRowDoNotLeakIntoTheNext) {
   BatchSampler batch(8);
   SamplingParams penalised;
