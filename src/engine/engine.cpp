@@ -267,6 +267,8 @@ void Engine::record_plan(const sched::SchedulerOutput& plan, double scheduled_at
   // now (siblings included).
   for (const sched::FailedSequence& f : plan.failed) {
     log_error("%s; its requests are aborted", f.message.c_str());
+    // The scheduler dropped it already: its registration is let go here, its siblings by abort.
+    if (f.adapter_id != 0) adapters_->unhold(f.adapter_id);
     const OutputProcessor::RequestState* request = outputs_->owner(f.id, nullptr);
     if (request == nullptr) continue;  // a sibling already aborted it
     RequestOutput last;

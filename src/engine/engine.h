@@ -8,7 +8,8 @@
 // samples nothing (the runner does both). With asynchronous output processing (on by default,
 // EngineConfig::async_output) a step's detokenization, stop strings and outputs run on the output
 // thread (engine/job_thread.h) while the next step computes: step() then returns the outputs
-// of the step before, and a sequence a stop string ended has computed one more token, which is
+// of the step before, and a sequence a stop string ended has computed more (the next step's
+// token; with async scheduling the next two plans'; with multi-step a plan's passes), which is
 // discarded (nothing of it reaches a client, the prefix cache or the statistics).
 //
 // Single-threaded API: the caller owns the loop (AsyncEngine wraps it in a thread for the server).
@@ -113,7 +114,7 @@ class Engine {
   Status add_request(EngineRequest request);
 
   // Runs one iteration and returns the outputs made since the last call (with asynchronous output
-  // processing, those of the previous iteration): the requests that changed.
+  // processing or async scheduling, those of earlier iterations): the requests that changed.
   std::vector<RequestOutput> step();
 
   // Where outputs go instead of step()'s result: each batch of outputs is handed to `sink` as soon

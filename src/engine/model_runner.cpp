@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include <string>
+
 namespace vesper::engine {
 
 ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, int64_t num_blocks,
@@ -15,6 +17,7 @@ ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, 
       host_(backend_.create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible)),
       sampler_(static_cast<int32_t>(model.config().n_vocab), backend_.host_pool()),
       proposer_(std::move(proposer)) {
+  mirror_.set_bounds(num_blocks, static_cast<int32_t>(n_vocab_));
   if (proposer_ != nullptr) {
     verifier_ = std::make_unique<sample::SpeculativeVerifier>(static_cast<int32_t>(n_vocab_));
     if (auto storage = proposer_->companion_storage()) companions_.push_back(*storage);
@@ -45,6 +48,7 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan, sched::ModelRunn
     for (const sched::SeqId id : plan.recomputed) proposer_->on_kv_lost(id);
   }
   VESPER_TRY(mirror_.apply(plan));
+  VESPER_TRY(check_tables(plan));
   move_memory(plan);
   build_batch(plan);
   clock.lap(StepPhase::kBatchBuild);
@@ -58,6 +62,25 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan, sched::ModelRunn
   run_further_passes(plan, out, clock);
   propose_next(plan, out);
   clock.lap(StepPhase::kPropose);
+  return {};
+}
+
+Status ModelRunner::check_tables(const sched::SchedulerOutput& plan) const {
+  for (const sched::ScheduledSequence& s : plan.scheduled) {
+    const sched::SequenceMirror::Entry& e = *mirror_.find(s.id);
+    if (e.stopped) continue;
+    model::KvTableLayout layout = layout_;
+    layout.quantized_groups = e.quantized_groups;
+    // Every position the entry writes, its further passes' included.
+    const int64_t end = s.start + s.num_new_tokens + s.num_steps - 1;
+    if (layout.entries_for(end) > static_cast<int64_t>(e.block_table.size()) ||
+        e.quantized_groups > static_cast<int64_t>(e.block_table.size()) ||
+        s.start < e.quantized_groups * layout.block_size)
+      return make_error("the plan computes positions " + std::to_string(s.start) + ".." +
+                        std::to_string(end - 1) + " of sequence " + std::to_string(s.id) +
+                        ", which its table of " + std::to_string(e.block_table.size()) +
+                        " entries does not hold");
+  }
   return {};
 }
 

@@ -67,8 +67,9 @@ class ModelRunner {
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
 
-  // Runs the plan and fills `out`. An error, with nothing run, when the plan does not fit the
-  // mirror (a plan from another history).
+  // Runs the plan and fills `out`. An error, with no memory moved and nothing computed, when the
+  // plan does not fit the mirror, the storage or the vocabulary (a plan from another history, or
+  // corrupt); the mirror and the proposer have then taken the plan up to the fault.
   Status execute(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out);
   // Seconds per phase of the last execute (batch build, forward, sample, propose), and its
   // forward passes (a multi-step plan runs several).
@@ -82,7 +83,8 @@ class ModelRunner {
   const spec::Proposer* proposer() const { return proposer_.get(); }
 
   // The logits of the last execute: scheduled entry i's rows (num_logits_rows of them, the
-  // last committed token's first) start at row first_logits_row()[i] (-1: none).
+  // last committed token's first) start at row first_logits_row()[i] (-1: none). After a
+  // multi-step plan, the rows are the last pass's (test helpers read single-step plans).
   const std::vector<int32_t>& first_logits_row() const { return first_logits_row_; }
   std::span<const float> logits_row(int64_t row) const {
     return logits_.subspan(static_cast<size_t>(row * n_vocab_), static_cast<size_t>(n_vocab_));
@@ -92,6 +94,8 @@ class ModelRunner {
   backend::KvHandle device_kv() const { return device_; }
 
  private:
+  // Whether every scheduled entry's positions lie in its table (a plan from elsewhere may lie).
+  Status check_tables(const sched::SchedulerOutput& plan) const;
   void move_memory(const sched::SchedulerOutput& plan);
   void build_batch(const sched::SchedulerOutput& plan);
   // Samples (and verifies) the step's rows into out.sequences; hidden_rows_ gets each output's

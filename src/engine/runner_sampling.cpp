@@ -82,7 +82,6 @@ void ModelRunner::run_further_passes(const sched::SchedulerOutput& plan,
     batch_.clear();
     rows_.clear();
     row_output_.clear();
-    std::fill(hidden_rows_.begin(), hidden_rows_.end(), -1);
     for (size_t i = 0; i < plan.scheduled.size(); ++i) {
       const sched::ScheduledSequence& s = plan.scheduled[i];
       if (s.num_steps <= pass || entry_output_[i] < 0) continue;
@@ -96,10 +95,14 @@ void ModelRunner::run_further_passes(const sched::SchedulerOutput& plan,
       layout.quantized_groups = e.quantized_groups;
       batch_.add_sequence(tokens_, static_cast<int32_t>(pos), e.block_table, layout, 1, e.adapter);
       e.num_computed = pos + 1;
-      hidden_rows_[index] = static_cast<int64_t>(row_output_.size());
       row_output_.push_back(index);
     }
     if (row_output_.empty()) break;
+    // The hidden states that stay readable are this pass's: only its sequences can have Medusa
+    // heads read them.
+    std::fill(hidden_rows_.begin(), hidden_rows_.end(), -1);
+    for (size_t j = 0; j < row_output_.size(); ++j)
+      hidden_rows_[row_output_[j]] = static_cast<int64_t>(j);
     clock.lap(StepPhase::kBatchBuild);
     logits_ = model_.forward(batch_, device_);
     ++passes_;

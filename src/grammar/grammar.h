@@ -8,9 +8,12 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/result.h"
 
 namespace vesper::grammar {
 
@@ -45,5 +48,10 @@ struct Grammar {
   // Whether the whole of `text` is in the language (a slow, direct check used by tests).
   bool matches(std::string_view text) const;
 };
+
+// An error naming (through `rule_name`) a rule reachable from itself without consuming a byte:
+// left recursion, which the stack matcher cannot run (it would expand it forever).
+Status check_left_recursion(const Grammar& g,
+                            const std::function<std::string(uint32_t)>& rule_name);
 
 }  // namespace vesper::grammar

@@ -68,9 +68,14 @@ Result<Grammar> read_grammar(ByteReader& r) {
       return make_error("a grammar element names rule " + std::to_string(e.value) + " of " +
                         std::to_string(g.rules.size()));
   }
-  // Every alternative ends in kEnd before the elements do (the matcher walks to it).
+  // Every alternative ends in kEnd before the elements do (the matcher walks to it); every rule
+  // has one; and no rule is left-recursive (the matcher would expand it forever).
   if (!g.elements.empty() && g.elements.back().kind != Element::Kind::kEnd)
     return make_error("the grammar's last alternative does not end");
+  for (const Rule& rule : g.rules)
+    if (rule.alternatives.empty())
+      return make_error("grammar rule '" + rule.name + "' has no alternative");
+  VESPER_TRY(check_left_recursion(g, [&](uint32_t r) { return g.rules[r].name; }));
   return g;
 }
 

@@ -52,4 +52,19 @@ Status SamplingParams::validate() const {
   return {};
 }
 
+Status SamplingParams::validate_token_ids(int32_t n_vocab) const {
+  auto check = [&](int32_t id, const char* field) -> Status {
+    if (id < 0 || id >= n_vocab)
+      return make_error(std::string(field) + ": token id " + num(id) +
+                        " is outside the vocabulary (0.." + num(n_vocab - 1) + ")");
+    return {};
+  };
+  for (const auto& [id, bias] : logit_bias) VESPER_TRY(check(id, "logit_bias"));
+  for (const int32_t id : allowed_token_ids) VESPER_TRY(check(id, "allowed_token_ids"));
+  for (const int32_t id : stop_token_ids) VESPER_TRY(check(id, "stop_token_ids"));
+  for (const auto& word : bad_words_token_ids)
+    for (const int32_t id : word) VESPER_TRY(check(id, "bad_words"));
+  return {};
+}
+
 }  // namespace vesper::sample

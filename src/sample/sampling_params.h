@@ -58,6 +58,9 @@ struct SamplingParams {
 
   // Checks ranges; the error names the field (e.g. "temperature must be >= 0, got -1").
   Status validate() const;
+  // Checks that every token id the parameters name (logit_bias, allowed_token_ids,
+  // stop_token_ids, bad_words_token_ids) is in a vocabulary of n_vocab tokens.
+  Status validate_token_ids(int32_t n_vocab) const;
 };
 
 }  // namespace vesper::sample

@@ -1,6 +1,8 @@
 #include "sample/sampling_params_codec.h"
 
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "grammar/grammar_codec.h"
@@ -21,12 +23,22 @@ Status read_strings(ByteReader& r, std::vector<std::string>& v) {
   return {};
 }
 
-#define VESPER_READ_INTO(field, expr)                    \
-  do {                                                   \
-    auto read_result_ = (expr);                          \
-    if (!read_result_) return read_result_.error();      \
-    field = static_cast<decltype(field)>(*read_result_); \
-  } while (false)
+// Reads a value into `field`; an integer that does not fit the field's type is an error (not a
+// silent truncation).
+template <class Field, class Read>
+Status read_into(Field& field, Read value) {
+  if (!value) return value.error();
+  if constexpr (std::is_integral_v<Field> && !std::is_same_v<Field, bool>) {
+    using Value = std::decay_t<decltype(*value)>;
+    if (*value < static_cast<Value>(std::numeric_limits<Field>::min()) ||
+        *value > static_cast<Value>(std::numeric_limits<Field>::max()))
+      return make_error("a value out of range in the sampling parameters");
+  }
+  field = static_cast<Field>(*value);
+  return {};
+}
+
+#define VESPER_READ_INTO(field, expr) VESPER_TRY(read_into(field, (expr)))
 
 }  // namespace
 

@@ -59,6 +59,10 @@ Status Scheduler::add(Sequence seq) {
   seq.spec_in_flight.clear();
   seq.companion_rows = 0;
   seq.adapter_slot = -1;
+  seq.num_output_placeholders = 0;
+  seq.spec_token_ids.clear();
+  seq.spec_tree_parents.clear();
+  seq.spec_tree_in_flight.clear();
   if (seq.sampling.params == nullptr) seq.sampling.params = default_params();
   if (kv_.prefix_caching_enabled())
     seq.prefix_root = kv::root_block_hash(seq.cache_salt, seq.adapter_id);
@@ -219,7 +223,7 @@ void Scheduler::fail(Sequence& seq, std::string message, SchedulerOutput& out) {
     tables_changed_.erase(id);
     out.finished.push_back(id);
   }
-  out.failed.push_back({id, std::move(message)});
+  out.failed.push_back({id, seq.adapter_id, std::move(message)});
   sequences_.erase(id);
 }
 
@@ -506,7 +510,8 @@ void Scheduler::set_spec_tokens(Sequence& seq, std::span<const int32_t> tokens,
                                tree_parents.begin() + std::min(tree_parents.size(), room));
 }
 
-void Scheduler::commit(Sequence& seq, int64_t num_accepted, std::span<const int32_t> tokens) {
+void Scheduler::commit(Sequence& seq, int64_t num_accepted, std::span<const int32_t> tokens,
+                       bool finishing) {
   const auto in_flight = static_cast<int64_t>(seq.spec_in_flight.size());
   VESPER_CHECK(num_accepted >= 0 && num_accepted <= in_flight,
                "sequence %lld: %lld of %lld proposals accepted", static_cast<long long>(seq.id),
@@ -516,10 +521,12 @@ void Scheduler::commit(Sequence& seq, int64_t num_accepted, std::span<const int3
   seq.tokens.insert(seq.tokens.end(), tokens.begin(), tokens.end());
   seq.spec_token_ids.clear();  // proposed for the old end
   seq.spec_tree_parents.clear();
+  // A sequence that ends here indexes nothing more: output processing may still cut it earlier
+  // (a stop string), and tokens past that cut are kept out of the prefix cache.
   if (in_flight == 0) {
     // Tokens computed in this plan's later passes (multi-step) are known now: their blocks may
     // be full.
-    if (seq.status == SeqStatus::kRunning)
+    if (seq.status == SeqStatus::kRunning && !finishing)
       kv_.cache_full_blocks(seq.id, seq.tokens, std::min(seq.num_computed_tokens, seq.num_tokens()),
                             seq.prefix_root);
     return;
@@ -533,7 +540,8 @@ void Scheduler::commit(Sequence& seq, int64_t num_accepted, std::span<const int3
   seq.spec_tree_in_flight.clear();
   kv_.truncate(seq.id, seq.num_computed_tokens + config_.num_lookahead_slots);
   tables_changed_.insert(seq.id);
-  kv_.cache_full_blocks(seq.id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
+  if (!finishing)
+    kv_.cache_full_blocks(seq.id, seq.tokens, seq.num_computed_tokens, seq.prefix_root);
 }
 
 void Scheduler::update(const SchedulerOutput& plan, const ModelRunnerOutput& output) {
@@ -554,7 +562,7 @@ void Scheduler::update(const SchedulerOutput& plan, const ModelRunnerOutput& out
     // the same (it recomputes them, or its swapped blocks hold their K/V but the last).
     VESPER_CHECK(seq.status == SeqStatus::kRunning || config_.max_plans_in_flight > 1,
                  "sequence %lld sampled while not running", static_cast<long long>(r.id));
-    commit(seq, r.num_accepted, r.token_ids);
+    commit(seq, r.num_accepted, r.token_ids, r.finished);
     if (r.finished) {
       remove(r.id);
       continue;

@@ -77,9 +77,9 @@ struct SchedulerConfig {
   // before the next is made, 2 with async scheduling. An adapter copy is unpinned only once no
   // such plan reads it.
   int64_t max_plans_in_flight = 1;
-  // --num-scheduler-steps N: a plan whose every sequence decodes (nothing admitted, no prompt
-  // work, no proposals) runs N passes at once (ScheduledSequence::num_steps), each sequence as
-  // far as its max_tokens allow and KV slots are free.
+  // --num-scheduler-steps N: a plan whose every entry decodes (one token each past its prompt: no
+  // prompt work, no proposals, no forks) runs N passes at once (ScheduledSequence::num_steps),
+  // each sequence as far as its max_tokens allow and KV slots are free.
   int64_t num_scheduler_steps = 1;
 };
 
@@ -115,7 +115,8 @@ class Scheduler {
   // forks made.
   SchedulerOutput schedule();
 
-  // What the runner returned for `plan` (the last plan schedule() made): each sampled
+  // What the runner returned for `plan` (the last plan schedule() made, or with async scheduling
+  // the one before it: update comes after the next plan is made): each sampled
   // sequence's tokens are committed (kept proposals become computed, the rest of their KV slots
   // go back), a sequence whose last token ends it is removed, and the proposals become the
   // sequence's speculative tokens for a later step. Sequences removed since the plan was made
@@ -177,8 +178,9 @@ class Scheduler {
   // runner forgets it, the plan reports it in `failed`.
   void fail(Sequence& seq, std::string message, SchedulerOutput& out);
   // Commits `num_accepted` of the sequence's in-flight proposals and appends `tokens` (the kept
-  // proposals' ids, then the token drawn after them).
-  void commit(Sequence& seq, int64_t num_accepted, std::span<const int32_t> tokens);
+  // proposals' ids, then the token drawn after them). `finishing`: its last token ends it (no more
+  // blocks enter the prefix cache).
+  void commit(Sequence& seq, int64_t num_accepted, std::span<const int32_t> tokens, bool finishing);
   // Speculative tokens proposed to follow the sequence's committed tokens (tree_parents empty:
   // a chain), capped at what it may still grow by.
   void set_spec_tokens(Sequence& seq, std::span<const int32_t> tokens,

@@ -14,9 +14,17 @@ constexpr uint64_t kMagic = 0x56535034;  // "VSP4": the format's version (4: the
   if (!var##_result) return var##_result.error(); \
   const auto var = *var##_result
 
+// Block ids index storage: a negative one is corrupt.
+Status check_blocks(std::span<const int32_t> ids) {
+  for (const int32_t id : ids)
+    if (id < 0) return make_error("a negative block id (" + std::to_string(id) + ")");
+  return {};
+}
+
 Status read_mappings(ByteReader& r, std::vector<kv::SwapMapping>& out) {
   std::vector<int32_t> flat;
   VESPER_TRY(r.ints(flat));
+  VESPER_TRY(check_blocks(flat));
   if (flat.size() % 2 != 0) return make_error("an odd number of swap mapping ids");
   for (size_t i = 0; i < flat.size(); i += 2) out.push_back({flat[i], flat[i + 1]});
   return {};
@@ -102,6 +110,7 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
   w.u64(failed.size());
   for (const auto& f : failed) {
     w.i64(f.id);
+    w.u64(f.adapter_id);
     w.str(f.message);
   }
   return w.take();
@@ -129,6 +138,7 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
                         std::to_string(n.token_ids.size()) + " tokens");
     n.num_prompt_tokens = num_prompt;
     VESPER_TRY(r.ints(n.block_table));
+    VESPER_TRY(check_blocks(n.block_table));
     VESPER_READ(adapter, r.i64());
     if (adapter < -1 || adapter > INT32_MAX) return make_error("adapter slot out of range");
     n.adapter = static_cast<int32_t>(adapter);
@@ -157,10 +167,12 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     c.num_blocks = num_blocks;
     std::vector<int32_t> replaced;
     VESPER_TRY(r.ints(replaced));
+    VESPER_TRY(check_blocks(replaced));
     if (replaced.size() % 2 != 0) return make_error("an odd number of replaced block ids");
     for (size_t i = 0; i < replaced.size(); i += 2)
       c.replaced_blocks.push_back({replaced[i], replaced[i + 1]});
     VESPER_TRY(r.ints(c.new_block_ids));
+    VESPER_TRY(check_blocks(c.new_block_ids));
     if (c.num_blocks < static_cast<int64_t>(c.new_block_ids.size()) ||
         (c.resumed && c.num_blocks != static_cast<int64_t>(c.new_block_ids.size())))
       return make_error("a table of " + std::to_string(c.num_blocks) + " blocks with " +
@@ -186,6 +198,7 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
   out.group_quantizations.resize(num_quantizations);
   for (auto& q : out.group_quantizations) {
     VESPER_TRY(r.ints(q.rows));
+    VESPER_TRY(check_blocks(q.rows));
     VESPER_READ(dst, r.i64());
     if (dst < 0 || dst > INT32_MAX || q.rows.empty()) return make_error("a bad group quantization");
     q.dst = static_cast<kv::BlockId>(dst);
@@ -194,6 +207,7 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
   VESPER_TRY(read_mappings(r, out.swap_in));
   std::vector<int32_t> copies;
   VESPER_TRY(r.ints(copies));
+  VESPER_TRY(check_blocks(copies));
   if (copies.size() % 2 != 0) return make_error("an odd number of block copy ids");
   for (size_t i = 0; i < copies.size(); i += 2)
     out.block_copies.push_back({copies[i], copies[i + 1]});
@@ -225,9 +239,9 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     VESPER_READ(num_steps, r.i64());
     s.num_steps = num_steps;
     if (start < 0 || num_new_tokens < 0 || num_spec < 0 || num_spec > num_new_tokens ||
-        static_cast<int64_t>(s.spec_token_ids.size()) != num_spec || num_logits < 0 ||
-        num_logits > num_new_tokens || num_steps < 1 ||
-        (num_steps > 1 && (num_spec > 0 || num_logits != 1)))
+        static_cast<int64_t>(s.spec_token_ids.size()) != num_spec ||
+        (num_logits != 0 && num_logits != 1 + num_spec) || num_logits > num_new_tokens ||
+        num_steps < 1 || (num_steps > 1 && (num_spec > 0 || num_logits != 1)))
       return make_error("inconsistent scheduled entry for sequence " + std::to_string(id));
   }
   VESPER_READ(batched, r.i64());
@@ -239,6 +253,8 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
   for (auto& f : out.failed) {
     VESPER_READ(id, r.i64());
     f.id = id;
+    VESPER_READ(adapter_id, r.u64());
+    f.adapter_id = adapter_id;
     VESPER_TRY(r.str(f.message));
   }
   if (!r.done())
@@ -274,7 +290,7 @@ bool operator==(const ScheduledSequence& a, const ScheduledSequence& b) {
          a.num_steps == b.num_steps;
 }
 bool operator==(const FailedSequence& a, const FailedSequence& b) {
-  return a.id == b.id && a.message == b.message;
+  return a.id == b.id && a.adapter_id == b.adapter_id && a.message == b.message;
 }
 static bool same_mappings(const std::vector<kv::SwapMapping>& a,
                           const std::vector<kv::SwapMapping>& b) {

@@ -122,6 +122,7 @@ struct ScheduledSequence {
 // (its adapter's file no longer reads): the scheduler dropped it; its request must end.
 struct FailedSequence {
   SeqId id = 0;
+  uint64_t adapter_id = 0;  // the adapter registration it held (the engine lets it go)
   std::string message;
 };
 
@@ -147,9 +148,11 @@ struct SchedulerOutput {
 
   bool empty() const { return scheduled.empty(); }
 
-  // A compact binary form; deserialize checks every length and value (a corrupt or truncated
-  // message is an error naming the byte offset). A grammar in a new sequence's parameters is
-  // compiled with `compile` (an error without one).
+  // A compact binary form; deserialize checks every length and what can be checked without the
+  // runner's state (a corrupt or truncated message is an error naming the byte offset or the
+  // fault; block ids against the storage and token ids against the vocabulary are the mirror's
+  // to check, SequenceMirror::set_bounds). A grammar in a new sequence's parameters is compiled
+  // with `compile` (an error without one, or for a grammar the matcher cannot run).
   std::vector<uint8_t> serialize() const;
   static Result<SchedulerOutput> deserialize(std::span<const uint8_t> bytes,
                                              const sample::GrammarCompiler& compile = {});

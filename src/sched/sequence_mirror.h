@@ -49,12 +49,21 @@ class SequenceMirror {
     }
   };
 
-  // Applies a plan's finished, preempted, new, cached and fork parts, in that order, then checks
-  // its scheduled entries. An error (with the mirror unchanged from that sequence on) when the
-  // plan does not fit what the mirror holds: a new sequence it already holds, a cached one it
+  // What the runner's storage and vocabulary hold: plans naming other blocks or tokens are refused
+  // (0: not checked).
+  void set_bounds(int64_t num_blocks, int32_t n_vocab) {
+    num_blocks_ = num_blocks;
+    n_vocab_ = n_vocab;
+  }
+
+  // Applies a plan's finished, preempted, new and cached parts, in that order, checks its
+  // scheduled entries, then applies its forks. An error (what came before the fault applied) when
+  // the plan does not fit what the mirror holds: a new sequence it already holds, a cached one it
   // does not, a replaced entry outside the table, fewer tokens than the scheduler knows of, a
-  // scheduled sequence it does not hold resident or whose tokens do not reach the entry's end
-  // (unless a token ended it: then the plan was made before that was known).
+  // block or token outside the bounds, a scheduled sequence it does not hold resident, whose
+  // tokens do not reach the entry's committed end, or that samples but ends before the tokens do
+  // (unless a token ended it: the plan was made before that was known), a fork whose parent does
+  // not sample in the plan or comes out of the plan's order.
   Status apply(const SchedulerOutput& plan);
 
   Entry* find(SeqId id);
@@ -71,8 +80,12 @@ class SequenceMirror {
  private:
   void count(const std::vector<kv::BlockId>& table, int32_t delta);
 
+  Status check_blocks(SeqId id, std::span<const kv::BlockId> blocks) const;
+
   std::unordered_map<SeqId, Entry> seqs_;
   std::vector<int32_t> refs_;  // per block id
+  int64_t num_blocks_ = 0;
+  int32_t n_vocab_ = 0;
 };
 
 }  // namespace vesper::sched

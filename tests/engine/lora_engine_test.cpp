@@ -229,6 +229,12 @@ TEST(LoraEngine, AnAdapterThatNoLongerLoadsAbortsOnlyItsRequests) {
   EXPECT_EQ(done.at("r-zed").outputs[0].text.rfind(" Zed", 0), 0u);
   EXPECT_EQ(done.at("r-").outputs[0].text.rfind(" Lily", 0), 0u);
   testing_util::expect_no_leaks(*e);
+  // Nothing holds bim's registration any more: unlisted, it is forgotten.
+  auto bim = e->adapters()->hold("bim");
+  ASSERT_TRUE(bim.ok());
+  e->adapters()->unhold(*bim);
+  EXPECT_TRUE(e->adapters()->remove("bim"));
+  EXPECT_EQ(e->adapters()->name_of(*bim), "") << "the failed request still holds its adapter";
 }
 
 }  // namespace

@@ -144,6 +144,46 @@ TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
   EXPECT_EQ(kv.device_pool().num_used(), 0);
 }
 
+// A plan from elsewhere may name what the runner does not have: blocks past its storage, tokens
+// past its vocabulary (in the prompt or the sampling parameters), positions its tables do not
+// cover, forks of a sequence that does not sample. Each is an error naming it; nothing runs.
+TEST(StepPlan, ARunnerRefusesWhatItsStorageAndVocabularyDoNotHold) {
+  Side side = make_side(4, 4, 8, {});
+  auto params = std::make_shared<const sample::SamplingParams>();
+  auto expect_refused = [&](const sched::SchedulerOutput& plan, const std::string& what) {
+    sched::ModelRunnerOutput out;
+    const Status st = side.runner->execute(plan, out);
+    ASSERT_FALSE(st.ok()) << what;
+    EXPECT_NE(st.error().message.find(what), std::string::npos) << st.error().message;
+    EXPECT_TRUE(out.sequences.empty());
+  };
+  auto one = [&](sched::SeqId id, std::vector<int32_t> tokens, std::vector<int32_t> table) {
+    sched::SchedulerOutput plan;
+    const auto n = static_cast<int64_t>(tokens.size());
+    plan.new_sequences.push_back({id, std::move(tokens), n, std::move(table), -1, 0, {params, 1}});
+    plan.scheduled.push_back({id, 0, n, 0, 1, {}, {}});
+    return plan;
+  };
+  expect_refused(one(1, {1, 2, 3}, {99}), "block 99");
+  expect_refused(one(2, {1, 2, 999999}, {0}), "outside the vocabulary");
+  expect_refused(one(3, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {1}), "does not hold");
+  auto biased = std::make_shared<sample::SamplingParams>();
+  biased->logit_bias = {{70000, 1.0f}};
+  sched::SchedulerOutput bias = one(4, {1, 2}, {2});
+  bias.new_sequences[0].sampling.params = biased;
+  expect_refused(bias, "logit_bias: token id 70000");
+  sched::SchedulerOutput fork = one(5, {1, 2}, {3});
+  fork.scheduled[0].num_logits_rows = 0;  // a chunk that does not sample
+  fork.forks.push_back({5, 6, 2});
+  expect_refused(fork, "forks sequence 5");
+  // What deserialization can tell alone: a negative block, a logits count that is no plan's.
+  sched::SchedulerOutput negative = one(7, {1, 2}, {-3});
+  EXPECT_FALSE(sched::SchedulerOutput::deserialize(negative.serialize()).ok());
+  sched::SchedulerOutput rows = one(8, {1, 2}, {0});
+  rows.scheduled[0].num_logits_rows = 2;
+  EXPECT_FALSE(sched::SchedulerOutput::deserialize(rows.serialize()).ok());
+}
+
 TEST(StepPlan, CorruptOrTruncatedBytesAreErrorsNotCrashes) {
   sched::SchedulerOutput plan;
   auto params = std::make_shared<sample::SamplingParams>();
