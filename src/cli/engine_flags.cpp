@@ -225,6 +225,7 @@ Status lora_config(const EngineFlags& f, lora::LoraConfig& c) {
   c.max_lora_rank = f.max_lora_rank;
   c.max_cpu_loras = f.max_cpu_loras;
   c.runtime_updating = f.enable_lora_runtime_updating;
+  c.allowed_dirs = f.lora_allowed_dirs;
   for (const std::string& text : f.lora_modules) {
     VESPER_ASSIGN_OR_RETURN(lora::LoraModuleSpec m, parse_lora_module(text));
     for (const lora::LoraModuleSpec& other : c.modules)

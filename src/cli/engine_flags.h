@@ -62,6 +62,7 @@ struct EngineFlags {
   std::vector<std::string> lora;                                 // --lora FILE
   std::vector<std::pair<std::string, std::string>> lora_scaled;  // --lora-scaled FILE SCALE
   bool enable_lora_runtime_updating = false;                     // serve only
+  std::vector<std::string> lora_allowed_dirs;                    // serve only
 
   // Whether speculative decoding was asked for (the bench commands report it then, even when
   // `auto` proposed nothing).

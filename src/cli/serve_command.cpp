@@ -142,9 +142,38 @@ CommandRunner add_serve_command(CLI::App& app) {
                   "Seconds in-flight requests get to finish on SIGINT/SIGTERM")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--timeout-keep-alive", s.keep_alive_timeout_s,
+                  "Seconds an idle kept-alive connection waits for its next request before it is "
+                  "closed")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout-request-header", s.header_timeout_s,
+                  "Seconds a request's line and headers may take to arrive after its first byte "
+                  "(then 408)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--allowed-origins", s.cors.allowed_origins,
+                  "CORS: origins whose pages may call the API (\"*\": any)")
+      ->capture_default_str()
+      ->expected(1, -1);
+  cmd->add_option("--allowed-methods", s.cors.allowed_methods,
+                  "CORS: methods a cross-origin request may use (\"*\": any)")
+      ->capture_default_str()
+      ->expected(1, -1);
+  cmd->add_option("--allowed-headers", s.cors.allowed_headers,
+                  "CORS: request headers a cross-origin request may send (\"*\": any)")
+      ->capture_default_str()
+      ->expected(1, -1);
+  cmd->add_flag("--allow-credentials", s.cors.allow_credentials,
+                "CORS: let cross-origin requests carry credentials (cookies, Authorization); the "
+                "allowed origin is then named, never \"*\"");
   cmd->add_flag("--enable-lora-runtime-updating", o->engine.enable_lora_runtime_updating,
                 "Allow POST /v1/load_lora_adapter {lora_name, lora_path} and "
                 "/v1/unload_lora_adapter {lora_name} while serving (needs --enable-lora)");
+  cmd->add_option("--lora-allowed-dirs", o->engine.lora_allowed_dirs,
+                  "Directories /v1/load_lora_adapter may read adapters from, judged after "
+                  "resolving symlinks and '..' (default: the directories of --lora-modules)")
+      ->expected(1, -1);
   cmd->add_flag("--enable-auto-tool-choice", s.enable_auto_tool_choice,
                 "Let tool_choice \"auto\" (the default when a request has tools) find calls in the "
                 "output with --tool-call-parser");

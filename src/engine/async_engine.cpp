@@ -122,6 +122,14 @@ void AsyncEngine::apply(Command& cmd) {
     return;
   }
   pending_.fetch_sub(1);
+  const std::string& lora = cmd.request.lora_name;
+  if (!lora.empty() && engine_->adapters() != nullptr &&
+      engine_->adapters()->config().enable_lora && !engine_->adapters()->contains(lora)) {
+    if (cmd.on_error)
+      cmd.on_error({RequestError::Kind::kModelNotFound,
+                    "The model `" + lora + "` does not exist (its adapter is not loaded)"});
+    return;
+  }
   auto st = engine_->add_request(std::move(cmd.request));
   if (!st) {
     if (cmd.on_error) cmd.on_error({RequestError::Kind::kInvalid, st.error().message});

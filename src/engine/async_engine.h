@@ -35,7 +35,9 @@ class AsyncEngine {
   // Why a request was refused: invalid for the engine (a client error), or the engine is shutting
   // down (retry elsewhere).
   struct RequestError {
-    enum class Kind { kInvalid, kShuttingDown } kind = Kind::kInvalid;
+    // kModelNotFound: the adapter the request names is not registered (unloaded since the
+    // server looked): a 404 like any unknown model.
+    enum class Kind { kInvalid, kShuttingDown, kModelNotFound } kind = Kind::kInvalid;
     std::string message;
   };
   // Called once if the request is refused: at once (shutting down), or when it reaches the
@@ -80,6 +82,10 @@ class AsyncEngine {
   const model::ModelConfig& model_config() const { return engine_->model_config(); }
   const sched::SchedulerConfig& scheduler_config() const { return engine_->scheduler_config(); }
   const MemoryPlan& memory_plan() const { return engine_->memory_plan(); }
+  // The adapter settings (allowed directories resolved), or null without adapters.
+  const lora::LoraConfig* lora_config() const {
+    return engine_->adapters() != nullptr ? &engine_->adapters()->config() : nullptr;
+  }
 
   // Stops taking requests, lets in-flight requests finish for up to `timeout_s` seconds, then
   // aborts the rest, each getting a last output (finish_reason "abort", finished), and stops

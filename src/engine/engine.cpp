@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -63,6 +64,22 @@ Status Engine::add_request(EngineRequest request) {
     if (!tokenizer_->is_valid(t))
       return make_error("allowed_token_ids: token id " + std::to_string(t) +
                         " is outside the vocabulary " + vocab_range);
+  if (!params.allowed_token_ids.empty() && params.min_tokens > 0) {
+    // min_tokens bans what ends a sequence; if that is all the request allows, nothing is left
+    // to draw from for its first tokens.
+    const std::vector<int32_t>& eog = tokenizer_->eog_ids();
+    auto ends = [&](int32_t t) {
+      return std::find(eog.begin(), eog.end(), t) != eog.end() ||
+             std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), t) !=
+                 params.stop_token_ids.end();
+    };
+    if (std::all_of(params.allowed_token_ids.begin(), params.allowed_token_ids.end(), ends))
+      return make_error(
+          "allowed_token_ids allows only tokens that end the sequence (end of "
+          "generation or stop_token_ids), which min_tokens " +
+          std::to_string(params.min_tokens) + " forbids for the first " +
+          std::to_string(params.min_tokens) + " tokens: nothing could be sampled");
+  }
   tokenize_bad_words(request.params);
   if (!request.lora_name.empty() &&
       (adapters_ == nullptr || !adapters_->contains(request.lora_name)))
@@ -167,6 +184,10 @@ void Engine::finish_output_work() {
 
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outs = plans_ahead() ? step_ahead() : step_in_order();
+  // Nothing could run while an adapter's copy is read on its own thread: idle a moment rather
+  // than spin on empty plans.
+  if (scheduler_->waited_on_adapter() && !last_step_computed_)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (!ready_.empty()) {
     outs = std::move(ready_);
     ready_.clear();
@@ -201,6 +222,7 @@ void Engine::take_output_job(bool overlapped, StepPhaseTimes& phases, PhaseClock
 
 void Engine::end_step(bool computed, bool overlapped, StepPhaseTimes& phases, PhaseClock& clock) {
   clock.lap(StepPhase::kSchedule);
+  last_step_computed_ = computed;
   if (computed) {
     hold_outputs(step_output_, clock);
     totals_.phase_seconds += phases;

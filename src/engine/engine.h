@@ -205,6 +205,7 @@ class Engine {
   // Async scheduling: the plan the runner thread computes, and what it writes.
   sched::SchedulerOutput in_flight_plan_;
   bool in_flight_ = false;
+  bool last_step_computed_ = false;  // the last step ran a plan (end_step)
   sched::ModelRunnerOutput runner_output_;
   Status runner_status_;
   bool outputs_pending_ = false;

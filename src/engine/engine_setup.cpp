@@ -17,6 +17,7 @@ class RegistryBinder final : public sched::AdapterBinder {
  public:
   explicit RegistryBinder(lora::AdapterRegistry& registry) : registry_(registry) {}
   Result<int32_t> pin(uint64_t adapter_id) override { return registry_.pin(adapter_id); }
+  bool ready(uint64_t adapter_id) override { return registry_.ready(adapter_id); }
   void unpin(int32_t slot) override { registry_.unpin(slot); }
 
  private:

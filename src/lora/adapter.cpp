@@ -10,6 +10,7 @@
 
 #include "core/fp16.h"
 #include "core/json_nesting.h"
+#include "core/mapped_file.h"
 #include "gguf/gguf.h"
 #include "gguf/safetensors.h"
 #include "tensor/quant.h"
@@ -102,12 +103,13 @@ Status check_rank(int64_t rank, int64_t max_rank, const std::string& where) {
 // ---- llama.cpp GGUF LoRA
 
 Result<HostAdapter> read_gguf_lora(const std::string& path, const model::ModelConfig& c,
-                                   int64_t max_rank, float user_scale) {
+                                   int64_t max_rank, float user_scale, bool* recognized) {
   VESPER_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
   VESPER_ASSIGN_OR_RETURN(const std::optional<std::string> type, file.get_string("general.type"));
   if (type != "adapter")
     return make_error(path + ": general.type is " + (type ? "\"" + *type + "\"" : "absent") +
                       ", not \"adapter\": this is not a LoRA adapter (a model file?)");
+  *recognized = true;
   VESPER_ASSIGN_OR_RETURN(const std::optional<std::string> adapter_type,
                           file.get_string("adapter.type"));
   if (adapter_type != "lora")
@@ -209,15 +211,11 @@ Result<HostAdapter> read_gguf_lora(const std::string& path, const model::ModelCo
 // ---- PEFT (adapter_config.json + adapter_model.safetensors)
 
 Result<nlohmann::json> read_json_file(const std::string& path) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  if (ec) return make_error(path + ": cannot read (" + ec.message() + ")");
-  if (size > (1u << 20)) return make_error(path + ": larger than 1 MiB; not an adapter config");
-  std::ifstream in(path);
-  if (!in) return make_error(path + ": cannot read");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str();
+  // Mapped, not streamed: the open never blocks and the file must be a regular one.
+  VESPER_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::open(path));
+  if (file.size() > (1u << 20))
+    return make_error(path + ": larger than 1 MiB; not an adapter config");
+  const std::string s(reinterpret_cast<const char*>(file.data()), file.size());
   if (find_json_nesting_over(s, 32) != std::string::npos)
     return make_error(path + ": JSON nested deeper than 32 levels");
   nlohmann::json j = nlohmann::json::parse(s, nullptr, false);
@@ -266,7 +264,7 @@ bool truthy(const nlohmann::json& j, const char* key) {
 }
 
 Result<HostAdapter> read_peft(const std::string& dir, const model::ModelConfig& c, int64_t max_rank,
-                              float user_scale) {
+                              float user_scale, bool* recognized) {
   const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
   const std::string weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
   VESPER_ASSIGN_OR_RETURN(const nlohmann::json config, read_json_file(config_path));
@@ -280,6 +278,7 @@ Result<HostAdapter> read_peft(const std::string& dir, const model::ModelConfig& 
     return make_error(config_path + ": \"peft_type\" is \"" + peft_type +
                       "\"; Vesper serves LORA and VERA adapters");
   const bool vera = peft_type == "VERA";
+  *recognized = true;
   if (truthy(config, "use_dora"))
     return make_error(config_path + ": \"use_dora\" is true; DoRA adapters are not supported");
   if (truthy(config, "fan_in_fan_out"))
@@ -412,60 +411,20 @@ Result<HostAdapter> read_peft(const std::string& dir, const model::ModelConfig& 
 }  // namespace
 
 Result<HostAdapter> read_adapter(const std::string& path, const model::ModelConfig& config,
-                                 int64_t max_rank, float scale) {
+                                 int64_t max_rank, float scale, bool* recognized) {
+  bool ignored = false;
+  if (recognized == nullptr) recognized = &ignored;
+  *recognized = false;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     if (!fs::exists(fs::path(path) / "adapter_config.json"))
       return make_error(path +
                         ": a directory without adapter_config.json (a PEFT adapter has "
                         "adapter_config.json and adapter_model.safetensors)");
-    return read_peft(path, config, max_rank, scale);
+    return read_peft(path, config, max_rank, scale, recognized);
   }
   if (!fs::exists(path, ec)) return make_error(path + ": no such adapter file or directory");
-  return read_gguf_lora(path, config, max_rank, scale);
-}
-
-std::unique_ptr<Adapter> Adapter::upload(const HostAdapter& host, backend::Backend& backend) {
-  std::unique_ptr<Adapter> a(new Adapter(backend));
-  a->path_ = host.path;
-  a->kind_ = host.kind;
-  a->max_rank_ = host.max_rank;
-  const auto n = static_cast<int64_t>(host.data.size());
-  const backend::DType dtype = host.f16_exact ? backend::DType::kF16 : backend::DType::kF32;
-  a->bytes_ = n * backend::dtype_bytes(dtype);
-  a->buffer_ = backend.allocate(dtype, 1, std::max<int64_t>(n, 1), backend::MemoryKind::kDevice);
-  if (n > 0 && host.f16_exact) {
-    std::vector<uint16_t> half(static_cast<size_t>(n));
-    for (size_t i = 0; i < half.size(); ++i) half[i] = f32_to_fp16(host.data[i]);  // exact
-    backend.copy_to_device(a->buffer_, half.data());
-  } else if (n > 0) {
-    backend.copy_to_device(a->buffer_, host.data.data());
-  }
-  auto view = [&](int64_t offset, int64_t count) {
-    return backend::Tensor{a->buffer_.buffer, dtype, offset, 1, count};
-  };
-  for (const HostAdapter::Module& m : host.modules) {
-    backend::LowRankModule d;
-    if (m.rank > 0) {
-      d.rank = m.rank;
-      d.n_in = m.n_in;
-      d.n_out = m.n_out;
-      d.scale = m.scale;
-      d.a_stride = m.a_stride;
-      d.b_stride = m.b_stride;
-      d.a = view(m.a, (m.rank - 1) * m.a_stride + m.n_in);
-      d.b = view(m.b, (m.n_out - 1) * m.b_stride + m.rank);
-      if (m.lambda_d >= 0) d.lambda_d = view(m.lambda_d, m.rank);
-      if (m.lambda_b >= 0) d.lambda_b = view(m.lambda_b, m.n_out);
-      d.permute_head_dim = m.permute_head_dim;
-    }
-    a->modules_.push_back(d);
-  }
-  return a;
-}
-
-Adapter::~Adapter() {
-  if (buffer_.buffer.valid()) backend_.release(buffer_.buffer);
+  return read_gguf_lora(path, config, max_rank, scale, recognized);
 }
 
 }  // namespace vesper::lora

@@ -55,9 +55,13 @@ struct HostAdapter {
 
 // Reads the adapter at `path` (a GGUF file, or a PEFT directory) for a model of `config`. Its
 // deltas are multiplied by `scale` (llama.cpp's --lora-scaled). A module whose rank exceeds
-// `max_rank` is an error naming --max-lora-rank.
+// `max_rank` is an error naming --max-lora-rank. Files are opened without blocking and must be
+// regular files (a FIFO or a device is refused at once). `recognized`, when given, tells whether
+// the path was recognized as an adapter (a GGUF file of general.type "adapter", or a directory
+// with a JSON adapter_config.json of a known peft_type) before any error: errors before that may
+// quote the file's bytes (a wrong magic) and a server answers them with one message instead.
 Result<HostAdapter> read_adapter(const std::string& path, const model::ModelConfig& config,
-                                 int64_t max_rank, float scale = 1.0f);
+                                 int64_t max_rank, float scale = 1.0f, bool* recognized = nullptr);
 
 // An adapter in a backend buffer; the buffer is released with the object.
 class Adapter {

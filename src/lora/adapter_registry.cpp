@@ -1,11 +1,33 @@
 #include "lora/adapter_registry.h"
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <thread>
 
 #include "backend/low_rank.h"
 #include "core/logging.h"
+#include "lora/adapter_access.h"
 
 namespace vesper::lora {
+
+namespace {
+// A copy's read (a local file of at most a few hundred MiB) that takes longer than this is taken
+// as failed: the file is on a stalled network mount, say.
+constexpr double kReadTimeoutSeconds = 60;
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+// A copy being read on a thread of its own; the registry polls it.
+struct AdapterRegistry::PendingRead {
+  std::mutex mutex;
+  bool done = false;
+  Result<HostAdapter> result = make_error("not read yet");
+  double started = 0;
+};
 
 AdapterRegistry::AdapterRegistry(const LoraConfig& config, const model::ModelConfig& model,
                                  backend::Backend& backend)
@@ -51,6 +73,23 @@ Status AdapterRegistry::init() {
   for (const LoraModuleSpec& m : config_.modules) {
     Status added = add(m.name, m.path);
     if (!added) return make_error("--lora-modules " + m.name + ": " + added.error().message);
+  }
+  if (config_.runtime_updating) {
+    std::vector<std::string> dirs = config_.allowed_dirs;
+    if (dirs.empty()) {
+      std::vector<std::string> paths;
+      for (const LoraModuleSpec& m : config_.modules) paths.push_back(m.path);
+      dirs = module_dirs(paths);
+    }
+    VESPER_ASSIGN_OR_RETURN(config_.allowed_dirs, canonical_dirs(dirs, "--lora-allowed-dirs"));
+    std::string listed;
+    for (const auto& d : dirs) listed += (listed.empty() ? "" : ", ") + d;
+    if (listed.empty())
+      log_warning(
+          "/v1/load_lora_adapter can load nothing: no --lora-allowed-dirs and no "
+          "--lora-modules");
+    else
+      log_info("/v1/load_lora_adapter reads adapters under: %s", listed.c_str());
   }
   return {};
 }
@@ -109,6 +148,7 @@ void AdapterRegistry::maybe_forget(uint64_t id) {
   if (it == registrations_.end()) return;
   const Registration& r = it->second;
   if (r.listed || r.holders > 0) return;
+  reads_.erase(id);  // a read still out finishes unseen
   if (r.slot >= 0) {
     if (slots_[static_cast<size_t>(r.slot)].pins > 0) return;
     free_slot(r.slot);
@@ -117,9 +157,20 @@ void AdapterRegistry::maybe_forget(uint64_t id) {
 }
 
 Status AdapterRegistry::add(const std::string& name, const std::string& path) {
-  if (name.empty()) return make_error("an adapter name must not be empty");
+  VESPER_TRY(check_adapter_name(name));
   if (names_.count(name)) return make_error("an adapter named '" + name + "' is already loaded");
   VESPER_ASSIGN_OR_RETURN(std::unique_ptr<Adapter> adapter, load(path, 1.0f));
+  return register_copy(name, path, std::move(adapter));
+}
+
+Status AdapterRegistry::add(const std::string& name, const HostAdapter& adapter) {
+  VESPER_TRY(check_adapter_name(name));
+  if (names_.count(name)) return make_error("an adapter named '" + name + "' is already loaded");
+  return register_copy(name, adapter.path, Adapter::upload(adapter, backend_));
+}
+
+Status AdapterRegistry::register_copy(const std::string& name, const std::string& path,
+                                      std::unique_ptr<Adapter> adapter) {
   log_info("adapter '%s': %s (%s, rank %lld, %.2f MiB)", name.c_str(), path.c_str(),
            kind_name(adapter->kind()), static_cast<long long>(adapter->max_rank()),
            adapter->bytes() / 1048576.0);
@@ -167,6 +218,50 @@ void AdapterRegistry::unhold(uint64_t id) {
   if (it == registrations_.end() || it->second.holders <= 0) return;
   --it->second.holders;
   maybe_forget(id);
+}
+
+bool AdapterRegistry::ready(uint64_t id) {
+  auto it = registrations_.find(id);
+  if (it == registrations_.end()) return true;
+  Registration& r = it->second;
+  if (r.broken || r.slot >= 0) return true;
+  auto found = reads_.find(id);
+  if (found == reads_.end()) {
+    auto read = std::make_shared<PendingRead>();
+    read->started = now_seconds();
+    reads_[id] = read;
+    // Detached: a read that never returns (a stalled mount) must not hold up shutdown; it only
+    // touches the shared state.
+    std::thread([read, path = r.path, model = model_, max_rank = config_.max_lora_rank] {
+      Result<HostAdapter> result = read_adapter(path, model, max_rank);
+      std::lock_guard<std::mutex> lock(read->mutex);
+      read->result = std::move(result);
+      read->done = true;
+    }).detach();
+    return false;
+  }
+  std::shared_ptr<PendingRead> read = found->second;
+  std::unique_lock<std::mutex> lock(read->mutex);
+  if (!read->done) {
+    if (now_seconds() - read->started < kReadTimeoutSeconds) return false;
+    lock.unlock();
+    reads_.erase(found);
+    r.broken = true;
+    log_error("adapter '%s' (%s): reading it again took over %.0f s; its requests are aborted",
+              r.name.c_str(), r.path.c_str(), kReadTimeoutSeconds);
+    return true;
+  }
+  Result<HostAdapter> result = std::move(read->result);
+  lock.unlock();
+  reads_.erase(found);
+  if (!result) {
+    r.broken = true;  // pin reports it
+    log_error("adapter '%s': %s", r.name.c_str(), result.error().message.c_str());
+    return true;
+  }
+  // Installed unpinned; the pin that follows keeps it (eviction waits until then).
+  install(Adapter::upload(*result, backend_), id);
+  return true;
 }
 
 Result<int32_t> AdapterRegistry::pin(uint64_t id) {

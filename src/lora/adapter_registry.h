@@ -51,6 +51,9 @@ struct LoraConfig {
   int64_t max_lora_rank = 16;             // --max-lora-rank
   int64_t max_cpu_loras = 0;              // --max-cpu-loras: loaded copies kept (0: max_loras)
   bool runtime_updating = false;          // --enable-lora-runtime-updating
+  // --lora-allowed-dirs: where /v1/load_lora_adapter may read (default: the directories of
+  // --lora-modules); init() replaces them by their absolute and resolved forms.
+  std::vector<std::string> allowed_dirs;
 
   bool any() const { return enable_lora || !merged.empty(); }
 };
@@ -68,6 +71,10 @@ class AdapterRegistry final : public model::AdapterSource {
   // Registers `name` for the adapter at `path`, read and checked now. An error (nothing
   // registered) for a name already registered, a bad file, or a rank over --max-lora-rank.
   Status add(const std::string& name, const std::string& path);
+  // Registers `name` for an adapter read already (off the engine thread: read_adapter with
+  // config().max_lora_rank and model_config()); only its upload happens here.
+  Status add(const std::string& name, const HostAdapter& adapter);
+  const model::ModelConfig& model_config() const { return model_; }
   // Forgets `name`; requests holding it finish with it. False for an unknown name.
   bool remove(const std::string& name);
   bool contains(const std::string& name) const { return names_.count(name) > 0; }
@@ -86,8 +93,17 @@ class AdapterRegistry final : public model::AdapterSource {
   void hold_again(uint64_t id);
   // A holder is done with it.
   void unhold(uint64_t id);
-  // A sequence of registration `id` runs: the slot of its loaded copy, read now if it was not.
-  // Error (and the registration broken) when the file no longer reads.
+  // Whether pin(id) can answer without reading a file: a copy is loaded, or the registration is
+  // broken or gone (pin fails at once). Otherwise the copy is read on a thread of its own (started
+  // by the first call), and installed by the call that finds the read done: the scheduler asks
+  // before admitting a sequence, so the engine thread never waits on a file. A read that fails
+  // or outlasts kReadTimeout breaks the registration.
+  bool ready(uint64_t id);
+  // Reads on their own threads now (the engine idles, rather than spins, while one is out).
+  bool reading() const { return !reads_.empty(); }
+  // A sequence of registration `id` runs: the slot of its loaded copy, read now if it was not
+  // (only when ready() was not asked first). Error (and the registration broken) when the file
+  // no longer reads.
   Result<int32_t> pin(uint64_t id);
   // That sequence no longer runs.
   void unpin(int32_t slot);
@@ -124,7 +140,10 @@ class AdapterRegistry final : public model::AdapterSource {
     // [layer * kNumProjections + projection]: the adapter's module, then the merged ones.
     std::vector<std::vector<backend::LowRankModule>> modules;
   };
+  struct PendingRead;
   Result<std::unique_ptr<Adapter>> load(const std::string& path, float scale) const;
+  Status register_copy(const std::string& name, const std::string& path,
+                       std::unique_ptr<Adapter> adapter);
   int32_t install(std::unique_ptr<Adapter> adapter, uint64_t id);
   // Forgets a registration nobody lists, holds or pins (and frees its copy).
   void maybe_forget(uint64_t id);
@@ -140,6 +159,7 @@ class AdapterRegistry final : public model::AdapterSource {
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Adapter>> merged_;
   std::vector<std::vector<backend::LowRankModule>> merged_modules_;  // slot -1
+  std::map<uint64_t, std::shared_ptr<PendingRead>> reads_;  // copies being read, by registration
   uint64_t next_id_ = 1;
   uint64_t clock_ = 0;
   int64_t num_loads_ = 0;

@@ -20,6 +20,9 @@ class AdapterBinder {
   // The slot of a loaded copy of adapter `adapter_id`, held until unpin. An error (naming the
   // adapter and its file) when no copy can be loaded.
   virtual Result<int32_t> pin(uint64_t adapter_id) = 0;
+  // Whether pin(adapter_id) answers without reading a file now. False while a copy is read off
+  // the engine thread: the scheduler leaves the sequence waiting (or swapped) and asks again.
+  virtual bool ready(uint64_t adapter_id) = 0;
   virtual void unpin(int32_t slot) = 0;
 };
 

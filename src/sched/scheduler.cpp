@@ -227,6 +227,12 @@ void Scheduler::fail(Sequence& seq, std::string message, SchedulerOutput& out) {
   sequences_.erase(id);
 }
 
+bool Scheduler::adapter_ready(const Sequence& seq) {
+  if (seq.adapter_id == 0 || binder_ == nullptr || binder_->ready(seq.adapter_id)) return true;
+  waited_on_adapter_ = true;
+  return false;
+}
+
 bool Scheduler::bind_adapter(Sequence& seq, SchedulerOutput& out) {
   if (seq.adapter_id == 0) return true;
   Result<int32_t> slot = binder_ != nullptr ? binder_->pin(seq.adapter_id)
@@ -241,6 +247,7 @@ bool Scheduler::bind_adapter(Sequence& seq, SchedulerOutput& out) {
 
 SchedulerOutput Scheduler::schedule() {
   ++epoch_;
+  waited_on_adapter_ = false;
   release_unpins();
   SchedulerOutput out;
   out.finished = std::move(pending_finished_);
@@ -317,6 +324,7 @@ SchedulerOutput Scheduler::schedule() {
       // Its tokens must be known to come back (async scheduling: the step that preempted it may
       // not have been read yet).
       if (!adapter_fits(seq) || seq.num_output_placeholders > 0) break;
+      if (!adapter_ready(seq)) break;
       const int64_t num_new = std::min(seq.num_uncomputed(), room());
       if (num_new <= 0 || !seats()) break;
       if (!config_.enable_chunked_prefill && num_new < seq.num_uncomputed()) break;
@@ -351,7 +359,7 @@ SchedulerOutput Scheduler::schedule() {
     for (SeqId id : ordered(SeqStatus::kWaiting)) {
       Sequence& seq = get(id);
       if (seq.num_output_placeholders > 0) break;  // preempted with a token not read yet
-      if (seq.adapter_id != 0 && (adapter_waits || !adapter_fits(seq))) {
+      if (seq.adapter_id != 0 && (adapter_waits || !adapter_fits(seq) || !adapter_ready(seq))) {
         adapter_waits = true;
         continue;
       }

@@ -103,6 +103,8 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   // Where adapters are pinned (null: none are; a sequence with an adapter then cannot run).
   void set_adapter_binder(AdapterBinder* binder) { binder_ = binder; }
+  // The last schedule() left a sequence waiting for its adapter's copy to be read.
+  bool waited_on_adapter() const { return waited_on_adapter_; }
 
   // Adds a waiting sequence. Errors (nothing added) when it could never be scheduled: prompt
   // or max_total_tokens over max_model_len, more blocks than the cache has, or, with chunked
@@ -155,6 +157,8 @@ class Scheduler {
   bool allocate_or_preempt(Sequence& seq, int64_t num_new, int64_t& num_spec, SchedulerOutput& out);
   void preempt(Sequence& victim, SchedulerOutput& out);
   void schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec, SchedulerOutput& out);
+  // Whether the sequence's adapter copy is loaded (else its read goes on off the engine thread).
+  bool adapter_ready(const Sequence& seq);
   // Pins the adapter of a sequence about to become resident in the runner. False (and the
   // sequence dropped, reported in out.failed) when its copy cannot be loaded.
   bool bind_adapter(Sequence& seq, SchedulerOutput& out);
@@ -197,6 +201,7 @@ class Scheduler {
   SchedulerConfig config_;
   kv::KvCacheManager& kv_;
   AdapterBinder* binder_ = nullptr;
+  bool waited_on_adapter_ = false;
   std::map<SeqId, Sequence> sequences_;
   std::unordered_map<SeqId, RunnerView> runner_;
   std::vector<SeqId> pending_finished_;       // forgotten since the last plan

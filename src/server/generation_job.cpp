@@ -281,10 +281,14 @@ void GenerationJob::on_error(const engine::AsyncEngine::RequestError& error) {
   if (done_) return;
   done_ = true;
   abort_all();
-  const bool shutting_down = error.kind == engine::AsyncEngine::RequestError::Kind::kShuttingDown;
-  const ApiError err = shutting_down ? ApiError{503, error.message, "service_unavailable",
-                                                std::nullopt, std::nullopt}
-                                     : bad_request(error.message);
+  using Kind = engine::AsyncEngine::RequestError::Kind;
+  const ApiError err =
+      error.kind == Kind::kShuttingDown
+          ? ApiError{503, error.message, "service_unavailable", std::nullopt, std::nullopt}
+      : error.kind == Kind::kModelNotFound
+          ? ApiError{404, error.message, "invalid_request_error", std::string("model"),
+                     std::string("model_not_found")}
+          : bad_request(error.message);
   if (stream_) {
     sink_->send_event(err.to_json().dump(-1, ' ', false, json::error_handler_t::replace));
     sink_->end_stream();

@@ -30,6 +30,9 @@ constexpr auto kReadTimeout = std::chrono::seconds(120);
 // answer is checked, and how often it is probed again (see Session::probe_peer).
 constexpr auto kFirstProbeCheck = std::chrono::milliseconds(100);
 constexpr auto kProbeInterval = std::chrono::seconds(1);
+// After the engine drained on SIGTERM: how long connections get to deliver their last responses
+// and close before the process exits regardless.
+constexpr auto kCloseWait = std::chrono::seconds(10);
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -43,6 +46,10 @@ const char* reason_phrase(int status) {
       return "Not Found";
     case 405:
       return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
     case 413:
       return "Payload Too Large";
     case 415:
@@ -64,22 +71,44 @@ std::string error_body(const std::string& message, const std::string& type) {
   return j.dump();
 }
 
+// How long an overloaded or stopping server asks clients to wait before retrying (a 503's
+// Retry-After).
+constexpr int kRetryAfterSeconds = 1;
+
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
 struct Counters {
   std::atomic<int64_t> pending_responses{0};
   std::atomic<int64_t> connections{0};
+  std::atomic<bool> shutting_down{false};  // SIGTERM: no connection is kept alive
 };
 
 class Session : public ResponseSink, public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, OpenAiService& service, const ServerConfig& config,
-          Counters& counters)
-      : stream_(std::move(socket)), service_(service), config_(config), counters_(counters) {
+          const CorsPolicy& cors, Counters& counters)
+      : stream_(std::move(socket)),
+        service_(service),
+        config_(config),
+        cors_(cors),
+        counters_(counters) {
     counters_.connections.fetch_add(1);
   }
   ~Session() override { counters_.connections.fetch_sub(1); }
 
   void start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read_request(); });
+  }
+  void notify_shutdown() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] { self->on_server_shutdown(); });
   }
 
   // ResponseSink: every call hops onto the connection's strand.
@@ -108,46 +137,128 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
   }
 
  private:
+  // A request is read in three phases, each under its own deadline: the first byte (an idle
+  // kept-alive connection waits --timeout-keep-alive for it, then closes), the head (line and
+  // headers within --timeout-request-header of the first byte, else 408) and the body
+  // (kReadTimeout).
   void read_request() {
     if (closed_) return;
     response_started_ = false;
     parser_.emplace();
     parser_->body_limit(config_.max_body_bytes);
     parser_->header_limit(kMaxHeaderBytes);
-    stream_.expires_after(kReadTimeout);
-    http::async_read(
-        stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    if (buffer_.size() > 0) return read_head();  // a pipelined request is here already
+    // Shutting down: a connection with no request sent closes now rather than wait for one it
+    // would refuse.
+    beast::error_code avail_ec;
+    if (counters_.shutting_down.load() && stream_.socket().available(avail_ec) == 0) return drain();
+    idle_ = true;
+    stream_.expires_after(seconds(config_.keep_alive_timeout_s));
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              self->idle_ = false;
+                              self->stream_.expires_never();
+                              if (ec == net::error::operation_aborted && !self->closed_ &&
+                                  self->counters_.shutting_down.load())
+                                return self->drain();
+                              if (ec || self->closed_) return self->close();  // timed out or closed
+                              self->buffer_.commit(n);
+                              self->read_head();
+                            });
   }
 
-  void on_read(beast::error_code ec) {
-    stream_.expires_never();
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+  // SIGTERM: an idle connection closes at once; one with a request finishes it (keep-alive ends).
+  void on_server_shutdown() {
+    if (idle_) stream_.cancel();  // the wait for a request ends: read_request's handler drains
+  }
+
+  void read_head() {
+    // A timer of its own rather than the stream's expiry, which would close the socket before
+    // the 408 is written.
+    head_timed_out_ = false;
+    head_timer_.expires_after(seconds(config_.header_timeout_s));
+    head_timer_.async_wait(net::bind_executor(stream_.get_executor(),
+                                              [self = shared_from_this()](beast::error_code ec) {
+                                                if (ec) return;
+                                                self->head_timed_out_ = true;
+                                                self->stream_.cancel();
+                                              }));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              self->head_timer_.cancel();
+                              if (self->head_timed_out_) ec = beast::error::timeout;
+                              if (ec) return self->on_read(ec, /*in_head=*/true);
+                              self->on_head();
+                            });
+  }
+
+  void on_head() {
+    const auto& req = parser_->get();
+    origin_ = std::string(req[http::field::origin]);
+    // A POST says how long its body is (Content-Length or chunked): without either, the body's
+    // end could only be its connection's end.
+    if (req.method() == http::verb::post && !req.has_content_length() && !req.chunked())
+      return refuse(411, "A POST request needs a Content-Length header (or chunked encoding)");
+    if (CorsPolicy::is_preflight(std::string(req.method_string()), origin_,
+                                 std::string(req[http::field::access_control_request_method])))
+      return answer_preflight();
+    if (parser_->is_done()) return on_read({}, false);
+    stream_.expires_after(kReadTimeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->stream_.expires_never();
+                       self->on_read(ec, /*in_head=*/false);
+                     });
+  }
+
+  void answer_preflight() {
+    const auto& req = parser_->get();
+    keep_alive_ = req.keep_alive() && !counters_.shutting_down.load();
+    http11_ = req.version() >= 11;
+    const CorsPolicy::Preflight p =
+        cors_.preflight(origin_, std::string(req[http::field::access_control_request_method]),
+                        std::string(req[http::field::access_control_request_headers]));
+    counters_.pending_responses.fetch_add(1);
+    response_pending_ = true;
+    head_only_ = false;
+    if (!parser_->is_done()) drain_before_close_ = true, keep_alive_ = false;
+    preflight_headers_ = p.headers;
+    do_send(p.status, "text/plain; charset=utf-8", p.status == 200 ? "OK" : p.refusal);
+  }
+
+  // Answers an error before the request reaches the service, then closes (the rest of the
+  // request, unread, is drained first so that the answer is not lost to a reset).
+  void refuse(int status, const std::string& message) {
+    keep_alive_ = false;
+    counters_.pending_responses.fetch_add(1);
+    response_pending_ = true;
+    drain_before_close_ = true;
+    do_send(status, "application/json", error_body(message, "invalid_request_error"));
+  }
+
+  void on_read(beast::error_code ec, bool in_head) {
+    if (ec == beast::error::timeout)
+      return refuse(408, in_head ? "The request's headers did not arrive within " +
+                                       format_seconds(config_.header_timeout_s) +
+                                       " s (--timeout-request-header)"
+                                 : "The request's body did not arrive within " +
+                                       std::to_string(kReadTimeout.count()) + " s");
+    if (ec == http::error::end_of_stream || ec == net::error::eof ||
         ec == net::error::operation_aborted || ec == net::error::connection_reset) {
       return close();
     }
     if (ec) {
       // Malformed HTTP, or limits exceeded: answer, then close (the stream is out of sync).
-      keep_alive_ = false;
-      int status = 400;
       std::string message = "Malformed HTTP request: " + ec.message();
-      if (ec == http::error::body_limit) {
-        status = 413;
-        message = "The request body is larger than the limit of " +
-                  std::to_string(config_.max_body_bytes) + " bytes (--max-request-body)";
-      } else if (ec == http::error::header_limit) {
-        status = 431;
-        message = "The request headers are too large";
-      }
-      counters_.pending_responses.fetch_add(1);
-      response_pending_ = true;
-      // Closing with unread request bytes would reset the connection and could destroy the
-      // answer before the client reads it, so the rest of the upload is read and dropped first.
-      drain_before_close_ = true;
-      return do_send(status, "application/json", error_body(message, "invalid_request_error"));
+      if (ec == http::error::body_limit)
+        return refuse(413, "The request body is larger than the limit of " +
+                               std::to_string(config_.max_body_bytes) +
+                               " bytes (--max-request-body)");
+      if (ec == http::error::header_limit) return refuse(431, "The request headers are too large");
+      return refuse(400, message);
     }
     auto& req = parser_->get();
-    keep_alive_ = req.keep_alive();
+    keep_alive_ = req.keep_alive() && !counters_.shutting_down.load();
     http11_ = req.version() >= 11;
     HttpRequest r;
     r.method = std::string(req.method_string());
@@ -254,7 +365,8 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
     std::string head = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
     head += "Content-Type: " + content_type + "\r\n";
     head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
-    head += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+    if (status == 503) head += "Retry-After: " + std::to_string(kRetryAfterSeconds) + "\r\n";
+    head += common_headers();
     head += "\r\n";
     if (!head_only_) head += body;
     finish_response_after_write_ = true;
@@ -268,7 +380,18 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
     queue_write(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         "Transfer-Encoding: chunked\r\n" +
-        std::string(keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n") + "\r\n");
+        common_headers() + "\r\n");
+  }
+
+  // Connection and CORS headers. A response that starts once shutdown began ends its connection.
+  std::string common_headers() {
+    if (counters_.shutting_down.load()) keep_alive_ = false;
+    std::string h = keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+    if (!preflight_headers_.empty())
+      h += std::exchange(preflight_headers_, std::string());
+    else
+      h += cors_.response_headers(origin_);
+    return h;
   }
 
   static std::string chunk(const std::string& payload) {
@@ -327,6 +450,8 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
     stream_.socket().cancel(ignored);  // ends the disconnect watch
     if (drain_before_close_) return drain();
     if (!keep_alive_) return close();
+    // After shutdown began, a response that began with keep-alive is followed by what the client
+    // pipelined meanwhile (answered 503, Connection: close) or by the connection's end.
     read_request();
   }
 
@@ -350,6 +475,7 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
     if (closed_) return;
     closed_ = true;
     probe_timer_.cancel();
+    head_timer_.cancel();
     if (response_pending_) {
       response_pending_ = false;
       counters_.pending_responses.fetch_sub(1);
@@ -368,11 +494,14 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
   std::optional<http::request_parser<http::string_body>> parser_;
   OpenAiService& service_;
   const ServerConfig& config_;
+  const CorsPolicy& cors_;
   Counters& counters_;
   std::deque<std::string> writes_;
   std::mutex disconnect_mutex_;
   std::function<void()> on_disconnect_;
   net::steady_timer probe_timer_{stream_.get_executor()};
+  net::steady_timer head_timer_{stream_.get_executor()};
+  bool head_timed_out_ = false;
   int probes_sent_ = 0;
   bool keep_alive_ = true;
   bool http11_ = true;
@@ -382,7 +511,10 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
   bool response_pending_ = false;
   bool finish_response_after_write_ = false;
   bool closed_ = false;
+  bool idle_ = false;  // waiting for a request's first byte
   bool drain_before_close_ = false;
+  std::string origin_;             // the request's Origin header (CORS)
+  std::string preflight_headers_;  // a preflight answer's CORS headers
   std::vector<char> drain_buffer_;
   size_t drained_ = 0;
   beast::error_code drain_ec_;
@@ -392,7 +524,27 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
 
 struct HttpServer::Impl {
   Impl(const ServerConfig& c, OpenAiService& s, engine::AsyncEngine& e)
-      : config(c), service(s), engine(e), acceptor(ioc), signals(ioc, SIGINT, SIGTERM) {}
+      : config(c),
+        service(s),
+        engine(e),
+        cors(c.cors),
+        acceptor(ioc),
+        signals(ioc, SIGINT, SIGTERM) {}
+
+  void track(const std::shared_ptr<Session>& session) {
+    std::lock_guard<std::mutex> lock(sessions_mutex);
+    if (sessions.size() >= 2 * tracked_live + 64) {  // forget closed ones now and then
+      std::erase_if(sessions, [](const auto& w) { return w.expired(); });
+      tracked_live = sessions.size();
+    }
+    sessions.push_back(session);
+  }
+  // SIGTERM: every connection stops keeping alive; idle ones close now.
+  void notify_sessions() {
+    std::lock_guard<std::mutex> lock(sessions_mutex);
+    for (const auto& w : sessions)
+      if (auto session = w.lock()) session->notify_shutdown();
+  }
 
   void accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
@@ -400,7 +552,10 @@ struct HttpServer::Impl {
       if (!ec) {
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(socket), service, config, counters)->start();
+        auto session =
+            std::make_shared<Session>(std::move(socket), service, config, cors, counters);
+        track(session);
+        session->start();
       }
       accept();
     });
@@ -409,6 +564,10 @@ struct HttpServer::Impl {
   ServerConfig config;
   OpenAiService& service;
   engine::AsyncEngine& engine;
+  CorsPolicy cors;
+  std::mutex sessions_mutex;
+  std::vector<std::weak_ptr<Session>> sessions;
+  size_t tracked_live = 0;
   net::io_context ioc;
   tcp::acceptor acceptor;
   net::signal_set signals;
@@ -445,6 +604,11 @@ int HttpServer::port() const {
 
 void HttpServer::run() {
   auto& im = *impl_;
+  // The I/O threads run until the shutdown thread stops them. Without this, once SIGTERM's
+  // handler closed the acceptor, a moment with no socket operation pending (a stream between
+  // two tokens, its disconnect watch done because the client pipelined a request) would end
+  // run(), and the outputs the engine posts afterwards would never be written.
+  auto work = net::make_work_guard(im.ioc);
   im.accept();
   im.signals.async_wait([&im](beast::error_code ec, int signal) {
     if (ec) return;
@@ -455,11 +619,15 @@ void HttpServer::run() {
     // Refuse new requests (503) from here on, before this handler returns: a request that
     // arrives on a kept-alive connection while the drain's thread starts must not be admitted.
     im.engine.begin_shutdown(im.config.shutdown_timeout_s);
+    im.counters.shutting_down.store(true);
+    im.notify_sessions();
     // Draining blocks, so it runs off the I/O threads, which keep streaming meanwhile.
     im.shutdown_thread = std::thread([&im] {
       im.engine.shutdown(im.config.shutdown_timeout_s);
-      // Let the last responses reach their clients.
-      for (int i = 0; i < 500 && im.counters.pending_responses.load() > 0; ++i)
+      // Let the last responses reach their clients and the connections end (each closes once
+      // its response is out and what its client pipelined is answered).
+      const auto deadline = std::chrono::steady_clock::now() + kCloseWait;
+      while (im.counters.connections.load() > 0 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       im.ioc.stop();
     });

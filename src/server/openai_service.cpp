@@ -9,8 +9,10 @@
 
 #include "core/logging.h"
 #include "engine/grammar_vocabulary.h"
+#include "lora/adapter_access.h"
 #include "server/generation_job.h"
 #include "server/json_body.h"
+#include "server/random_id.h"
 
 namespace vesper::server {
 
@@ -55,6 +57,8 @@ OpenAiService::OpenAiService(ServerConfig config, engine::AsyncEngine& engine, M
   if (auto eos = tok.eos_id()) eos_text_ = tok.token_to_piece(*eos, true);
   created_ = unix_now();
   limits_.n_vocab = tok.n_vocab();
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    max_piece_bytes_ = std::max(max_piece_bytes_, tok.token_to_piece(id, true).size());
   if (!config_.api_key.empty()) api_key_digest_ = sha256(config_.api_key);
   workers_ = std::make_unique<Workers>();
   grammars_ = std::make_unique<grammar::GrammarCache>(engine::grammar_vocabulary(tok),
@@ -134,6 +138,20 @@ std::variant<std::string, ApiError> OpenAiService::resolve_model(const std::stri
                   "invalid_request_error", std::string("model"), std::string("model_not_found")};
 }
 
+std::optional<ApiError> OpenAiService::check_text_length(size_t bytes, const char* what) const {
+  // No token covers more than max_piece_bytes_ bytes of text (+1: a tokenizer may add a space
+  // before the text), so this many tokens at least: a text that cannot fit is refused before
+  // seconds go into tokenizing it.
+  const auto at_least = static_cast<int64_t>(bytes / (max_piece_bytes_ + 1));
+  const int64_t limit = engine_.scheduler_config().max_model_len;
+  if (at_least <= limit) return std::nullopt;
+  return bad_request("This model's maximum context length is " + std::to_string(limit) +
+                         " tokens (--max-model-len). However, the " + what + " is " +
+                         std::to_string(bytes) + " bytes, at least " + std::to_string(at_least) +
+                         " tokens. Please reduce the length of the " + what + ".",
+                     std::string(what) == "messages" ? "messages" : "prompt");
+}
+
 std::optional<ApiError> OpenAiService::check_length(size_t prompt_tokens, int64_t max_tokens,
                                                     const char* what) const {
   const int64_t limit = engine_.scheduler_config().max_model_len;
@@ -189,16 +207,51 @@ void OpenAiService::load_lora_adapter(const json& body, const std::shared_ptr<Re
       return fail(bad_request(std::string("'") + key + "' must be a non-empty string", key), sink);
     *out = body[key].get<std::string>();
   }
-  // Read and registered on the engine thread, between steps; the answer goes back to the
-  // connection's executor.
-  engine_.post([this, name, path, sink](engine::Engine& engine) {
+  if (Status ok = lora::check_adapter_name(name); !ok)
+    return fail(bad_request("'lora_name': " + ok.error().message, "lora_name"), sink);
+  if (name == config_.served_model_name)
+    return fail(
+        bad_request("'lora_name': '" + name + "' is the base model's served name", "lora_name"),
+        sink);
+  if (engine_.has_adapter(name))
+    return fail(
+        bad_request("'lora_name': an adapter named '" + name + "' is already loaded", "lora_name"),
+        sink);
+  const lora::LoraConfig* lora = engine_.lora_config();
+  if (lora == nullptr || !lora->enable_lora)
+    return fail(bad_request("adapters are not enabled (--enable-lora)", "lora_path"), sink);
+  // Read here, on a request worker: the engine thread only installs the copy, so that nothing a
+  // client names (a FIFO, a file on a stalled mount) can hold up the step loop.
+  auto resolved = lora::resolve_allowed_path(path, lora->allowed_dirs);
+  if (!resolved) {
+    log_warning("load_lora_adapter '%s': %s", name.c_str(), resolved.error().message.c_str());
+    return fail(bad_request("Failed to load adapter '" + name + "': " + resolved.error().message,
+                            "lora_path"),
+                sink);
+  }
+  bool recognized = false;
+  auto read =
+      lora::read_adapter(*resolved, engine_.model_config(), lora->max_lora_rank, 1.0f, &recognized);
+  if (!read) {
+    // Until the file is known to be an adapter, its errors may quote its bytes (a wrong magic)
+    // or tell what it is: the client learns only that it is not a readable adapter.
+    log_warning("load_lora_adapter '%s': %s", name.c_str(), read.error().message.c_str());
+    return fail(
+        bad_request("Failed to load adapter '" + name + "': " +
+                        (recognized ? read.error().message : lora::not_an_adapter_message(path)),
+                    "lora_path"),
+        sink);
+  }
+  auto host = std::make_shared<lora::HostAdapter>(std::move(read).value());
+  engine_.post([this, name, host, sink](engine::Engine& engine) {
     lora::AdapterRegistry* registry = engine.adapters();
-    Status added = registry ? registry->add(name, path)
-                            : Status(make_error("adapters are not enabled (--enable-lora)"));
+    Status added = registry != nullptr
+                       ? registry->add(name, *host)
+                       : Status(make_error("adapters are not enabled (--enable-lora)"));
     sink->post([this, name, added, sink] {
       if (!added)
         return fail(bad_request("Failed to load adapter '" + name + "': " + added.error().message,
-                                "lora_path"),
+                                "lora_name"),
                     sink);
       sink->send(200, "text/plain; charset=utf-8",
                  "Success: LoRA adapter '" + name + "' added successfully.");
@@ -326,6 +379,7 @@ void OpenAiService::completions(const json& body, const nlohmann::ordered_json* 
   for (auto& p : r.prompts) {
     JobPrompt jp;
     if (auto* text = std::get_if<std::string>(&p)) {
+      if (auto e = check_text_length(text->size(), "prompt")) return fail(*e, sink);
       jp.ids = tok.encode(*text, /*add_special=*/true, /*parse_special=*/true);
       jp.text = *text;
     } else {
@@ -340,7 +394,7 @@ void OpenAiService::completions(const json& body, const nlohmann::ordered_json* 
   if (auto e = check_admission(prompts.size())) return fail(*e, sink);
   if (auto e = compile_constraint(r.constraint, r.params)) return fail(*e, sink);
   auto job = std::make_shared<GenerationJob>(
-      GenerationJob::Kind::kCompletion, "cmpl-" + std::to_string(next_id_.fetch_add(1)),
+      GenerationJob::Kind::kCompletion, random_id("cmpl-"),
       lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
       r.include_usage, r.echo, r.params, std::move(prompts), sink, engine_);
   job->start(r.priority, lora_name);
@@ -370,6 +424,7 @@ void OpenAiService::chat_completions(const json& body, const nlohmann::ordered_j
                                         r.chat_template_kwargs);
   if (!rendered)
     return fail(bad_request("chat template: " + rendered.error().message, "messages"), sink);
+  if (auto e = check_text_length(rendered->size(), "messages")) return fail(*e, sink);
   JobPrompt jp;
   jp.text = *rendered;
   // The template writes BOS and other special tokens itself, as text to be parsed.
@@ -389,7 +444,7 @@ void OpenAiService::chat_completions(const json& body, const nlohmann::ordered_j
   std::vector<JobPrompt> prompts;
   prompts.push_back(std::move(jp));
   auto job = std::make_shared<GenerationJob>(
-      GenerationJob::Kind::kChat, "chatcmpl-" + std::to_string(next_id_.fetch_add(1)),
+      GenerationJob::Kind::kChat, random_id("chatcmpl-"),
       lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
       r.include_usage, false, r.params, std::move(prompts), sink, engine_);
   if (r.tool_choice.kind != ToolChoice::Kind::kNone) job->set_tools(r.tool_choice, parser);

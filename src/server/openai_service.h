@@ -67,6 +67,8 @@ class OpenAiService {
   // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (--enable-lora-runtime-updating).
   void load_lora_adapter(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
   void unload_lora_adapter(const nlohmann::json& body, const std::shared_ptr<ResponseSink>& sink);
+  // A text of `bytes` bytes that is sure to exceed --max-model-len, refused untokenized.
+  std::optional<ApiError> check_text_length(size_t bytes, const char* what) const;
   std::optional<ApiError> check_length(size_t prompt_tokens, int64_t max_tokens,
                                        const char* what) const;
   // Structured output: the request's grammar from the cache into `params` (a grammar that does
@@ -81,7 +83,7 @@ class OpenAiService {
   std::string bos_text_, eos_text_;
   ProtocolLimits limits_;
   std::array<unsigned char, 32> api_key_digest_{};  // SHA-256 of the key, compared in constant time
-  std::atomic<uint64_t> next_id_{1};
+  size_t max_piece_bytes_ = 1;                      // the most text bytes one token stands for
   int64_t created_ = 0;
   std::unique_ptr<Workers> workers_;
   std::unique_ptr<grammar::GrammarCache> grammars_;  // compiled by constraint text, shared

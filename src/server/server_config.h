@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "server/cors.h"
+
 namespace vesper::server {
 
 struct ServerConfig {
@@ -16,6 +18,13 @@ struct ServerConfig {
   int io_threads = 1;                 // --io-threads
   double shutdown_timeout_s =
       30;  // --shutdown-timeout: in-flight requests get this long on SIGTERM
+  // --timeout-keep-alive (uvicorn's flag, 5 s as in vLLM): an idle kept-alive connection is
+  // closed after this long without a new request.
+  double keep_alive_timeout_s = 5;
+  // --timeout-request-header: a request's line and headers must arrive within this long of its
+  // first byte (a client sending a byte at a time holds no connection longer); else 408.
+  double header_timeout_s = 10;
+  CorsConfig cors;  // --allowed-origins, --allowed-methods, --allowed-headers, --allow-credentials
   std::string chat_template_path;  // --chat-template: a Jinja file overriding the GGUF's template
   // --enable-lora-runtime-updating: POST /v1/load_lora_adapter and /v1/unload_lora_adapter
   bool enable_lora_runtime_updating = false;

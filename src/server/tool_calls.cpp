@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "grammar/json_schema.h"
+#include "server/random_id.h"
 
 namespace vesper::server {
 namespace {
@@ -332,14 +332,7 @@ std::optional<ApiError> parse_tools(const JsonFields& f, const nlohmann::ordered
 }
 
 std::string make_tool_call_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char* kHex = "0123456789abcdef";
-  std::string id = "chatcmpl-tool-";
-  for (int i = 0; i < 2; ++i) {
-    const uint64_t r = rng();
-    for (int k = 0; k < 16; ++k) id += kHex[(r >> (4 * k)) & 15];
-  }
-  return id;
+  return random_id("chatcmpl-tool-");
 }
 
 std::vector<ToolCall> parse_forced_tool_calls(const ToolChoice& choice, const std::string& text) {

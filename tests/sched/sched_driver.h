@@ -159,7 +159,16 @@ enum class Exit { kFinished, kAborted };
 // Pins adapters to slots numbered as the adapter ids (mod 1000), counting pins per slot.
 class FakeBinder : public AdapterBinder {
  public:
+  // Adapter `id` is read for `polls` more ready() calls (as a registry reads an evicted copy).
+  void delay(uint64_t id, int polls) { polls_left_[id] = polls; }
+  bool ready(uint64_t adapter_id) override {
+    auto it = polls_left_.find(adapter_id);
+    if (it == polls_left_.end() || it->second <= 0) return true;
+    --it->second;
+    return false;
+  }
   Result<int32_t> pin(uint64_t adapter_id) override {
+    EXPECT_TRUE(ready(adapter_id)) << "adapter " << adapter_id << " pinned before it was ready";
     const auto slot = static_cast<int32_t>(adapter_id % 1000);
     ++pins_[slot];
     return slot;
@@ -176,6 +185,7 @@ class FakeBinder : public AdapterBinder {
 
  private:
   std::map<int32_t, int64_t> pins_;
+  std::map<uint64_t, int> polls_left_;
 };
 
 class Driver {
@@ -205,6 +215,7 @@ class Driver {
   std::mt19937_64& rng() { return rng_; }
 
   const FakeBinder& binder() const { return binder_; }
+  FakeBinder& binder() { return binder_; }
 
   // Speculation: each sequence a step samples (and that goes on) gets 1-4 random proposals with
   // probability `rate`; after the step that verifies them a random number of them is accepted.

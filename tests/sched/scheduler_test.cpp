@@ -791,3 +791,35 @@ TEST(Scheduler, MaxLorasBoundsDistinctAdaptersAndServesAdaptersInArrivalOrder) {
 
 }  // namespace
 }  // namespace vesper::sched
+
+namespace vesper::sched {
+namespace {
+
+// An adapter whose copy is being read (off the engine thread) is not ready: its sequence waits,
+// and so do later adapter sequences (first come, first served among adapters), while plain
+// sequences run; once the read is done the sequence starts, with its adapter pinned.
+TEST(Scheduler, SequenceWaitsWhileItsAdapterIsReadAndPlainOnesGoAhead) {
+  SchedulerConfig config = make_config(64, 8, 64, true);
+  config.max_loras = 2;
+  Driver d(config, 64, 0, 4);
+  d.binder().delay(11, 3);  // three schedule() calls find adapter 11 still being read
+  const std::map<SeqId, uint64_t> adapter = {{1, 11}, {2, 0}, {3, 12}};
+  for (const auto& [id, a] : adapter) ASSERT_TRUE(d.add(id, 6, 10, 0, std::nullopt, a).ok());
+  std::map<SeqId, int64_t> first_step;
+  bool waited = false;
+  while (d.sched().has_unfinished()) {
+    const SchedulerOutput out = d.step();
+    waited = waited || d.sched().waited_on_adapter();
+    for (const ScheduledSequence& s : out.scheduled) first_step.try_emplace(s.id, d.steps());
+    ASSERT_LT(d.steps(), 200);
+  }
+  EXPECT_TRUE(waited);
+  EXPECT_EQ(first_step[2], 1) << "the plain sequence does not wait for the read";
+  EXPECT_EQ(first_step[1], 4) << "the adapter sequence starts once the read is done";
+  EXPECT_GE(first_step[3], first_step[1]) << "a later adapter sequence does not overtake it";
+  d.sched().schedule();
+  EXPECT_EQ(d.binder().pinned(), 0);
+}
+
+}  // namespace
+}  // namespace vesper::sched

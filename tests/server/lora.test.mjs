@@ -45,6 +45,7 @@ describe('named adapters (--lora-modules)', () => {
       '--lora-modules', `zed=${rel('lora/zed/adapter.gguf')}`, `bim=${rel('lora/bim/adapter.gguf')}`,
       `pzed=${rel('lora/zed')}`, `pbim=${rel('lora/bim')}`,
       JSON.stringify({ name: 'vzed', path: rel('vera/zed'), base_model_name: 'stories260K' }),
+      '--lora-allowed-dirs', models, os.tmpdir(),
     ], stories);
   });
   after(async () => { await server?.stop(); });
@@ -156,7 +157,7 @@ describe('named adapters (--lora-modules)', () => {
     assert.match(r.json.error.message, /no\/such\/adapter\.gguf/);
     r = await load({ lora_name: 'model', lora_path: rel('stories260K.gguf') });
     assert.equal(r.status, 400);
-    assert.match(r.json.error.message, /stories260K\.gguf.*not a LoRA adapter/);
+    assert.match(r.json.error.message, /stories260K\.gguf.*not a readable LoRA adapter/);
     r = await load({ lora_name: 'draft', lora_path: rel('stories-draft.gguf') });
     assert.equal(r.status, 400);
     r = await load({ lora_name: 'medusa', lora_path: rel('medusa') });
