@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -43,6 +44,10 @@ const fs::path& work_dir() {
   static const fs::path dir = [] {
     fs::path d = fs::temp_directory_path() / ("vesper-fuzz-adapter-" + std::to_string(::getpid()));
     fs::create_directories(d / "peft");
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(work_dir(), ec);
+    });
     return d;
   }();
   return dir;
