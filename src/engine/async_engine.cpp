@@ -29,14 +29,16 @@ AsyncEngine::~AsyncEngine() {
 }
 
 void AsyncEngine::add_request(EngineRequest request, OutputCallback on_output,
-                              ErrorCallback on_error) {
+                              ErrorCallback on_error, AcceptCallback on_accepted) {
   bool refused = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || draining_) {
       refused = true;
     } else {
-      Command c{Command::kAdd, std::move(request), std::move(on_output), std::move(on_error), {}};
+      Command c{
+          Command::kAdd,         std::move(request), std::move(on_output), std::move(on_error), {},
+          std::move(on_accepted)};
       commands_.push_back(std::move(c));
       pending_.fetch_add(1);
     }
@@ -63,7 +65,7 @@ int64_t AsyncEngine::num_waiting() const {
 void AsyncEngine::abort(const std::string& request_id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Command c{Command::kAbort, EngineRequest{}, {}, {}, {}};
+    Command c{Command::kAbort, EngineRequest{}, {}, {}, {}, {}};
     c.request.request_id = request_id;
     commands_.push_back(std::move(c));
   }
@@ -73,7 +75,7 @@ void AsyncEngine::abort(const std::string& request_id) {
 void AsyncEngine::post(std::function<void(Engine&)> task) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    commands_.push_back(Command{Command::kTask, EngineRequest{}, {}, {}, std::move(task)});
+    commands_.push_back(Command{Command::kTask, EngineRequest{}, {}, {}, std::move(task), {}});
   }
   wake_.notify_one();
 }
@@ -137,6 +139,7 @@ void AsyncEngine::apply(Command& cmd) {
   }
   unfinished_.fetch_add(1);
   callbacks_[id] = std::move(cmd.on_output);
+  if (cmd.on_accepted) cmd.on_accepted();
 }
 
 void AsyncEngine::loop() {

@@ -49,8 +49,12 @@ class AsyncEngine {
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
+  // Called once, on the engine thread, when the engine took the request (before its outputs).
+  using AcceptCallback = std::function<void()>;
+
   // Thread-safe. The request is added on the engine thread before its next step.
-  void add_request(EngineRequest request, OutputCallback on_output, ErrorCallback on_error);
+  void add_request(EngineRequest request, OutputCallback on_output, ErrorCallback on_error,
+                   AcceptCallback on_accepted = {});
   // Thread-safe. Removes the request (if still there) before the next step; its blocks are free
   // after that step. No further callbacks are made for it once the abort is processed.
   void abort(const std::string& request_id);
@@ -107,6 +111,7 @@ class AsyncEngine {
     OutputCallback on_output;
     ErrorCallback on_error;
     std::function<void(Engine&)> task;  // kTask
+    AcceptCallback on_accepted;
   };
   void snapshot_adapters();
 

@@ -142,32 +142,35 @@ json GenerationJob::usage_json() const {
           {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
-void GenerationJob::start(int32_t priority, const std::string& lora_name) {
-  auto self = shared_from_this();
-  sink_->on_disconnect([self] { self->abort_all(); });
-  if (stream_) {
-    sink_->start_stream();
-    const int32_t n = params_.n;
-    for (size_t p = 0; p < prompts_.size(); ++p) {
-      for (int32_t i = 0; i < n; ++i) {
-        const size_t index = p * n + i;
-        if (kind_ == Kind::kChat) {
-          sink_->send_event(chunk(json::array({{{"index", index},
-                                                {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                                {"logprobs", nullptr},
-                                                {"finish_reason", nullptr}}}))
-                                .dump(-1, ' ', false, json::error_handler_t::replace));
-        } else if (echo_) {
-          sink_->send_event(chunk(json::array({{{"index", index},
-                                                {"text", prompts_[p].text},
-                                                {"logprobs", nullptr},
-                                                {"finish_reason", nullptr}}}))
-                                .dump(-1, ' ', false, json::error_handler_t::replace));
-          text_offsets_[index] = prompts_[p].text.size();
-        }
+void GenerationJob::begin_stream() {
+  if (stream_started_ || done_) return;
+  stream_started_ = true;
+  sink_->start_stream();
+  const int32_t n = params_.n;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    for (int32_t i = 0; i < n; ++i) {
+      const size_t index = p * n + i;
+      if (kind_ == Kind::kChat) {
+        sink_->send_event(chunk(json::array({{{"index", index},
+                                              {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                              {"logprobs", nullptr},
+                                              {"finish_reason", nullptr}}}))
+                              .dump(-1, ' ', false, json::error_handler_t::replace));
+      } else if (echo_) {
+        sink_->send_event(chunk(json::array({{{"index", index},
+                                              {"text", prompts_[p].text},
+                                              {"logprobs", nullptr},
+                                              {"finish_reason", nullptr}}}))
+                              .dump(-1, ' ', false, json::error_handler_t::replace));
+        text_offsets_[index] = prompts_[p].text.size();
       }
     }
   }
+}
+
+void GenerationJob::start(int32_t priority, const std::string& lora_name) {
+  auto self = shared_from_this();
+  sink_->on_disconnect([self] { self->abort_all(); });
   for (size_t p = 0; p < prompts_.size(); ++p) {
     engine::EngineRequest request{id_ + "-" + std::to_string(p), prompts_[p].ids, params_, priority,
                                   lora_name};
@@ -179,6 +182,10 @@ void GenerationJob::start(int32_t priority, const std::string& lora_name) {
         },
         [self](const engine::AsyncEngine::RequestError& error) {
           self->sink_->post([self, error] { self->on_error(error); });
+        },
+        // Posted before any of its outputs, so the stream starts first.
+        [self] {
+          if (self->stream_) self->sink_->post([self] { self->begin_stream(); });
         });
   }
 }
@@ -289,7 +296,7 @@ void GenerationJob::on_error(const engine::AsyncEngine::RequestError& error) {
           ? ApiError{404, error.message, "invalid_request_error", std::string("model"),
                      std::string("model_not_found")}
           : bad_request(error.message);
-  if (stream_) {
+  if (stream_started_) {
     sink_->send_event(err.to_json().dump(-1, ' ', false, json::error_handler_t::replace));
     sink_->end_stream();
   } else {

@@ -35,11 +35,13 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // Chat with tools: how calls are read from each choice's output (before start()).
   void set_tools(const ToolChoice& choice, ToolCallParser parser);
 
-  // Sends the stream headers (and the chat role chunks) and submits every prompt, with the
-  // adapter `lora_name` (empty: the base model).
+  // Submits every prompt, with the adapter `lora_name` (empty: the base model). A stream's
+  // headers (and the chat role chunks) go out once the engine took the first prompt, so that a
+  // request the engine refuses (an adapter unloaded meanwhile) gets its HTTP status.
   void start(int32_t priority, const std::string& lora_name = {});
 
  private:
+  void begin_stream();
   void on_output(size_t prompt_index, const engine::RequestOutput& out);
   void on_error(const engine::AsyncEngine::RequestError& error);
   void abort_all();
@@ -72,6 +74,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   size_t remaining_ = 0;
   int64_t completion_tokens_ = 0;
   bool done_ = false;
+  bool stream_started_ = false;
   ToolChoice tool_choice_;
   ToolCallParser tool_parser_ = ToolCallParser::kNone;
   // Set by set_tools (chat with tools); kNone otherwise.

@@ -123,13 +123,18 @@ describe('adapters loaded while serving', () => {
     assert.equal(r0.status, 200, r0.text);
     const requests = [];
     for (let i = 0; i < 24; ++i) {
-      requests.push(postJson(server.url + '/v1/completions', { model: 'racer', prompt: 'Hi', max_tokens: 4 }));
+      // Streams too: their headers wait until the engine took the request, so a refused one gets
+      // the same 404 rather than a 200 with an error event.
+      requests.push(postJson(server.url + '/v1/completions', { model: 'racer', prompt: 'Hi', max_tokens: 4, stream: i % 2 === 1 }));
       if (i === 8) requests.push(postJson(server.url + '/v1/unload_lora_adapter', { lora_name: 'racer' }));
     }
     const results = await Promise.all(requests);
     let refused = 0;
     for (const r of results) {
-      if (r.status === 200) continue;
+      if (r.status === 200) {
+        assert.doesNotMatch(r.text, /"error"/);
+        continue;
+      }
       assertApiError(r, 404, 'model', /racer/);
       assert.equal(r.json.error.code, 'model_not_found');
       ++refused;
