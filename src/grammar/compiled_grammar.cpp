@@ -31,13 +31,20 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVoc
                                  MaskOptions options)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), options_(options) {
   std::lock_guard lock(mu_);
-  StackSet initial = initial_stacks(grammar_);
+  StackSet initial;
   auto start = std::make_unique<State>();
-  start->accepting = grammar::is_accepting(initial);
-  if (!initial.empty()) state_ids_.emplace(state_key(initial), kInitial);
-  start->stacks = std::move(initial);
+  if (initial_stacks(grammar_, options_.max_stacks, initial)) {
+    start->accepting = grammar::is_accepting(initial);
+    if (!initial.empty()) state_ids_.emplace(state_key(initial), kInitial);
+    start->stacks = std::move(initial);
+  } else {
+    start->failed = true;
+  }
   states_.push_back(std::move(start));
   states_.push_back(std::make_unique<State>());  // kDead: no stacks
+  auto too_ambiguous = std::make_unique<State>();
+  too_ambiguous->failed = true;
+  states_.push_back(std::move(too_ambiguous));
 }
 
 StateId CompiledGrammar::intern(StackSet stacks) const {
@@ -54,22 +61,30 @@ StateId CompiledGrammar::intern(StackSet stacks) const {
 }
 
 StateId CompiledGrammar::next(StateId state, int32_t token) const {
-  if (state == kDead || token < 0 || token >= vocab_->size() || vocab_->is_eog(token)) return kDead;
+  if (state == kDead || state == kTooAmbiguous) return state;
   const uint64_t key = (uint64_t{state} << 32) | static_cast<uint32_t>(token);
   const State* s = nullptr;
   {
     std::lock_guard lock(mu_);
-    if (auto it = transitions_.find(key); it != transitions_.end()) return it->second;
     s = states_[state].get();  // stable: states are never removed
+    if (s->failed) return kTooAmbiguous;
+    if (token < 0 || token >= vocab_->size() || vocab_->is_eog(token)) return kDead;
+    if (auto it = transitions_.find(key); it != transitions_.end()) return it->second;
   }
   const std::string& piece = vocab_->piece(token);
   StackSet stacks = piece.empty() ? StackSet{} : s->stacks;
+  StackSet after;
+  bool failed = false;
   for (unsigned char b : piece) {
-    stacks = advance_stacks(grammar_, stacks, b);
+    if (!advance_stacks(grammar_, stacks, b, options_.max_stacks, after)) {
+      failed = true;
+      break;
+    }
+    stacks.swap(after);
     if (stacks.empty()) break;
   }
   std::lock_guard lock(mu_);
-  const StateId id = intern(std::move(stacks));
+  const StateId id = failed ? kTooAmbiguous : intern(std::move(stacks));
   transitions_.emplace(key, id);
   return id;
 }
@@ -99,20 +114,52 @@ bool CompiledGrammar::is_accepting(StateId state) const {
   return states_[state]->accepting;
 }
 
+bool CompiledGrammar::is_failed(StateId state) const {
+  std::lock_guard lock(mu_);
+  return states_[state]->failed;
+}
+
+std::optional<std::string> CompiledGrammar::failure(StateId state) const {
+  if (!is_failed(state)) return std::nullopt;
+  return "the grammar is too ambiguous: more than " + with_separators(options_.max_stacks) +
+         " alternatives at one position";
+}
+
+std::optional<std::string> CompiledGrammar::failure(const GrammarCursor& cursor) const {
+  return failure(cursor.states.empty() ? kInitial : cursor.states.back());
+}
+
 namespace {
 
 // Depth-first over the vocabulary trie from stacks cut to their top (StackArena::intern_top): a
 // node is entered while some reading takes its bytes within the top, or once a reading has
 // popped into the context (kContext), below which any byte might be taken. sets[d] holds the
 // stacks after the first d bytes (one reused vector per depth: nothing is allocated per node).
+//
+// A step past `max_stacks` at a node means next() fails every token through it: all are
+// allowed (they do not leave the grammar; they lead to the failed state). That holds for stacks
+// cut to their top too: the whole stacks under them explore at least the alternatives the cut
+// ones do and leave at least as many stacks, so they pass the bound at that byte or before.
 struct ContextIndependentWalk {
   const std::vector<TokenVocabulary::Node>& trie;
   StackArena& arena;
   TokenMask& allowed;
   std::vector<int32_t>& context_dependent;
   size_t limit;
+  size_t max_stacks;
   std::vector<std::vector<uint32_t>> sets;
   bool overflow = false;
+
+  void allow_subtree(uint32_t root) {
+    std::vector<uint32_t> todo = {root};
+    while (!todo.empty()) {
+      const uint32_t n = todo.back();
+      todo.pop_back();
+      for (int32_t t : trie[n].tokens)
+        allowed[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+      for (auto [byte, child] : trie[n].children) todo.push_back(child);
+    }
+  }
 
   void walk(uint32_t node, size_t depth, bool in_context) {
     if (sets.size() <= depth + 1) sets.resize(depth + 2);
@@ -120,7 +167,11 @@ struct ContextIndependentWalk {
       if (overflow) return;
       std::vector<uint32_t>& next = sets[depth + 1];
       next.clear();
-      if (arena.takes_byte(sets[depth], byte)) arena.advance(sets[depth], byte, next);
+      if (arena.takes_byte(sets[depth], byte) &&
+          !arena.advance(sets[depth], byte, next, max_stacks)) {
+        allow_subtree(child);
+        continue;
+      }
       // Sorted: kContext, if there, is first (or second after kEmpty).
       bool popped = false, local = false;
       for (uint32_t id : next) {
@@ -147,13 +198,14 @@ struct ContextIndependentWalk {
   }
 };
 
-// Whether `stacks` take all of `bytes`.
+// Whether `stacks` take all of `bytes`, or fail a step past `max_stacks` on the way (the token
+// then leads to the failed state, so it is allowed, as next() has it).
 bool takes_all(StackArena& arena, const std::vector<uint32_t>& start, const std::string& bytes,
-               std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
+               size_t max_stacks, std::vector<uint32_t>& a, std::vector<uint32_t>& b) {
   a = start;
   for (unsigned char c : bytes) {
     if (!arena.takes_byte(a, c)) return false;
-    arena.advance(a, c, b);
+    if (!arena.advance(a, c, b, max_stacks)) return true;
     if (b.empty()) return false;
     std::swap(a, b);
   }
@@ -182,7 +234,8 @@ CompiledGrammar::context_independent_mask(const StackSet& stacks, size_t depth) 
   m->allowed.assign((static_cast<size_t>(vocab_->size()) + 63) / 64, 0);
   StackArena arena(grammar_);
   ContextIndependentWalk w{
-      vocab_->trie(), arena, m->allowed, m->context_dependent, options_.max_context_dependent, {}};
+      vocab_->trie(),      arena, m->allowed, m->context_dependent, options_.max_context_dependent,
+      options_.max_stacks, {}};
   w.sets.resize(1);
   for (const Stack& s : stacks) w.sets[0].push_back(arena.intern_top(s, depth));
   std::sort(w.sets[0].begin(), w.sets[0].end());
@@ -220,7 +273,7 @@ TokenMask CompiledGrammar::compute_mask(const State& state) const {
     for (const Stack& s : state.stacks) start.push_back(arena.intern(s));
     std::sort(start.begin(), start.end());
     for (int32_t t : ci->context_dependent)
-      if (takes_all(arena, start, vocab_->piece(t), a, b)) {
+      if (takes_all(arena, start, vocab_->piece(t), options_.max_stacks, a, b)) {
         set_bit(mask, t);
         any = true;
       }

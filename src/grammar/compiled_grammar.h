@@ -22,17 +22,26 @@
 // End-of-generation tokens are allowed exactly in accepting states (the root rule complete).
 // A state that allows nothing (the vocabulary cannot spell what the grammar needs, or the
 // sequence left the grammar) allows only end-of-generation tokens, so it ends.
+//
+// An ambiguous grammar can need ever more stacks (stack_set.h); a step past
+// options.max_stacks leads to kTooAmbiguous, a failed state: it allows only end-of-generation
+// tokens, every token leads from it back to it, and failure() says why, so the engine can end
+// the sequence and report it. Whether a step fails depends only on the state and the token's
+// bytes, so the same tokens always reach the same states. A token whose reading fails is
+// allowed by the mask of the state before (it is not known to leave the grammar).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/limits.h"
 #include "grammar/stack_set.h"
 #include "grammar/token_vocabulary.h"
 
@@ -58,6 +67,9 @@ struct GrammarMaskOptions {
   size_t max_context_dependent = 1024;
   // Masks kept per grammar at most (both kinds; 4 KB each for a 32,000-token vocabulary).
   size_t max_cached_masks = 16384;
+  // The bound on one step's stacks and explored alternatives (stack_set.h) past which a state
+  // fails as too ambiguous.
+  size_t max_stacks = kMaxStacksPerState;
 };
 
 class CompiledGrammar {
@@ -69,6 +81,9 @@ class CompiledGrammar {
 
   static constexpr StateId kInitial = 0;
   static constexpr StateId kDead = 1;  // no way forward: only end-of-generation tokens
+  // Failed: the grammar is too ambiguous to follow (above). The initial state fails too when
+  // the grammar's start alone is past the bound (GrammarCache refuses such grammars).
+  static constexpr StateId kTooAmbiguous = 2;
 
   // The state after `token` in `state` (kDead when the grammar does not allow it; end-of-
   // generation tokens lead to kDead too: nothing follows them).
@@ -79,6 +94,14 @@ class CompiledGrammar {
   StateId state_after(std::span<const int32_t> output) const;
 
   bool is_accepting(StateId state) const;
+  // Whether decoding gave up in `state` (kTooAmbiguous, or a failed initial state).
+  bool is_failed(StateId state) const;
+  // Why `state` failed ("the grammar is too ambiguous: more than 1,024 alternatives at one
+  // position"); nullopt when it did not.
+  std::optional<std::string> failure(StateId state) const;
+  // The same for the last state `cursor` reached (failed states are sticky, so a cursor that
+  // ever failed has).
+  std::optional<std::string> failure(const GrammarCursor& cursor) const;
   // The tokens allowed in `state`.
   std::shared_ptr<const TokenMask> allowed(StateId state) const;
   bool allows(StateId state, int32_t token) const;
@@ -95,13 +118,14 @@ class CompiledGrammar {
   struct State {
     StackSet stacks;
     bool accepting = false;
+    bool failed = false;
     std::shared_ptr<const TokenMask> mask;  // filled on first use
   };
 
   // The part of a mask decided by the top `depth` elements of each stack: the tokens allowed
   // whatever lies below, and those that pop below (to check against the full stacks). `overflow`:
   // more than options_.max_context_dependent of the latter (the walk stopped; use the whole
-  // stacks).
+  // stacks). Tokens whose reading passes options_.max_stacks are allowed: next() fails them.
   struct ContextIndependentMask {
     TokenMask allowed;
     std::vector<int32_t> context_dependent;

@@ -1,12 +1,19 @@
 #include "grammar/gbnf.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 
+#include "grammar/limits.h"
 #include "grammar/utf8_ranges.h"
 
 namespace vesper::grammar {
@@ -21,12 +28,16 @@ constexpr uint32_t kMaxRepetition = 10000;
 struct Alternatives;
 struct Item {
   enum class Kind { kLiteral, kClass, kRule, kGroup, kRepeat } kind = Kind::kLiteral;
-  std::vector<uint32_t> codepoints;     // kLiteral
-  CodepointRanges ranges;               // kClass (already negated where written [^...])
-  std::string rule;                     // kRule
-  size_t line = 0, column = 0;          // kRule: where it is used, for "undefined rule" errors
+  std::vector<uint32_t> codepoints;  // kLiteral
+  CodepointRanges ranges;            // kClass (already negated where written [^...])
+  std::string rule;                  // kRule
+  // Where it starts (kRepeat: where its operand starts), for errors.
+  size_t line = 0, column = 0;
   std::shared_ptr<Alternatives> group;  // kGroup; kRepeat: its single operand as a group
   uint32_t min = 0, max = 0;            // kRepeat; max == kUnbounded for * and +
+  std::string op;                       // kRepeat: the operator as written ("*", "{2,}")
+  // Groups and repetitions nested in this item, itself included: how deep lowering recurses.
+  size_t height = 0;
 };
 constexpr uint32_t kUnbounded = UINT32_MAX;
 using Sequence = std::vector<Item>;
@@ -40,6 +51,7 @@ class Parser {
 
   Result<std::vector<std::pair<std::string, Alternatives>>> parse() {
     std::vector<std::pair<std::string, Alternatives>> rules;
+    std::unordered_set<std::string> names;
     skip_space(true);
     while (pos_ < text_.size()) {
       const size_t name_line = line(), name_column = column();
@@ -53,22 +65,24 @@ class Parser {
       skip_space(false);
       Alternatives alts;
       if (auto e = parse_alternatives(alts, false); !e) return e.error();
-      for (const auto& [existing, _] : rules)
-        if (existing == name)
-          return make_error("line " + std::to_string(name_line) + ", column " +
-                            std::to_string(name_column) + ": rule '" + name + "' is defined twice");
+      if (!names.insert(name).second)
+        return make_error("line " + std::to_string(name_line) + ", column " +
+                          std::to_string(name_column) + ": rule '" + name + "' is defined twice");
       rules.emplace_back(std::move(name), std::move(alts));
       skip_space(true);
     }
     return rules;
   }
 
+  // Counted on from where they were last asked for (the parser rarely moves back), so that
+  // asking at every item stays linear in the text.
   size_t line() const {
-    return static_cast<size_t>(std::count(text_.begin(), text_.begin() + pos_, '\n')) + 1;
+    advance_line_count();
+    return line_;
   }
   size_t column() const {
-    const size_t nl = text_.rfind('\n', pos_ == 0 ? 0 : pos_ - 1);
-    return nl == std::string_view::npos || pos_ == 0 ? pos_ + 1 : pos_ - nl;
+    advance_line_count();
+    return pos_ - line_start_ + 1;
   }
 
  private:
@@ -212,6 +226,8 @@ class Parser {
         break;
       }
       Item item;
+      item.line = line();
+      item.column = column();
       if (c == '"') {
         ++pos_;
         item.kind = Item::Kind::kLiteral;
@@ -248,18 +264,26 @@ class Parser {
         item.kind = Item::Kind::kClass;
         item.ranges = {{0, kMaxCodepoint}};
       } else if (c == '(') {
+        if (depth_ + 1 > kMaxGrammarNesting)
+          return error("groups and repetitions nest more than " +
+                       with_separators(kMaxGrammarNesting) + " deep (the limit)");
         ++pos_;
         item.kind = Item::Kind::kGroup;
         item.group = std::make_shared<Alternatives>();
-        if (auto e = parse_alternatives(*item.group, true); !e) return e;
+        ++depth_;
+        auto inner = parse_alternatives(*item.group, true);
+        --depth_;
+        if (!inner) return inner;
         if (pos_ >= text_.size() || text_[pos_] != ')') return error("expected ')'");
         ++pos_;
+        item.height = 1;
+        for (const Sequence& seq : item.group->sequences)
+          for (const Item& inner_item : seq)
+            item.height = std::max(item.height, inner_item.height + 1);
       } else if (is_name_char(c)) {
         if (!nested && at_rule_start() && !seq.empty())
           return error("expected newline before rule");
         item.kind = Item::Kind::kRule;
-        item.line = line();
-        item.column = column();
         item.rule = parse_name();
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
         return error(std::string("'") + c + "' with nothing to repeat");
@@ -270,6 +294,7 @@ class Parser {
       for (;;) {
         if (pos_ >= text_.size()) break;
         const char op = text_[pos_];
+        const size_t op_start = pos_;
         uint32_t min = 0, max = 0;
         if (op == '*') {
           min = 0, max = kUnbounded;
@@ -301,10 +326,17 @@ class Parser {
         } else {
           break;
         }
+        if (depth_ + item.height + 1 > kMaxGrammarNesting)
+          return error("groups and repetitions nest more than " +
+                       with_separators(kMaxGrammarNesting) + " deep (the limit)");
         Item rep;
         rep.kind = Item::Kind::kRepeat;
         rep.min = min;
         rep.max = max;
+        rep.op = std::string(text_.substr(op_start, pos_ - op_start));
+        rep.line = item.line;
+        rep.column = item.column;
+        rep.height = item.height + 1;
         rep.group = std::make_shared<Alternatives>();
         rep.group->sequences.push_back({std::move(item)});
         item = std::move(rep);
@@ -328,8 +360,123 @@ class Parser {
     return static_cast<uint32_t>(v);
   }
 
+  void advance_line_count() const {
+    if (pos_ < counted_to_) counted_to_ = 0, line_ = 1, line_start_ = 0;
+    for (; counted_to_ < pos_; ++counted_to_)
+      if (text_[counted_to_] == '\n') ++line_, line_start_ = counted_to_ + 1;
+  }
+
   std::string_view text_;
   size_t pos_ = 0;
+  size_t depth_ = 0;  // groups open around pos_
+  mutable size_t counted_to_ = 0, line_ = 1, line_start_ = 0;
+};
+
+// Whether a repetition's operand lowers in place (a literal, a class or a rule reference); a
+// group or a repetition becomes a rule of its own.
+bool simple_operand(const Item& repeat) {
+  const std::vector<Sequence>& seqs = repeat.group->sequences;
+  return seqs.size() == 1 && seqs.front().size() == 1 &&
+         seqs.front().front().kind != Item::Kind::kGroup &&
+         seqs.front().front().kind != Item::Kind::kRepeat;
+}
+
+// The size of the Grammar that Lowering (below) builds from parsed rules, counted without
+// building it: every rule, alternative and element it adds, before left factoring (which adds
+// at most one rule, alternative and element per group of alternatives it merges). Refusing a
+// grammar over limits.h's bounds here costs a walk of the parsed text; building it could cost a
+// repetition count's worth of memory per element written.
+class SizeCount {
+ public:
+  Status run(const std::vector<std::pair<std::string, Alternatives>>& parsed) {
+    rules_ += parsed.size();
+    for (const auto& [name, alts] : parsed) count_rule(alts);
+    while (!pending_.empty()) {
+      const Alternatives* alts = pending_.back();
+      pending_.pop_back();
+      count_rule(*alts);
+    }
+    auto over = [](uint64_t n, uint64_t limit, const char* what) -> Status {
+      if (n <= limit) return {};
+      return make_error("the grammar has " + with_separators(n) + " " + what +
+                        ", more than the limit of " + with_separators(limit));
+    };
+    VESPER_TRY(over(elements_, kMaxGrammarElements, "elements"));
+    VESPER_TRY(over(rules_, kMaxGrammarRules, "rules"));
+    return over(alternatives_, kMaxGrammarAlternatives, "alternatives");
+  }
+
+ private:
+  void count_rule(const Alternatives& alts) {
+    for (const Sequence& seq : alts.sequences) {
+      uint64_t run = 0;
+      for (const Item& item : seq) run += count_item(item);
+      alternatives_ += 1;
+      elements_ += run + 1;
+    }
+  }
+
+  // The elements `item` adds to its alternative; what it adds elsewhere goes to the totals.
+  uint64_t count_item(const Item& item) {
+    switch (item.kind) {
+      case Item::Kind::kLiteral: {
+        std::string bytes;
+        for (uint32_t cp : item.codepoints) append_utf8(cp, bytes);
+        return bytes.size();
+      }
+      case Item::Kind::kClass:
+        if (item.ranges.empty()) {
+          rules_ += 1;
+        } else if (item.ranges.back().second >= 0x80 && classes_.insert(item.ranges).second) {
+          rules_ += 1;
+          for (const Utf8Sequence& seq : utf8_sequences(item.ranges)) {
+            alternatives_ += 1;
+            elements_ += seq.size() + 1;
+          }
+        }
+        return 1;
+      case Item::Kind::kRule:
+        return 1;
+      case Item::Kind::kGroup:
+        rules_ += 1;
+        pending_.push_back(item.group.get());
+        return 1;
+      case Item::Kind::kRepeat:
+        return count_repeat(item);
+    }
+    return 0;
+  }
+
+  uint64_t count_repeat(const Item& item) {
+    uint64_t one = 1;
+    if (simple_operand(item)) {
+      one = count_item(item.group->sequences.front().front());
+    } else {
+      rules_ += 1;
+      pending_.push_back(item.group.get());
+    }
+    if (one != 1) {
+      rules_ += 1;
+      alternatives_ += 1;
+      elements_ += one + 1;
+    }
+    if (item.max == kUnbounded) {
+      rules_ += 1;
+      alternatives_ += 2;
+      elements_ += 4;
+      return item.min + 1;
+    }
+    if (item.max == item.min) return item.min;
+    const uint64_t optional = item.max - item.min;
+    rules_ += optional;
+    alternatives_ += 2 * optional;
+    elements_ += 4 * optional - 1;  // the innermost copy has no tail
+    return item.min + 1;
+  }
+
+  uint64_t elements_ = 0, rules_ = 0, alternatives_ = 0;
+  std::set<CodepointRanges> classes_;
+  std::vector<const Alternatives*> pending_;  // groups to count, as Lowering defers them
 };
 
 // Lowers parsed rules to the byte-level Grammar.
@@ -347,11 +494,33 @@ class Lowering {
       const uint32_t r = rule_index_[name];
       VESPER_TRY(lower_rule(r, alts));
     }
+    while (!pending_.empty()) {
+      const auto [rule, alts] = pending_.back();
+      pending_.pop_back();
+      VESPER_TRY(lower_rule(rule, *alts));
+    }
+    const std::vector<bool> nullable = nullable_rules(g_);
+    for (const Star& star : stars_)
+      if (star.operand.kind == Element::Kind::kRule && nullable[star.operand.value])
+        return make_error("line " + std::to_string(star.line) + ", column " +
+                          std::to_string(star.column) + ": rule '" + display_name(star.owner) +
+                          "' repeats, with '" + star.op +
+                          "', something that can match the empty string (it could repeat "
+                          "forever without reading anything)");
     VESPER_TRY(check_left_recursion());
     return std::move(g_);
   }
 
  private:
+  // An unbounded repetition, x* or x+ or x{m,}: refused with its own message when x can match
+  // the empty string (the star rule would be left-recursive).
+  struct Star {
+    Element operand;
+    uint32_t owner;
+    size_t line, column;
+    std::string op;
+  };
+
   uint32_t new_rule(const std::string& base) {
     const auto id = static_cast<uint32_t>(g_.rules.size());
     g_.rules.push_back(Rule{base + "-" + std::to_string(id), {}});
@@ -359,29 +528,110 @@ class Lowering {
   }
 
   uint32_t byte_set(const ByteSet& s) {
-    for (size_t i = 0; i < g_.byte_sets.size(); ++i)
-      if (g_.byte_sets[i] == s) return static_cast<uint32_t>(i);
-    g_.byte_sets.push_back(s);
-    return static_cast<uint32_t>(g_.byte_sets.size() - 1);
+    const auto [it, added] =
+        byte_set_ids_.try_emplace(s.words, static_cast<uint32_t>(g_.byte_sets.size()));
+    if (added) g_.byte_sets.push_back(s);
+    return it->second;
   }
 
   // Appends one alternative (a run of elements closed by kEnd) to `rule`.
-  void add_alternative(uint32_t rule, const std::vector<Element>& run) {
+  void add_alternative(uint32_t rule, std::span<const Element> run) {
     g_.rules[rule].alternatives.push_back(static_cast<uint32_t>(g_.elements.size()));
     g_.elements.insert(g_.elements.end(), run.begin(), run.end());
     g_.elements.push_back(Element{Element::Kind::kEnd, 0});
   }
 
   Status lower_rule(uint32_t rule, const Alternatives& alts) {
+    // Every alternative's elements, one after another in `flat`; `runs` delimits them.
+    std::vector<Element> flat;
+    std::vector<std::pair<size_t, size_t>> runs;
     for (const Sequence& seq : alts.sequences) {
       std::vector<Element> run;
       for (const Item& item : seq) VESPER_TRY(lower_item(item, rule, run));
-      add_alternative(rule, run);
+      runs.emplace_back(flat.size(), flat.size() + run.size());
+      flat.insert(flat.end(), run.begin(), run.end());
     }
+    add_factored(rule, flat, std::move(runs));
     return {};
   }
 
+  // Adds `runs` (ranges of `flat`) as the alternatives of `rule`, left-factored: runs that begin
+  // with the same element share their longest common prefix, followed by a helper rule holding
+  // their rests (a run written twice ends up once). Many literals (an enum, a choice list)
+  // so become a trie, and the matcher keeps one stack where it would keep one per literal. The
+  // language is unchanged, and so is what each rule can begin with (left recursion is found the
+  // same). Each level of the trie strips at least one element from its runs, and nothing is
+  // copied but the alternatives written, so this is linear in the elements.
+  void add_factored(uint32_t rule, const std::vector<Element>& flat,
+                    std::vector<std::pair<size_t, size_t>> runs) {
+    auto key = [](const Element& e) {
+      return (uint64_t{static_cast<uint8_t>(e.kind)} << 32) | e.value;
+    };
+    struct Work {
+      uint32_t rule;
+      std::vector<std::pair<size_t, size_t>> runs;
+    };
+    std::vector<Work> work;
+    work.push_back({rule, std::move(runs)});
+    std::vector<Element> head;
+    while (!work.empty()) {
+      Work w = std::move(work.back());
+      work.pop_back();
+      // Groups by first element, in order of first appearance; empty runs form one group.
+      std::unordered_map<uint64_t, size_t> group_of;
+      std::vector<std::vector<size_t>> groups;
+      std::optional<size_t> empty_group;
+      for (size_t i = 0; i < w.runs.size(); ++i) {
+        const auto [begin, end] = w.runs[i];
+        if (begin == end) {
+          if (!empty_group) {
+            empty_group = groups.size();
+            groups.push_back({i});
+          }
+          continue;
+        }
+        const auto [it, added] = group_of.try_emplace(key(flat[begin]), groups.size());
+        if (added) groups.emplace_back();
+        groups[it->second].push_back(i);
+      }
+      for (const std::vector<size_t>& group : groups) {
+        const auto first = w.runs[group.front()];
+        if (group.size() == 1) {
+          add_alternative(w.rule, std::span(flat).subspan(first.first, first.second - first.first));
+          continue;
+        }
+        size_t common = first.second - first.first;
+        for (size_t i : group) {
+          const auto [begin, end] = w.runs[i];
+          size_t n = 0;
+          while (n < common && begin + n < end &&
+                 key(flat[begin + n]) == key(flat[first.first + n]))
+            ++n;
+          common = n;
+        }
+        // Repeated runs are not looked for here: they stay together level after level and end
+        // as one empty run.
+        std::vector<std::pair<size_t, size_t>> rests;
+        for (size_t i : group) rests.emplace_back(w.runs[i].first + common, w.runs[i].second);
+        head.assign(flat.begin() + static_cast<ptrdiff_t>(first.first),
+                    flat.begin() + static_cast<ptrdiff_t>(first.first + common));
+        const uint32_t helper = new_rule(g_.rules[w.rule].name);
+        head.push_back(rule_ref(helper));
+        add_alternative(w.rule, head);
+        work.push_back({helper, std::move(rests)});
+      }
+    }
+  }
+
   Element rule_ref(uint32_t rule) { return Element{Element::Kind::kRule, rule}; }
+
+  // A new rule for `alts`, lowered once the rules being lowered are done: groups in groups are
+  // lowered one after another, not one inside another, so that nesting costs no stack.
+  uint32_t deferred_rule(uint32_t owner, const Alternatives& alts) {
+    const uint32_t r = new_rule(g_.rules[owner].name);
+    pending_.push_back({r, &alts});
+    return r;
+  }
 
   // A class: one byte set when every code point is ASCII, else a rule of UTF-8 byte runs
   // (shared between equal classes).
@@ -434,12 +684,9 @@ class Lowering {
         run.push_back(rule_ref(it->second));
         return {};
       }
-      case Item::Kind::kGroup: {
-        const uint32_t r = new_rule(g_.rules[owner].name);
-        VESPER_TRY(lower_rule(r, *item.group));
-        run.push_back(rule_ref(r));
+      case Item::Kind::kGroup:
+        run.push_back(rule_ref(deferred_rule(owner, *item.group)));
         return {};
-      }
       case Item::Kind::kRepeat:
         return lower_repeat(item, owner, run);
     }
@@ -450,15 +697,10 @@ class Lowering {
   // optional copies: opt_k ::= x opt_{k-1} | (empty).
   Status lower_repeat(const Item& item, uint32_t owner, std::vector<Element>& run) {
     std::vector<Element> one;
-    const Sequence& operand_seq = item.group->sequences.front();
-    if (item.group->sequences.size() == 1 && operand_seq.size() == 1 &&
-        operand_seq.front().kind != Item::Kind::kGroup) {
-      VESPER_TRY(lower_item(operand_seq.front(), owner, one));
-    } else {
-      const uint32_t r = new_rule(g_.rules[owner].name);
-      VESPER_TRY(lower_rule(r, *item.group));
-      one.push_back(rule_ref(r));
-    }
+    if (simple_operand(item))
+      VESPER_TRY(lower_item(item.group->sequences.front().front(), owner, one));
+    else
+      one.push_back(rule_ref(deferred_rule(owner, *item.group)));
     // An operand of several elements repeats as one rule, so the optional tail stays small.
     Element x;
     if (one.size() == 1) {
@@ -471,9 +713,11 @@ class Lowering {
     for (uint32_t i = 0; i < item.min; ++i) run.push_back(x);
     if (item.max == kUnbounded) {
       const uint32_t star = new_rule(g_.rules[owner].name + "-star");
-      add_alternative(star, {x, rule_ref(star)});
+      const Element body[] = {x, rule_ref(star)};
+      add_alternative(star, body);
       add_alternative(star, {});
       run.push_back(rule_ref(star));
+      stars_.push_back({x, owner, item.line, item.column, item.op});
       return {};
     }
     if (item.max == item.min) return {};
@@ -505,13 +749,20 @@ class Lowering {
   Grammar g_;
   std::map<std::string, uint32_t> rule_index_;
   std::map<CodepointRanges, uint32_t> class_rules_;
+  std::map<std::array<uint64_t, 4>, uint32_t> byte_set_ids_;
+  std::vector<Star> stars_;
+  std::vector<std::pair<uint32_t, const Alternatives*>> pending_;  // deferred_rule's
 };
 
 }  // namespace
 
 Result<Grammar> parse_gbnf(std::string_view text) {
+  if (text.size() > kMaxGrammarTextBytes)
+    return make_error("the grammar text has " + with_separators(text.size()) +
+                      " bytes, more than the limit of " + with_separators(kMaxGrammarTextBytes));
   Parser parser(text);
   VESPER_ASSIGN_OR_RETURN(auto parsed, parser.parse());
+  VESPER_TRY(SizeCount().run(parsed));
   return Lowering().run(parsed);
 }
 

@@ -17,28 +17,56 @@ bool Grammar::matches(std::string_view text) const {
   return is_accepting(stacks);
 }
 
-Status check_left_recursion(const Grammar& g,
-                            const std::function<std::string(uint32_t)>& rule_name) {
+std::vector<bool> nullable_rules(const Grammar& g) {
   const size_t n = g.rules.size();
   std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < n; ++r) {
-      if (nullable[r]) continue;
-      for (uint32_t a : g.rules[r].alternatives) {
-        bool all = true;
-        for (uint32_t p = a; g.elements[p].kind != Element::Kind::kEnd; ++p)
-          if (g.elements[p].kind == Element::Kind::kBytes || !nullable[g.elements[p].value]) {
-            all = false;
-            break;
-          }
-        if (all) {
-          nullable[r] = changed = true;
+  // Per alternative, its rule references not yet known nullable; an alternative with a byte
+  // element never becomes nullable. A rule found nullable settles the alternatives that use it,
+  // once per use, so the whole takes one pass over the elements.
+  std::vector<uint32_t> alt_rule, pending;
+  std::vector<std::vector<uint32_t>> uses(n);
+  std::vector<uint32_t> queue;
+  for (uint32_t r = 0; r < n; ++r)
+    for (uint32_t a : g.rules[r].alternatives) {
+      const auto alt = static_cast<uint32_t>(alt_rule.size());
+      uint32_t refs = 0;
+      bool bytes = false;
+      for (uint32_t p = a; g.elements[p].kind != Element::Kind::kEnd; ++p) {
+        if (g.elements[p].kind == Element::Kind::kBytes) {
+          bytes = true;
           break;
         }
+        ++refs;
+      }
+      alt_rule.push_back(r);
+      pending.push_back(bytes ? UINT32_MAX : refs);
+      if (bytes) continue;
+      for (uint32_t p = a; g.elements[p].kind != Element::Kind::kEnd; ++p)
+        uses[g.elements[p].value].push_back(alt);
+      if (refs == 0 && !nullable[r]) {
+        nullable[r] = true;
+        queue.push_back(r);
+      }
+    }
+  while (!queue.empty()) {
+    const uint32_t q = queue.back();
+    queue.pop_back();
+    for (uint32_t alt : uses[q]) {
+      if (--pending[alt] != 0) continue;
+      const uint32_t r = alt_rule[alt];
+      if (!nullable[r]) {
+        nullable[r] = true;
+        queue.push_back(r);
       }
     }
   }
+  return nullable;
+}
+
+Status check_left_recursion(const Grammar& g,
+                            const std::function<std::string(uint32_t)>& rule_name) {
+  const size_t n = g.rules.size();
+  const std::vector<bool> nullable = nullable_rules(g);
   std::vector<std::vector<uint32_t>> left(n);
   for (size_t r = 0; r < n; ++r)
     for (uint32_t a : g.rules[r].alternatives)

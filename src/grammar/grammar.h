@@ -49,6 +49,9 @@ struct Grammar {
   bool matches(std::string_view text) const;
 };
 
+// Whether each rule can match the empty string (linear in the grammar's size).
+std::vector<bool> nullable_rules(const Grammar& g);
+
 // An error naming (through `rule_name`) a rule reachable from itself without consuming a byte:
 // left recursion, which the stack matcher cannot run (it would expand it forever).
 Status check_left_recursion(const Grammar& g,

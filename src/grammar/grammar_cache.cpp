@@ -18,6 +18,10 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCache::get(const std::stri
   // Parsed outside the lock: a large grammar must not hold up requests using cached ones.
   VESPER_ASSIGN_OR_RETURN(Grammar g, parse_gbnf(gbnf));
   auto compiled = std::make_shared<const CompiledGrammar>(std::move(g), vocab_);
+  if (auto failure = compiled->failure(CompiledGrammar::kInitial))
+    return make_error(*failure + " (at its start)");
+  // Cached in the grammar under its mutex, as any mask is; no other thread has it yet.
+  compiled->allowed(CompiledGrammar::kInitial);
   std::lock_guard lock(mu_);
   if (auto it = index_.find(gbnf); it != index_.end()) return it->second->second;
   lru_.emplace_front(gbnf, compiled);

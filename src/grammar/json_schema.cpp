@@ -18,6 +18,7 @@
 
 #include "grammar/gbnf.h"
 #include "grammar/json_schema_converter.h"
+#include "grammar/limits.h"
 
 namespace vesper::grammar {
 namespace json_schema_detail {
@@ -166,6 +167,9 @@ Error Converter::error(const std::string& path, const std::string& what) {
 
 Result<std::string> Converter::visit(const Json& s, const std::string& path,
                                      const std::string& name, int depth) {
+  if (++subschemas_ > kMaxSubschemas)
+    return error(path, "the schema has more than " + with_separators(kMaxSubschemas) +
+                           " subschemas, the limit");
   if (depth > kMaxDepth)
     return error(path, "schemas nested deeper than " + std::to_string(kMaxDepth) +
                            " levels are not supported");
@@ -450,6 +454,14 @@ Result<std::string> Converter::enum_expr(const Json& s, const std::string& path,
   }
   if (auto e = s.find("enum"); e != s.end()) {
     if (!e->is_array() || e->empty()) return error(path, "'enum' must be a non-empty array");
+    // Counted before any value is converted, over the whole schema: many enums cost as one.
+    enum_values_ += e->size();
+    if (enum_values_ > kMaxEnumValues)
+      return error(path, "'enum' has " + with_separators(e->size()) + " values" +
+                             (enum_values_ > e->size()
+                                  ? " (" + with_separators(enum_values_) + " in the schema)"
+                                  : std::string()) +
+                             ", more than the limit of " + with_separators(kMaxEnumValues));
     if (values.empty()) {
       for (const Json& v : *e) values.push_back(&v);
     } else if (std::find(e->begin(), e->end(), *values.front()) == e->end()) {

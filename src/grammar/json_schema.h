@@ -13,7 +13,9 @@
 //    JSON allows, else the short escape, else \u00xx. format: date, time, date-time (RFC 3339,
 //    calendar-exact: 2023-02-29 is refused, 2024-02-29 accepted; T/Z in either case; seconds
 //    00-59, fraction of at most 9 digits), email (dot-atom local part, a domain of at least two
-//    labels), uuid, ipv4; any other format is an error.
+//    labels), uuid, ipv4; any other format is an error. A format with minLength/maxLength
+//    holds both exactly (length_bounded.h: no string outside the bounds, none in them lost);
+//    bounds that leave no string of the format are an error.
 //  - Integers: "-"? (0 | [1-9][0-9]{0,15}); minimum/maximum/exclusive* build an exact range.
 //    Numbers: the integer part, a fraction of at most 16 digits and an exponent of at most 3;
 //    bounds on numbers must be integers (exact at the endpoints: maximum 5 accepts 5.000, not
@@ -34,7 +36,9 @@
 //    type arrays, OpenAPI `nullable: true`, {} and true (any value). Without `type`, a schema
 //    with keywords of one kind (properties, items, minLength, minimum...) is of that type, as in
 //    llama.cpp and xgrammar.
-// Annotations and unknown keywords are ignored. Schemas nest at most 128 deep.
+// Annotations and unknown keywords are ignored. Schemas nest at most 128 deep; limits.h bounds
+// the enum values, properties and subschemas of a schema, checked before what would pass them
+// is converted ("schema: 'enum' has 100,000 values, more than the limit of 10,000").
 #pragma once
 
 #include <nlohmann/json.hpp>

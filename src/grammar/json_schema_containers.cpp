@@ -6,11 +6,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "grammar/gbnf.h"
 #include "grammar/json_schema_converter.h"
+#include "grammar/limits.h"
 #include "grammar/regex.h"
 #include "grammar/utf8_ranges.h"
 
@@ -37,7 +40,13 @@ class GuardScope {
 
 // --- objects ---
 
-std::string Converter::other_key(const TrieNode& node) {
+std::string Converter::other_key(const TrieNode& node, size_t depth) {
+  // Every 64 characters down the trie the rest becomes a rule of its own, so that the GBNF text
+  // nests no deeper than that (the parser recurses per level, limits.h kMaxGrammarNesting).
+  if (depth > 0 && depth % 64 == 0) {
+    std::string rest = other_key(node, depth + 1);
+    return rule_for(std::move(rest), "other-key-" + std::to_string(++key_rules_));
+  }
   std::vector<std::string> alts;
   if (!node.terminal) alts.push_back(kQuote);
   CodepointRanges taken;
@@ -47,7 +56,7 @@ std::string Converter::other_key(const TrieNode& node) {
   for (const auto& [cp, child] : node.children) {
     std::string spelled;
     append_json_string_char(cp, spelled);
-    alts.push_back(gbnf_literal(spelled) + " " + other_key(child));
+    alts.push_back(gbnf_literal(spelled) + " " + other_key(child, depth + 1));
   }
   return "( " + join(alts, " | ") + " )";
 }
@@ -56,18 +65,38 @@ Result<std::string> Converter::object_expr(const Json& s, const std::string& pat
                                            const std::string& name, int depth) {
   GuardScope guard(guard_, open_refs_.size());
   const Json* props = nullptr;
+  // Properties are counted over the whole schema before any is converted (a required list is
+  // first held to the limit as it is, duplicates and all), so a huge object costs next to
+  // nothing to refuse.
+  auto count = [&](const char* keyword, size_t n, const char* what) -> Status {
+    properties_ += n;
+    if (properties_ <= kMaxProperties) return {};
+    return error(
+        path, "'" + std::string(keyword) + "' " + what + " " + with_separators(n) + " properties" +
+                  (properties_ > n ? " (" + with_separators(properties_) + " in the schema)"
+                                   : std::string()) +
+                  ", more than the limit of " + with_separators(kMaxProperties));
+  };
+  std::unordered_set<std::string_view> declared;
   if (auto it = s.find("properties"); it != s.end()) {
     if (!it->is_object()) return error(path, "'properties' must be an object");
+    VESPER_TRY(count("properties", it->size(), "declares"));
     props = &*it;
+    for (const auto& [key, value] : props->items()) declared.insert(key);
   }
   std::vector<std::string> required;
+  std::unordered_set<std::string_view> required_set;
   if (auto it = s.find("required"); it != s.end()) {
     if (!it->is_array()) return error(path, "'required' must be an array of strings");
+    if (it->size() > kMaxProperties) VESPER_TRY(count("required", it->size(), "names"));
+    size_t undeclared = 0;
     for (const Json& r : *it) {
       if (!r.is_string()) return error(path, "'required' must be an array of strings");
-      if (std::find(required.begin(), required.end(), r.get<std::string>()) == required.end())
-        required.push_back(r.get<std::string>());
+      if (!required_set.insert(r.get_ref<const std::string&>()).second) continue;
+      required.push_back(r.get<std::string>());
+      if (!declared.count(required.back())) ++undeclared;
     }
+    VESPER_TRY(count("required", undeclared, "names"));
   }
   // Values of keys beyond the declared ones: nullopt when there may be none.
   std::optional<std::string> extra_value;
@@ -100,7 +129,7 @@ Result<std::string> Converter::object_expr(const Json& s, const std::string& pat
   if (props) {
     for (const auto& [key, value] : props->items()) {
       const std::string where = path + ".properties." + key;
-      const bool req = std::find(required.begin(), required.end(), key) != required.end();
+      const bool req = required_set.count(key) > 0;
       names.push_back(key);
       if (value == false) {
         if (req) return error(where, "the property is required but its schema is 'false'");
@@ -113,7 +142,7 @@ Result<std::string> Converter::object_expr(const Json& s, const std::string& pat
     }
   }
   for (const std::string& key : required) {
-    if (props && props->contains(key)) continue;
+    if (declared.count(key)) continue;
     if (addl_false)
       return error(path + ".required", "'" + key +
                                            "' is not in 'properties' and additionalProperties "
@@ -154,15 +183,29 @@ Result<std::string> Converter::object_expr(const Json& s, const std::string& pat
   size_t leading_optional = 0;
   while (leading_optional < n && !members[leading_optional].required) ++leading_optional;
   const bool rest_rules = leading_optional >= 4;
+  auto item = [&](size_t i) {
+    return members[i].required ? kComma + " " + members[i].kv
+                               : "( " + kComma + " " + members[i].kv + " )?";
+  };
+  // The members from i on (and any further pairs), written out: built only where used, each
+  // once, so that the text stays linear in the number of members.
+  auto written_rest = [&](size_t i) {
+    std::vector<std::string> parts;
+    for (size_t j = i; j < n; ++j) parts.push_back(item(j));
+    parts.push_back(extra_tail);
+    return join(parts, " ");
+  };
+  // rest[k]: what follows when member k - 1 is the first one present (k up to the first
+  // required member, plus one).
   std::vector<std::string> rest(n + 1);
-  rest[n] = extra_tail;
-  for (size_t i = n; i-- > 1;) {
-    const std::string item = members[i].required ? kComma + " " + members[i].kv
-                                                 : "( " + kComma + " " + members[i].kv + " )?";
-    std::string body = join({item, rest[i + 1]}, " ");
-    rest[i] = rest_rules && i <= leading_optional + 1
-                  ? rule_for(std::move(body), name + "-rest-" + std::to_string(i))
-                  : std::move(body);
+  if (rest_rules) {
+    // Rules up to one past the first required member (at most the last member).
+    const size_t last_rule = std::min(leading_optional + 1, n - 1);
+    rest[last_rule + 1] = written_rest(last_rule + 1);
+    for (size_t i = last_rule + 1; i-- > 1;)
+      rest[i] = rule_for(join({item(i), rest[i + 1]}, " "), name + "-rest-" + std::to_string(i));
+  } else {
+    for (size_t i = 1; i <= std::min(leading_optional + 1, n); ++i) rest[i] = written_rest(i);
   }
   std::vector<std::string> alts;
   for (size_t k = 0; k < n; ++k) {

@@ -106,6 +106,11 @@ class Converter {
   Result<std::optional<uint64_t>> count_keyword(const Json& s, const char* keyword,
                                                 const std::string& path);
   Result<std::string> string_expr(const Json& s, const std::string& path);
+  // The contents of a string in `format` with a length in [min, max] characters: the format's
+  // rule where the bounds leave all its strings, else an exact length-bounded expansion of it
+  // (length_bounded.h; rules shared by every string with the same format and bounds).
+  Result<std::string> format_in_lengths(const std::string& format, std::optional<uint64_t> min,
+                                        std::optional<uint64_t> max, const std::string& path);
 
   // The bound a keyword sets, as an integer clamped to just beyond the 16-digit range (a bound
   // beyond it is as good as none, or leaves nothing). `lower`: minimum-like keyword.
@@ -130,7 +135,7 @@ class Converter {
 
   // A key that is none of `names`, in canonical spelling: at each node of the names' trie the
   // key ends (where no name does), or takes a character no name takes there, or follows one.
-  std::string other_key(const TrieNode& node);
+  std::string other_key(const TrieNode& node, size_t depth = 0);
   Result<std::string> object_expr(const Json& s, const std::string& path, const std::string& name,
                                   int depth);
   Result<std::string> array_expr(const Json& s, const std::string& path, const std::string& name,
@@ -145,6 +150,11 @@ class Converter {
   // after the innermost object or array being converted.
   std::vector<std::string> open_refs_;
   size_t guard_ = 0;
+  std::map<std::string, std::string> bounded_formats_;  // "format-min-max" -> its expression
+  uint64_t bounded_rules_ = 0;                          // rules those expressions defined
+  uint64_t key_rules_ = 0;                              // rules other_key() split off
+  // What the schema has asked for so far, against limits.h's bounds.
+  uint64_t enum_values_ = 0, properties_ = 0, subschemas_ = 0;
 };
 
 }  // namespace vesper::grammar::json_schema_detail

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -111,11 +112,19 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
 }
 
 std::string alternatives(std::vector<std::string> alts) {
-  std::vector<std::string> unique;
-  for (std::string& a : alts)
-    if (std::find(unique.begin(), unique.end(), a) == unique.end()) unique.push_back(std::move(a));
-  if (unique.size() == 1) return unique.front();
-  return "( " + join(unique, " | ") + " )";
+  // Hashed, not compared pairwise: an enum may have thousands of values.
+  std::unordered_set<std::string_view> seen;
+  std::vector<std::string_view> unique;
+  for (const std::string& a : alts)
+    if (seen.insert(a).second) unique.push_back(a);
+  if (unique.size() == 1) return std::string(unique.front());
+  std::string out = "( ";
+  for (size_t i = 0; i < unique.size(); ++i) {
+    if (unique[i].empty()) continue;
+    if (out.size() > 2) out += " | ";
+    out += unique[i];
+  }
+  return out + " )";
 }
 
 std::string repeat_suffix(uint64_t min, std::optional<uint64_t> max) {

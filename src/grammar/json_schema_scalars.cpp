@@ -13,6 +13,7 @@
 
 #include "grammar/gbnf.h"
 #include "grammar/json_schema_converter.h"
+#include "grammar/length_bounded.h"
 #include "grammar/regex.h"
 
 namespace vesper::grammar::json_schema_detail {
@@ -115,22 +116,71 @@ Result<std::string> Converter::string_expr(const Json& s, const std::string& pat
     if (!expr.ok()) return make_error(path + ".pattern: " + expr.error().message);
     return kQuote + " ( " + *expr + " ) " + kQuote;
   }
-  if (auto it = s.find("format"); it != s.end()) {
-    for (const char* k : {"minLength", "maxLength"})
-      if (s.contains(k))
-        return error(path, "'" + std::string(k) + "' alongside 'format' is not supported");
-    const std::string format = it->is_string() ? it->get<std::string>() : compact(*it);
-    if (std::find(std::begin(kFormats), std::end(kFormats), format) == std::end(kFormats))
-      return error(path, "'format' \"" + format + "\" is not supported");
-    return kQuote + " " + use(format) + " " + kQuote;
-  }
   VESPER_ASSIGN_OR_RETURN(std::optional<uint64_t> min, count_keyword(s, "minLength", path));
   VESPER_ASSIGN_OR_RETURN(std::optional<uint64_t> max, count_keyword(s, "maxLength", path));
   if (min && max && *min > *max)
     return error(path, "'minLength' " + std::to_string(*min) + " is above 'maxLength' " +
                            std::to_string(*max));
+  if (auto it = s.find("format"); it != s.end()) {
+    const std::string format = it->is_string() ? it->get<std::string>() : compact(*it);
+    if (std::find(std::begin(kFormats), std::end(kFormats), format) == std::end(kFormats))
+      return error(path, "'format' \"" + format + "\" is not supported");
+    VESPER_ASSIGN_OR_RETURN(std::string contents, format_in_lengths(format, min, max, path));
+    return kQuote + " " + contents + " " + kQuote;
+  }
   if (!min.value_or(0) && !max) return use("string");
   return kQuote + " " + use("char") + repeat_suffix(min.value_or(0), max) + " " + kQuote;
+}
+
+Result<std::string> Converter::format_in_lengths(const std::string& format,
+                                                 std::optional<uint64_t> min,
+                                                 std::optional<uint64_t> max,
+                                                 const std::string& path) {
+  if (!min && !max) return use(format);
+  const uint64_t lo = min.value_or(0), hi = max.value_or(UINT64_MAX);
+  const std::string bounds = std::to_string(lo) + "-" + (max ? std::to_string(hi) : "up");
+  const std::string key = format + "-" + bounds;
+  if (auto it = bounded_formats_.find(key); it != bounded_formats_.end()) return it->second;
+  // The format's rules as a grammar of their own: its bytes are the string's characters (every
+  // format is ASCII without quotes or backslashes, spelled raw).
+  std::vector<const SharedRule*> own;
+  std::vector<std::string_view> pending = {format};
+  while (!pending.empty()) {
+    const std::string_view name = pending.back();
+    pending.pop_back();
+    for (const SharedRule& r : shared_rules()) {
+      if (r.name != name) continue;
+      if (std::find(own.begin(), own.end(), &r) != own.end()) break;
+      own.push_back(&r);
+      for (const char* dep : r.deps) pending.push_back(dep);
+      break;
+    }
+  }
+  std::string text = "root ::= " + format + "\n";
+  for (const SharedRule* r : own) text += std::string(r->name) + " ::= " + r->body + "\n";
+  Result<Grammar> g = parse_gbnf(text);
+  VESPER_CHECK(g.ok(), "format %s: %s", format.c_str(), g.ok() ? "" : g.error().message.c_str());
+  const auto [shortest, longest] = string_length_range(*g);
+  if (lo <= shortest && hi >= longest) return bounded_formats_[key] = use(format);
+  auto expansion = length_bounded_gbnf(
+      *g, lo, hi, [&] { return unique_name(key + "-" + std::to_string(++bounded_rules_)); },
+      [&](uint32_t r) -> std::optional<std::string> {
+        // Rules 1.. are the shared rules, in the order the text defines them.
+        if (r == 0 || r > own.size()) return std::nullopt;
+        return use(g->rules[r].name);
+      });
+  if (!expansion) {
+    std::string keywords;
+    if (min) keywords = "'minLength' " + std::to_string(*min);
+    if (max) keywords += (min ? " and 'maxLength' " : "'maxLength' ") + std::to_string(*max);
+    return error(path, "'format' \"" + format + "\" with " + keywords + " leaves no string (\"" +
+                           format + "\" strings have " + std::to_string(shortest) +
+                           (shortest == longest ? "" : " to " + std::to_string(longest)) +
+                           " characters)");
+  }
+  for (auto& rule : expansion->rules) rules_.push_back(std::move(rule));
+  bounded_formats_.emplace(key, expansion->expression);
+  return expansion->expression;
 }
 
 // --- numbers ---

@@ -37,40 +37,58 @@ bool StackArena::takes_byte(const std::vector<uint32_t>& set, uint8_t byte) cons
 }
 
 // As stack_set.cpp's expand: to a byte element (or empty), through rule references and the ends
-// of alternatives, never pushing a continuation that would only end its rule.
-void StackArena::expand(uint32_t id, std::vector<uint32_t>& out) {
-  while (id > kContext) {
-    const Node node = nodes_[id];
-    const Element& el = g_.elements[node.pos];
-    if (el.kind == Element::Kind::kBytes) break;
-    if (el.kind == Element::Kind::kEnd) {
-      id = node.parent;
-      continue;
+// of alternatives, never pushing a continuation that would only end its rule; the alternatives
+// entered are counted the same way.
+bool StackArena::expand(uint32_t start, std::vector<uint32_t>& out, size_t& explored, size_t max) {
+  pending_.push_back(start);
+  while (!pending_.empty()) {
+    uint32_t id = pending_.back();
+    pending_.pop_back();
+    bool dead = false;
+    while (id > kContext) {
+      const Node node = nodes_[id];
+      const Element& el = g_.elements[node.pos];
+      if (el.kind == Element::Kind::kBytes) break;
+      if (el.kind == Element::Kind::kEnd) {
+        id = node.parent;
+        continue;
+      }
+      const uint32_t base = g_.elements[node.pos + 1].kind != Element::Kind::kEnd
+                                ? push(node.parent, node.pos + 1)
+                                : node.parent;
+      const std::vector<uint32_t>& alts = g_.rules[el.value].alternatives;
+      explored += std::max<size_t>(alts.size(), 1);
+      if (explored > max) {
+        pending_.clear();
+        return false;
+      }
+      if (alts.empty()) {
+        dead = true;
+        break;
+      }
+      for (size_t i = 0; i + 1 < alts.size(); ++i) pending_.push_back(push(base, alts[i]));
+      id = push(base, alts.back());
     }
-    const uint32_t base = g_.elements[node.pos + 1].kind != Element::Kind::kEnd
-                              ? push(node.parent, node.pos + 1)
-                              : node.parent;
-    const std::vector<uint32_t>& alts = g_.rules[el.value].alternatives;
-    if (alts.empty()) return;
-    for (size_t i = 0; i + 1 < alts.size(); ++i) expand(push(base, alts[i]), out);
-    id = push(base, alts.back());
+    if (!dead) out.push_back(id);
   }
-  out.push_back(id);
+  return true;
 }
 
-void StackArena::advance(const std::vector<uint32_t>& set, uint8_t byte,
-                         std::vector<uint32_t>& out) {
+bool StackArena::advance(const std::vector<uint32_t>& set, uint8_t byte, std::vector<uint32_t>& out,
+                         size_t max_stacks) {
   out.clear();
+  size_t explored = 0;
   for (uint32_t id : set) {
     if (id <= kContext) continue;
     const Node node = nodes_[id];
     if (!g_.byte_sets[g_.elements[node.pos].value].has(byte)) continue;
-    expand(push(node.parent, node.pos + 1), out);
+    if (!expand(push(node.parent, node.pos + 1), out, explored, max_stacks)) return false;
   }
   if (out.size() > 1) {
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
   }
+  return out.size() <= max_stacks;
 }
 
 }  // namespace vesper::grammar

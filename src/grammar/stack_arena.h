@@ -6,6 +6,7 @@
 // Same semantics as stack_set.h (the stack sets it builds are the same, as ids).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -32,8 +33,11 @@ class StackArena {
   // Whether some stack of `set` takes `byte` next.
   bool takes_byte(const std::vector<uint32_t>& set, uint8_t byte) const;
   // `set` after `byte`, into `out` (sorted, unique; empty when no stack takes it). A stack
-  // that pops into its context appears as kContext; kContext itself takes no bytes.
-  void advance(const std::vector<uint32_t>& set, uint8_t byte, std::vector<uint32_t>& out);
+  // that pops into its context appears as kContext; kContext itself takes no bytes. False when
+  // the step exceeds `max_stacks`, counted as stack_set.h counts it (`out` is then
+  // unspecified); a stack cut to its top explores no more than the whole stack would.
+  bool advance(const std::vector<uint32_t>& set, uint8_t byte, std::vector<uint32_t>& out,
+               size_t max_stacks = SIZE_MAX);
 
  private:
   struct Node {
@@ -41,11 +45,12 @@ class StackArena {
     uint32_t parent;
   };
   uint32_t push(uint32_t parent, uint32_t pos);
-  void expand(uint32_t id, std::vector<uint32_t>& out);
+  bool expand(uint32_t id, std::vector<uint32_t>& out, size_t& explored, size_t max);
 
   const Grammar& g_;
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, uint32_t> ids_;
+  std::vector<uint32_t> pending_;  // expand's worklist, kept to reuse its memory
 };
 
 }  // namespace vesper::grammar

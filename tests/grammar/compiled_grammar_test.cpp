@@ -224,5 +224,27 @@ TEST(GrammarCache, SharesCompiledGrammarsByTextAndDropsLeastRecent) {
   EXPECT_NE(bad.error().message.find("undefined rule 'nope'"), std::string::npos);
 }
 
+// get() runs on a server worker: it leaves the initial state's mask computed, so the first
+// constrained step on the engine thread finds it cached; concurrent gets of one text share it.
+TEST(GrammarCache, GetComputesTheInitialMask) {
+  GrammarCache cache(test_vocab(), 4);
+  std::vector<std::shared_ptr<const CompiledGrammar>> got(4);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < got.size(); ++i)
+    threads.emplace_back([&, i] {
+      auto g = cache.get(std::string(kJsonish));
+      ASSERT_TRUE(g.ok()) << g.error().message;
+      got[i] = *g;
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(got[0]);
+  EXPECT_EQ(got[0]->num_masks(), 1u);
+  EXPECT_EQ(cache.size(), 1u);
+  const CompiledGrammar fresh = compile(kJsonish);
+  EXPECT_EQ(*got[0]->allowed(CompiledGrammar::kInitial), *fresh.allowed(CompiledGrammar::kInitial));
+  EXPECT_EQ(got[0]->num_masks(), 1u);  // served from the cache, not computed again
+  for (const auto& g : got) EXPECT_EQ(*g->allowed(CompiledGrammar::kInitial), *fresh.allowed(0));
+}
+
 }  // namespace
 }  // namespace vesper::grammar

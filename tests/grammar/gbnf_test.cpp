@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "grammar/stack_set.h"
+
 namespace vesper::grammar {
 namespace {
 
@@ -97,6 +99,44 @@ TEST(Gbnf, ErrorsNameWhereAndWhat) {
   EXPECT_NE(parse_error("root ::= *\n").find("nothing to repeat"), std::string::npos);
   EXPECT_NE(parse_error("root ::= \"a\"{99999}\n").find("repetition count"), std::string::npos);
   EXPECT_NE(parse_error("root ::= \"a\"\n  \"b\" ::= x\n").find("line 2"), std::string::npos);
+}
+
+TEST(Gbnf, RepeatingWhatCanMatchNothingIsNamedAsSuch) {
+  // Not "left recursion": the rule the text repeats in, where, and with which operator.
+  EXPECT_EQ(parse_error("root ::= (\"\")* \"a\"\n"),
+            "line 1, column 10: rule 'root' repeats, with '*', something that can match the "
+            "empty string (it could repeat forever without reading anything)");
+  EXPECT_EQ(parse_error("root ::= \"x\" item+\nitem ::= \"b\"?\n"),
+            "line 1, column 14: rule 'root' repeats, with '+', something that can match the "
+            "empty string (it could repeat forever without reading anything)");
+  EXPECT_NE(parse_error("root ::= \"x\"\n  list\nlist ::= (\"a\"? (\"b\" | \"\")){2,}\n")
+                .find("line 3, column 10: rule 'list' repeats, with '{2,}'"),
+            std::string::npos);
+  // Bounded repetition of the same is fine (ambiguous, not endless).
+  const Grammar g = parse_ok("root ::= (\"a\"?){0,3} \"b\"\n");
+  EXPECT_TRUE(g.matches("aab"));
+  EXPECT_FALSE(g.matches("aaaab"));
+  // Genuine left recursion is still called so.
+  EXPECT_EQ(parse_error("root ::= root \"a\" | \"b\"\n"), "rule 'root' is left-recursive");
+  EXPECT_EQ(parse_error("root ::= (\"\" | root) \"a\"\n"), "rule 'root' is left-recursive");
+}
+
+// Alternatives that begin alike share their beginning (a trie): the same language, and one
+// stack where there would be one per alternative.
+TEST(Gbnf, AlternativesSharingABeginningAreFactored) {
+  const Grammar g = parse_ok(
+      "root ::= \"a\" | \"ab\" | \"abc\" | \"b\" | \"a\" | x \"1\" | x \"2\"\nx ::= \"x\"\n");
+  for (const char* yes : {"a", "ab", "abc", "b", "x1", "x2"}) EXPECT_TRUE(g.matches(yes)) << yes;
+  for (const char* no : {"", "ac", "abcd", "bb", "x", "x3"}) EXPECT_FALSE(g.matches(no)) << no;
+  EXPECT_EQ(initial_stacks(g).size(), 3u);  // "a...", "b", x
+  std::string choices = "root ::= \"item-0\"";
+  for (int i = 1; i < 5000; ++i) choices += " | \"item-" + std::to_string(i) + "\"";
+  const Grammar many = parse_ok(choices + "\n");
+  EXPECT_EQ(initial_stacks(many).size(), 1u);
+  EXPECT_TRUE(many.matches("item-4999"));
+  EXPECT_TRUE(many.matches("item-50"));
+  EXPECT_FALSE(many.matches("item-5000"));
+  EXPECT_FALSE(many.matches("item-"));
 }
 
 TEST(Gbnf, LiteralEscapesRoundTrip) {

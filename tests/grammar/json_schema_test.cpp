@@ -157,7 +157,8 @@ TEST(JsonSchema, Formats) {
   EXPECT_EQ(schema_error(R"({"type": "string", "format": "ipv7"})"),
             "schema: 'format' \"ipv7\" is not supported");
   EXPECT_EQ(schema_error(R"({"type": "string", "format": "date", "maxLength": 3})"),
-            "schema: 'maxLength' alongside 'format' is not supported");
+            "schema: 'format' \"date\" with 'maxLength' 3 leaves no string (\"date\" strings "
+            "have 10 characters)");
 }
 
 TEST(JsonSchema, PatternsMatchTheStringContentsWithJsonEscapes) {
@@ -422,6 +423,24 @@ TEST(JsonSchema, RuleNamesAreValidForAnyPropertyName) {
       "required": ["a b/é\""]})",
       {"{\"a b/é\\\"\":{\"x.y\":1},\"\":true,\"root\":null,\"string\":2}", "{\"a b/é\\\"\":{}}"},
       {"{\"a b/é\\\"\":{\"x.y\":\"1\"}}"});
+}
+
+// Additional keys are matched against the declared names one character per level of nesting;
+// long names are split into rules so that the grammar's nesting stays small.
+TEST(JsonSchema, AdditionalKeysBesideLongDeclaredNames) {
+  const std::string name(1000, 'n');
+  ordered_json schema = {{"type", "object"},
+                         {"properties", {{name, {{"type", "integer"}}}}},
+                         {"additionalProperties", {{"type", "boolean"}}}};
+  auto text = json_schema_to_gbnf(schema);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  auto g = parse_gbnf(*text);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_TRUE(g->matches("{\"" + name + "\":1}"));
+  EXPECT_TRUE(g->matches("{\"" + name + "\":1,\"" + name.substr(0, 999) + "x\":true}"));
+  EXPECT_TRUE(g->matches("{\"" + name + "n\":true}"));
+  EXPECT_FALSE(g->matches("{\"" + name + "\":1,\"" + name + "\":true}"));
+  EXPECT_FALSE(g->matches("{\"" + name + "n\":1}"));
 }
 
 TEST(JsonSchema, SharedRulesAreEmittedOnce) {
