@@ -11,9 +11,10 @@ import { makeAjv } from './schemas/check.mjs';
 
 const MODEL = 'stories260K-f32';
 const PROMPT = 'Once upon a time, there was a little girl named Lily. She';
-// A refusal costs parsing the request body and counting: milliseconds. Generous, for the
-// sanitizer builds and a loaded machine, and far below what compiling these schemas took.
-const REFUSAL_MS = 2000;
+// A refusal costs parsing the request body and counting: milliseconds in a release build (the
+// JSON parse of these bodies alone takes about a second under the sanitizers). Generous, for a
+// loaded machine, and far below what compiling these schemas took (5-10 s in a release build).
+const REFUSAL_MS = process.env.VESPER_SANITIZED ? 10000 : 2000;
 
 const bigEnum = { enum: Array.from({ length: 100000 }, (_, i) => `value-${i}`) };
 const manyRequired = { type: 'object', properties: {}, required: [] };
