@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/logging.h"
 #include "sample/sampler.h"
 
 namespace vesper::engine {
@@ -95,6 +96,11 @@ int64_t OutputProcessor::process(const sched::ModelRunnerOutput& step, double sa
     touch(*request);
     if (request->metrics.first_token_time == 0) request->metrics.first_token_time = sampled_at;
     request->metrics.last_token_time = sampled_at;
+    if (!r.constraint_error.empty()) {
+      out.set_constraint_error(r.constraint_error);
+      log_warning("request %s: %s; its output ends here", request->request.request_id.c_str(),
+                  r.constraint_error.c_str());
+    }
     for (size_t j = 0; j < r.token_ids.size(); ++j) {
       const int64_t length = prompt + out.num_generated() + 1;
       out.add_token(r.token_ids[j], j < r.logprobs.size() ? &r.logprobs[j] : nullptr,

@@ -33,6 +33,8 @@ struct CompletionOutput {
   std::optional<std::string> finish_reason;  // "stop", "length" or "abort" once finished
   std::optional<std::string> stop_string;    // the stop string that matched, if any
   std::optional<int32_t> stop_token;         // the stop token id that matched (not EOS), if any
+  // The output's constraint gave up (sched::SampledSequence::constraint_error): why.
+  std::optional<std::string> constraint_error;
 
   bool finished() const { return finish_reason.has_value(); }
 };

@@ -69,6 +69,10 @@ void ModelRunner::draw_rows(sched::ModelRunnerOutput& out) {
     r.token_ids.push_back(sampled_[j]);
     if (rows_[j].logprob != nullptr) r.logprobs.push_back(std::move(row_logprobs_[j]));
     r.finished = stops(e, sampled_[j], 1);
+    // The mask this row was drawn with came from the cursor's state: a failed one allowed only
+    // end-of-generation tokens, and says why.
+    if (const auto& g = rows_[j].params->grammar; g != nullptr)
+      if (std::optional<std::string> why = g->failure(e.grammar_cursor)) r.constraint_error = *why;
     e.tokens.push_back(sampled_[j]);
     e.stopped = r.finished;
   }

@@ -4,19 +4,20 @@
 
 namespace vesper::engine {
 
-SequenceOutput::SequenceOutput(const tokenizer::Tokenizer& tokenizer, const sample::SamplingParams& params,
-                               int32_t index)
+SequenceOutput::SequenceOutput(const tokenizer::Tokenizer& tokenizer,
+                               const sample::SamplingParams& params, int32_t index)
     : params_(params),
       index_(index),
-      detok_(tokenizer, tokenizer::DetokenizeOptions{params.skip_special_tokens, /*continuation=*/true}) {}
+      detok_(tokenizer,
+             tokenizer::DetokenizeOptions{params.skip_special_tokens, /*continuation=*/true}) {}
 
 void SequenceOutput::add_token(int32_t token, const LogprobEntry* logprob, bool at_length_limit) {
   if (finished()) return;
   token_ids_.push_back(token);
   ++pending_tokens_;
   if (logprob != nullptr) logprobs_.push_back(*logprob);
-  const bool is_stop_token =
-      std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(), token) != params_.stop_token_ids.end();
+  const bool is_stop_token = std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
+                                       token) != params_.stop_token_ids.end();
   const bool is_eos = !params_.ignore_eos && detok_.tokenizer().is_eog(token);
   if (is_stop_token || is_eos) {
     if (is_stop_token && !is_eos) stop_token_ = token;
@@ -41,7 +42,9 @@ void SequenceOutput::abort() {
   finish("abort");
 }
 
-void SequenceOutput::finish(const std::string& reason) { finish_reason_ = reason; }
+void SequenceOutput::finish(const std::string& reason) {
+  finish_reason_ = reason;
+}
 
 void SequenceOutput::check_stop_strings() {
   if (params_.stop.empty()) return;
@@ -62,7 +65,8 @@ void SequenceOutput::check_stop_strings() {
   if (matched == nullptr) return;
   stop_string_ = *matched;
   text_.resize(best + (params_.include_stop_str_in_output ? matched->size() : 0));
-  if (emitted_ > text_.size()) emitted_ = text_.size();  // cannot happen: partial matches are held back
+  if (emitted_ > text_.size())
+    emitted_ = text_.size();  // cannot happen: partial matches are held back
   finish("stop");
 }
 
@@ -88,10 +92,12 @@ CompletionOutput SequenceOutput::take_output() {
     out.delta_text = text_.substr(emitted_, stable - emitted_);
     emitted_ = stable;
   }
-  out.delta_token_ids.assign(token_ids_.end() - static_cast<std::ptrdiff_t>(pending_tokens_), token_ids_.end());
+  out.delta_token_ids.assign(token_ids_.end() - static_cast<std::ptrdiff_t>(pending_tokens_),
+                             token_ids_.end());
   if (!logprobs_.empty())
-    out.delta_logprobs.assign(logprobs_.end() - static_cast<std::ptrdiff_t>(std::min(pending_tokens_, logprobs_.size())),
-                              logprobs_.end());
+    out.delta_logprobs.assign(
+        logprobs_.end() - static_cast<std::ptrdiff_t>(std::min(pending_tokens_, logprobs_.size())),
+        logprobs_.end());
   pending_tokens_ = 0;
   if (finished()) {
     out.text = text_;
@@ -100,6 +106,7 @@ CompletionOutput SequenceOutput::take_output() {
     out.finish_reason = finish_reason_;
     out.stop_string = stop_string_;
     out.stop_token = stop_token_;
+    out.constraint_error = constraint_error_;
     reported_finish_ = true;
   }
   return out;

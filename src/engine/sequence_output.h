@@ -23,6 +23,8 @@ class SequenceOutput {
   // Adds a generated token (with its logprobs when asked). `at_length_limit` says the sequence
   // has reached max_model_len. Finishes the sequence when a stop condition holds.
   void add_token(int32_t token, const LogprobEntry* logprob, bool at_length_limit);
+  // The sequence's constraint gave up (reported with its final output).
+  void set_constraint_error(const std::string& why) { constraint_error_ = why; }
   // Ends the sequence with finish_reason "abort".
   void abort();
 
@@ -55,6 +57,7 @@ class SequenceOutput {
   std::optional<std::string> finish_reason_;
   std::optional<std::string> stop_string_;
   std::optional<int32_t> stop_token_;
+  std::optional<std::string> constraint_error_;
   bool reported_finish_ = false;
 };
 

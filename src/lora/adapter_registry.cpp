@@ -12,9 +12,7 @@
 namespace vesper::lora {
 
 namespace {
-// A copy's read (a local file of at most a few hundred MiB) that takes longer than this is taken
-// as failed: the file is on a stalled network mount, say.
-constexpr double kReadTimeoutSeconds = 60;
+constexpr double kReadTimeoutSeconds = kAdapterReadTimeoutSeconds;
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

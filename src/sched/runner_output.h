@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
@@ -28,6 +29,9 @@ struct SampledSequence {
   int64_t num_proposals = 0;                   // proposals this step verified
   int64_t num_accepted = 0;                    // of them kept: the first num_accepted of token_ids
   bool finished = false;                       // the last token ends the sequence
+  // Why the output's constraint gave up (a grammar too ambiguous to follow), when it did at this
+  // step: the constraint then allows only an end-of-generation token, so the sequence ends.
+  std::string constraint_error;
   // Speculative tokens for the step after (a chain, or a tree with each proposal's parent).
   std::vector<int32_t> proposals;
   std::vector<int32_t> proposal_parents;

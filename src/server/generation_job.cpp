@@ -7,8 +7,13 @@ namespace vesper::server {
 using nlohmann::json;
 
 namespace {
-// vLLM's stop_reason: the stop string or stop token id that ended the choice, else null.
+// vLLM's stop_reason: the stop string or stop token id that ended the choice, else null; or, when
+// the output's constraint gave up (a grammar too ambiguous to follow), why.
 void set_stop_reason(json& choice, const engine::CompletionOutput& c) {
+  if (c.constraint_error) {
+    choice["stop_reason"] = *c.constraint_error;
+    return;
+  }
   if (c.stop_string)
     choice["stop_reason"] = *c.stop_string;
   else if (c.stop_token)

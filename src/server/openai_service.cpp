@@ -230,8 +230,8 @@ void OpenAiService::load_lora_adapter(const json& body, const std::shared_ptr<Re
                 sink);
   }
   bool recognized = false;
-  auto read =
-      lora::read_adapter(*resolved, engine_.model_config(), lora->max_lora_rank, 1.0f, &recognized);
+  auto read = lora::read_adapter_within(*resolved, engine_.model_config(), lora->max_lora_rank,
+                                        lora::kAdapterReadTimeoutSeconds, &recognized);
   if (!read) {
     // Until the file is known to be an adapter, its errors may quote its bytes (a wrong magic)
     // or tell what it is: the client learns only that it is not a readable adapter.

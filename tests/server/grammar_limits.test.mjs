@@ -109,4 +109,24 @@ describe('grammar limits', () => {
     assert.ok(typeof value === 'string' && value.length <= 40 && validate(value), content);
     t.diagnostic(`outputs: ${texts.join(' ')} ${content}`);
   });
+
+  test('a grammar too ambiguous to follow ends the output with the reason as stop_reason', { timeout: 60000 }, async () => {
+    // Every "a" doubles the ways to read the output so far (grammar/README.md); the bias makes
+    // the model write a's until the matcher's cap (1,024 stacks) is passed, ten or so tokens in.
+    const doubling = 'root ::= s\ns ::= "a" s "b" | "a" t "c" | ""\nt ::= s\n';
+    const aTokens = [];
+    for (const id of [100, 261, 412]) {
+      const d = await postJson(server.url + '/detokenize', { tokens: [id] });
+      if (d.json?.prompt === 'a') aTokens.push(id);
+    }
+    assert.ok(aTokens.length > 0, 'no token reads "a" in this vocabulary');
+    const r = await complete({ prompt: PROMPT, guided_grammar: doubling, max_tokens: 40, temperature: 0,
+      logit_bias: Object.fromEntries(aTokens.map((id) => [id, 100])) });
+    assert.equal(r.status, 200, r.text);
+    const choice = r.json.choices[0];
+    assert.equal(choice.finish_reason, 'stop', r.text);
+    assert.match(choice.stop_reason ?? '', /too ambiguous: more than 1,024/);
+    assert.match(choice.text, /^a{5,20}$/);
+    assert.match(server.logs, /too ambiguous/);
+  });
 });
