@@ -31,8 +31,8 @@ constexpr auto kReadTimeout = std::chrono::seconds(120);
 constexpr auto kFirstProbeCheck = std::chrono::milliseconds(100);
 constexpr auto kProbeInterval = std::chrono::seconds(1);
 // After the engine drained on SIGTERM: how long connections get to deliver their last responses
-// and close before the process exits regardless.
-constexpr auto kCloseWait = std::chrono::seconds(10);
+// and close before the process exits regardless (it exits within --shutdown-timeout and this).
+constexpr auto kCloseWait = std::chrono::seconds(2);
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -167,9 +167,13 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
                             });
   }
 
-  // SIGTERM: an idle connection closes at once; one with a request finishes it (keep-alive ends).
+  // SIGTERM: a connection with a response pending finishes it (keep-alive ends); any other
+  // closes now: an idle one (read_request's handler drains it), and one whose request is still
+  // arriving (it would be refused; a client sending its headers slowly must not hold up the exit).
   void on_server_shutdown() {
-    if (idle_) stream_.cancel();  // the wait for a request ends: read_request's handler drains
+    if (response_pending_ || closed_) return;
+    head_timer_.cancel();
+    stream_.cancel();
   }
 
   void read_head() {

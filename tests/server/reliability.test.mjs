@@ -325,6 +325,10 @@ describe('SIGTERM loses no stream', () => {
     await idle.ready;
     idle.socket.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
     await idle.waitFor(/"ok"/);
+    // A request whose headers are still arriving would be refused: it must not hold up the exit.
+    const partial = connect(server.url);
+    await partial.ready;
+    partial.socket.write('GET /health HTTP/1.1\r\nHost: x\r\n');
     const c = connect(server.url);
     await c.ready;
     // Both requests in one write: the second waits in the connection behind the stream.
@@ -333,7 +337,8 @@ describe('SIGTERM loses no stream', () => {
     server.proc.kill('SIGTERM');
     await idle.closed;  // at SIGTERM, not at exit
     assert.equal(idle.ended, 'end');
-    assert.ok(!/data: \[DONE\]/.test(c.received), 'the stream ended before the idle connection closed');
+    await partial.closed;
+    assert.ok(!/data: \[DONE\]/.test(c.received), 'the stream ended before the idle connections closed');
     const { code } = await server.exited;
     await c.closed;
     assert.equal(c.error, null, `connection error: ${c.error}`);
