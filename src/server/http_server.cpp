@@ -152,11 +152,9 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
     // would refuse.
     beast::error_code avail_ec;
     if (counters_.shutting_down.load() && stream_.socket().available(avail_ec) == 0) return drain();
-    idle_ = true;
     stream_.expires_after(seconds(config_.keep_alive_timeout_s));
     stream_.async_read_some(buffer_.prepare(4096),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
-                              self->idle_ = false;
                               self->stream_.expires_never();
                               if (ec == net::error::operation_aborted && !self->closed_ &&
                                   self->counters_.shutting_down.load())
@@ -515,7 +513,6 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
   bool response_pending_ = false;
   bool finish_response_after_write_ = false;
   bool closed_ = false;
-  bool idle_ = false;  // waiting for a request's first byte
   bool drain_before_close_ = false;
   std::string origin_;             // the request's Origin header (CORS)
   std::string preflight_headers_;  // a preflight answer's CORS headers
