@@ -3,14 +3,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
-#include <memory>
-#include <mutex>
-#include <thread>
 
 namespace vesper::lora {
 
@@ -107,35 +102,6 @@ std::string not_an_adapter_message(const std::string& path) {
   return "'" + path +
          "' is not a readable LoRA adapter (a llama.cpp GGUF adapter file, or a PEFT directory "
          "with adapter_config.json and adapter_model.safetensors)";
-}
-
-Result<HostAdapter> read_adapter_within(const std::string& path, const model::ModelConfig& config,
-                                        int64_t max_rank, double timeout_s, bool* recognized) {
-  struct Shared {
-    std::mutex mutex;
-    std::condition_variable done_cv;
-    bool done = false;
-    bool recognized = false;
-    Result<HostAdapter> result = make_error("not read");
-  };
-  auto shared = std::make_shared<Shared>();
-  std::thread([shared, path, config, max_rank] {
-    bool seen = false;
-    Result<HostAdapter> result = read_adapter(path, config, max_rank, 1.0f, &seen);
-    std::lock_guard<std::mutex> lock(shared->mutex);
-    shared->result = std::move(result);
-    shared->recognized = seen;
-    shared->done = true;
-    shared->done_cv.notify_all();
-  }).detach();
-  std::unique_lock<std::mutex> lock(shared->mutex);
-  const bool finished = shared->done_cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                                                 [&] { return shared->done; });
-  if (recognized != nullptr) *recognized = finished && shared->recognized;
-  if (!finished)
-    return make_error(path + ": reading it took over " +
-                      std::to_string(static_cast<int>(timeout_s)) + " s");
-  return std::move(shared->result);
 }
 
 Result<std::string> resolve_allowed_path(const std::string& path,

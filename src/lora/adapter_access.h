@@ -12,14 +12,10 @@
 #include <vector>
 
 #include "core/result.h"
-#include "lora/adapter.h"
 
 namespace vesper::lora {
 
 inline constexpr size_t kMaxAdapterNameLength = 128;
-// A read of an adapter (a local file of at most a few hundred MiB) that takes longer than this
-// is taken as failed: the file is on a stalled network mount, say.
-inline constexpr double kAdapterReadTimeoutSeconds = 60;
 
 // Error naming the rule when `name` breaks it.
 Status check_adapter_name(const std::string& name);
@@ -41,10 +37,5 @@ Result<std::string> resolve_allowed_path(const std::string& path,
 
 // The one message for a path that is not a readable adapter.
 std::string not_an_adapter_message(const std::string& path);
-
-// read_adapter on a thread of its own, waited for at most `timeout_s` seconds: past that an
-// error (the thread, detached, finishes unseen), so that a caller's thread is never held longer.
-Result<HostAdapter> read_adapter_within(const std::string& path, const model::ModelConfig& config,
-                                        int64_t max_rank, double timeout_s, bool* recognized);
 
 }  // namespace vesper::lora

@@ -1,31 +1,13 @@
 #include "lora/adapter_registry.h"
 
 #include <algorithm>
-#include <chrono>
-#include <mutex>
-#include <thread>
 
 #include "backend/low_rank.h"
 #include "core/logging.h"
 #include "lora/adapter_access.h"
+#include "lora/adapter_read.h"
 
 namespace vesper::lora {
-
-namespace {
-constexpr double kReadTimeoutSeconds = kAdapterReadTimeoutSeconds;
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
-// A copy being read on a thread of its own; the registry polls it.
-struct AdapterRegistry::PendingRead {
-  std::mutex mutex;
-  bool done = false;
-  Result<HostAdapter> result = make_error("not read yet");
-  double started = 0;
-};
 
 AdapterRegistry::AdapterRegistry(const LoraConfig& config, const model::ModelConfig& model,
                                  backend::Backend& backend)
@@ -225,32 +207,19 @@ bool AdapterRegistry::ready(uint64_t id) {
   if (r.broken || r.slot >= 0) return true;
   auto found = reads_.find(id);
   if (found == reads_.end()) {
-    auto read = std::make_shared<PendingRead>();
-    read->started = now_seconds();
-    reads_[id] = read;
-    // Detached: a read that never returns (a stalled mount) must not hold up shutdown; it only
-    // touches the shared state.
-    std::thread([read, path = r.path, model = model_, max_rank = config_.max_lora_rank] {
-      Result<HostAdapter> result = read_adapter(path, model, max_rank);
-      std::lock_guard<std::mutex> lock(read->mutex);
-      read->result = std::move(result);
-      read->done = true;
-    }).detach();
+    reads_.emplace(id, AdapterRead(r.path, model_, config_.max_lora_rank));
     return false;
   }
-  std::shared_ptr<PendingRead> read = found->second;
-  std::unique_lock<std::mutex> lock(read->mutex);
-  if (!read->done) {
-    if (now_seconds() - read->started < kReadTimeoutSeconds) return false;
-    lock.unlock();
+  AdapterRead& read = found->second;
+  if (!read.done()) {
+    if (read.elapsed() < kAdapterReadTimeoutSeconds) return false;
     reads_.erase(found);
     r.broken = true;
     log_error("adapter '%s' (%s): reading it again took over %.0f s; its requests are aborted",
-              r.name.c_str(), r.path.c_str(), kReadTimeoutSeconds);
+              r.name.c_str(), r.path.c_str(), kAdapterReadTimeoutSeconds);
     return true;
   }
-  Result<HostAdapter> result = std::move(read->result);
-  lock.unlock();
+  Result<HostAdapter> result = read.take();
   reads_.erase(found);
   if (!result) {
     r.broken = true;  // pin reports it

@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "core/result.h"
 #include "lora/adapter.h"
+#include "lora/adapter_read.h"
 #include "model/adapter_source.h"
 #include "model/model_config.h"
 
@@ -99,8 +100,6 @@ class AdapterRegistry final : public model::AdapterSource {
   // before admitting a sequence, so the engine thread never waits on a file. A read that fails
   // or outlasts kReadTimeout breaks the registration.
   bool ready(uint64_t id);
-  // Reads on their own threads now (the engine idles, rather than spins, while one is out).
-  bool reading() const { return !reads_.empty(); }
   // A sequence of registration `id` runs: the slot of its loaded copy, read now if it was not
   // (only when ready() was not asked first). Error (and the registration broken) when the file
   // no longer reads.
@@ -140,7 +139,6 @@ class AdapterRegistry final : public model::AdapterSource {
     // [layer * kNumProjections + projection]: the adapter's module, then the merged ones.
     std::vector<std::vector<backend::LowRankModule>> modules;
   };
-  struct PendingRead;
   Result<std::unique_ptr<Adapter>> load(const std::string& path, float scale) const;
   Status register_copy(const std::string& name, const std::string& path,
                        std::unique_ptr<Adapter> adapter);
@@ -159,7 +157,7 @@ class AdapterRegistry final : public model::AdapterSource {
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Adapter>> merged_;
   std::vector<std::vector<backend::LowRankModule>> merged_modules_;  // slot -1
-  std::map<uint64_t, std::shared_ptr<PendingRead>> reads_;  // copies being read, by registration
+  std::map<uint64_t, AdapterRead> reads_;  // copies being read again, by registration
   uint64_t next_id_ = 1;
   uint64_t clock_ = 0;
   int64_t num_loads_ = 0;

@@ -251,13 +251,12 @@ class Session : public ResponseSink, public std::enable_shared_from_this<Session
     }
     if (ec) {
       // Malformed HTTP, or limits exceeded: answer, then close (the stream is out of sync).
-      std::string message = "Malformed HTTP request: " + ec.message();
       if (ec == http::error::body_limit)
         return refuse(413, "The request body is larger than the limit of " +
                                std::to_string(config_.max_body_bytes) +
                                " bytes (--max-request-body)");
       if (ec == http::error::header_limit) return refuse(431, "The request headers are too large");
-      return refuse(400, message);
+      return refuse(400, "Malformed HTTP request: " + ec.message());
     }
     auto& req = parser_->get();
     keep_alive_ = req.keep_alive() && !counters_.shutting_down.load();

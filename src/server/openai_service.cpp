@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "engine/grammar_vocabulary.h"
 #include "lora/adapter_access.h"
+#include "lora/adapter_read.h"
 #include "server/generation_job.h"
 #include "server/json_body.h"
 #include "server/random_id.h"
@@ -230,8 +231,12 @@ void OpenAiService::load_lora_adapter(const json& body, const std::shared_ptr<Re
                 sink);
   }
   bool recognized = false;
-  auto read = lora::read_adapter_within(*resolved, engine_.model_config(), lora->max_lora_rank,
-                                        lora::kAdapterReadTimeoutSeconds, &recognized);
+  lora::AdapterRead reading(*resolved, engine_.model_config(), lora->max_lora_rank);
+  auto read = reading.wait_for(lora::kAdapterReadTimeoutSeconds)
+                  ? reading.take(&recognized)
+                  : Result<lora::HostAdapter>(make_error(
+                        *resolved + ": reading it took over " +
+                        std::to_string(static_cast<int>(lora::kAdapterReadTimeoutSeconds)) + " s"));
   if (!read) {
     // Until the file is known to be an adapter, its errors may quote its bytes (a wrong magic)
     // or tell what it is: the client learns only that it is not a readable adapter.
