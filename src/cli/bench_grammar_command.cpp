@@ -5,6 +5,12 @@
 // come from random walks through the grammar (uniform among the allowed tokens, seeded), several
 // walks sharing one compiled grammar as concurrent requests with one schema do: the first walks
 // compute masks, later ones mostly find them cached.
+//
+// With --forward-ms F each token is followed by F ms of sleep, standing in for the forward pass
+// between two sampling steps; with --prefetch the next state's mask is handed to a
+// grammar::MaskPrefetcher as the engine's runner does, so the step's own time is what is left
+// of the mask work after it overlapped the "forward pass". (A sleep leaves the cores free; a
+// real forward pass keeps them busy, so this is the overlap's best case.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +18,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "cli/bench_commands.h"
 #include "client/metrics.h"
@@ -20,6 +27,7 @@
 #include "grammar/compiled_grammar.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
+#include "grammar/mask_prefetcher.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vesper::cli {
@@ -33,6 +41,8 @@ struct BenchGrammarOptions {
   int64_t walks = 32;
   int64_t tokens = 128;
   uint64_t seed = 0;
+  double forward_ms = 0;
+  bool prefetch = false;
   bool json = false;
 };
 
@@ -62,8 +72,11 @@ Result<SchemaResult> bench_schema(const std::string& path,
   if (!gbnf) return make_error(path + ": " + gbnf.error().message);
   auto g = grammar::parse_gbnf(*gbnf);
   if (!g) return make_error(path + ": " + g.error().message);
-  grammar::CompiledGrammar compiled(std::move(g).value(), vocab);
+  const auto shared = std::make_shared<const grammar::CompiledGrammar>(std::move(g).value(), vocab);
+  const grammar::CompiledGrammar& compiled = *shared;
   r.compile_ms = micros_since(t0) / 1000.0;
+  std::unique_ptr<grammar::MaskPrefetcher> prefetcher;
+  if (o.prefetch) prefetcher = std::make_unique<grammar::MaskPrefetcher>();
 
   std::vector<float> row(static_cast<size_t>(vocab->size()));
   std::vector<int32_t> allowed;
@@ -85,6 +98,13 @@ Result<SchemaResult> bench_schema(const std::string& path,
       const int32_t next = allowed[rng() % allowed.size()];
       if (vocab->is_eog(next)) break;
       output.push_back(next);
+      if (prefetcher) {  // what the runner does after sampling, on the step loop
+        const Clock::time_point p = Clock::now();
+        prefetcher->request(shared, compiled.state_after(cursor, output));
+        r.token_us.back() += micros_since(p);
+      }
+      if (o.forward_ms > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.forward_ms));
     }
   }
   r.states = compiled.num_states();
@@ -172,6 +192,13 @@ CommandRunner add_bench_grammar_command(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed of the walks")->capture_default_str();
+  cmd->add_option("--forward-ms", o->forward_ms,
+                  "Sleep this long after each token, standing in for the forward pass")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--prefetch", o->prefetch,
+                "Hand each next state's mask to a prefetching thread, as the engine does, so it "
+                "overlaps the --forward-ms wait");
   cmd->add_flag("--json", o->json, "Print the results as one JSON object");
   return [o] { return run_bench_grammar(*o); };
 }

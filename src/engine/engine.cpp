@@ -370,6 +370,7 @@ EngineStats Engine::stats() const {
   s.kv_blocks_total = kv_->device_pool().num_blocks();
   s.kv_blocks_used = kv_->device_pool().num_used();
   s.swap_blocks_used = kv_->host_pool().num_used();
+  s.grammar_masks_prefetched = runner_->grammar_masks_prefetched();
   if (adapters_) {
     s.lora_enabled = true;
     s.max_loras = adapters_->config().max_loras;

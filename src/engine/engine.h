@@ -84,6 +84,9 @@ struct EngineStats {
   std::vector<std::string> running_adapters;
   std::vector<std::string> waiting_adapters;
   int64_t adapter_loads = 0;
+  // Structured output: grammar masks computed ahead of their step, off the step loop
+  // (EngineConfig::prefetch_grammar_masks).
+  int64_t grammar_masks_prefetched = 0;
   // Seconds per step phase (engine/step_phases.h): summed over every step that computed
   // something, and those of the last such step (num_steps counts them). With asynchronous output
   // processing, "output" is the output thread's work that ran during the step.

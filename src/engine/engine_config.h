@@ -53,6 +53,11 @@ struct EngineConfig {
   // come from each step's samples) or adapters (their copies are loaded as plans are made).
   enum class AsyncScheduling { kAuto, kOn, kOff };
   AsyncScheduling async_scheduling = AsyncScheduling::kAuto;
+  // Structured output: the grammar mask of a constrained sequence's next state is computed on a
+  // thread of its own while the next forward pass runs (grammar/mask_prefetcher.h), instead of
+  // on the step loop when the next step samples. Off: the step computes it (for tests, which
+  // check that outputs do not depend on it).
+  bool prefetch_grammar_masks = true;
   CacheConfig cache;
   sched::SchedulerConfig scheduler;  // scheduler.max_model_len 0 = the model's context length
   SpeculativeConfig speculative;

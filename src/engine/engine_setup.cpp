@@ -140,6 +140,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   rc.max_num_seqs = sc.max_num_seqs;
   rc.eog_ids = e->tokenizer_->eog_ids();
   rc.speculative = spec;
+  rc.prefetch_grammar_masks = config.prefetch_grammar_masks;
   e->runner_ =
       std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                     e->plan_.num_swap_blocks, std::move(rc), std::move(proposer));

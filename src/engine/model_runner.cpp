@@ -18,6 +18,9 @@ ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, 
       sampler_(static_cast<int32_t>(model.config().n_vocab), backend_.host_pool()),
       proposer_(std::move(proposer)) {
   mirror_.set_bounds(num_blocks, static_cast<int32_t>(n_vocab_));
+  // Made here, not on first use: the engine thread reads its counter while the runner works.
+  if (config_.prefetch_grammar_masks)
+    mask_prefetcher_ = std::make_unique<grammar::MaskPrefetcher>();
   if (proposer_ != nullptr) {
     verifier_ = std::make_unique<sample::SpeculativeVerifier>(static_cast<int32_t>(n_vocab_));
     if (auto storage = proposer_->companion_storage()) companions_.push_back(*storage);

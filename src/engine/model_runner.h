@@ -33,6 +33,7 @@
 #include "backend/backend.h"
 #include "core/result.h"
 #include "engine/step_phases.h"
+#include "grammar/mask_prefetcher.h"
 #include "model/model.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
@@ -53,6 +54,8 @@ struct RunnerConfig {
   int64_t max_num_seqs = 1 << 30;
   std::vector<int32_t> eog_ids;  // the vocabulary's end-of-generation tokens
   spec::SpeculativeConfig speculative;
+  // EngineConfig::prefetch_grammar_masks.
+  bool prefetch_grammar_masks = true;
 };
 
 class ModelRunner {
@@ -75,6 +78,14 @@ class ModelRunner {
   // forward passes (a multi-step plan runs several).
   const StepPhaseTimes& phase_seconds() const { return phases_; }
   int64_t num_passes() const { return passes_; }
+  // Grammar masks computed ahead on the prefetching thread (0 with prefetching off). Thread-safe.
+  int64_t grammar_masks_prefetched() const {
+    return mask_prefetcher_ ? mask_prefetcher_->num_computed() : 0;
+  }
+  // Waits until every mask handed to the prefetcher is computed (for tests).
+  void wait_for_grammar_prefetch() {
+    if (mask_prefetcher_) mask_prefetcher_->wait_idle();
+  }
 
   // --num-speculative-tokens auto: measures what passes of the target (and proposing) cost, once
   // at start; the policy then picks each step's k. Null without it.
@@ -110,6 +121,9 @@ class ModelRunner {
   // sampled, for the entries with passes left that did not stop.
   void run_further_passes(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out,
                           PhaseClock& clock);
+  // A constrained entry's cursor moved to the state after its output so far, and that state's
+  // mask handed to the prefetcher (made on first use), to be ready when the next step samples.
+  void prefetch_mask(sched::SequenceMirror::Entry& e);
   // The token-level stop check of `e` gaining `token` as its next output.
   bool stops(const sched::SequenceMirror::Entry& e, int32_t token, int64_t num_new) const;
   void propose_next(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out);
@@ -130,6 +144,7 @@ class ModelRunner {
   std::unique_ptr<sample::SpeculativeVerifier> verifier_;  // with a proposer
   std::unique_ptr<spec::Proposer> proposer_;
   std::unique_ptr<spec::SpeculationPolicy> policy_;  // with --num-speculative-tokens auto
+  std::unique_ptr<grammar::MaskPrefetcher> mask_prefetcher_;
   StepPhaseTimes phases_;
   int64_t passes_ = 0;
   // Reused every step.

@@ -75,7 +75,17 @@ void ModelRunner::draw_rows(sched::ModelRunnerOutput& out) {
       if (std::optional<std::string> why = g->failure(e.grammar_cursor)) r.constraint_error = *why;
     e.tokens.push_back(sampled_[j]);
     e.stopped = r.finished;
+    if (!e.stopped) prefetch_mask(e);
   }
+}
+
+void ModelRunner::prefetch_mask(sched::SequenceMirror::Entry& e) {
+  const std::shared_ptr<const grammar::CompiledGrammar>& g = e.sampling.params->grammar;
+  if (g == nullptr || mask_prefetcher_ == nullptr) return;
+  // The transition is cheap (the token's bytes through the stacks) and the next step needs it
+  // anyway: its cursor resumes from here.
+  const grammar::StateId state = g->state_after(e.grammar_cursor, e.output());
+  mask_prefetcher_->request(g, state);
 }
 
 void ModelRunner::run_further_passes(const sched::SchedulerOutput& plan,
@@ -192,6 +202,7 @@ sched::SampledSequence ModelRunner::verify(sched::SequenceMirror::Entry& e,
   }
   e.tokens.insert(e.tokens.end(), r.token_ids.begin(), r.token_ids.end());
   e.stopped = r.finished;
+  if (!e.stopped) prefetch_mask(e);
   hidden_row = first_row + (num_accepted == 0 ? 0 : 1 + v.path.back());
   return r;
 }

@@ -283,24 +283,45 @@ TokenMask CompiledGrammar::compute_mask(const State& state) const {
   return mask;
 }
 
-std::shared_ptr<const TokenMask> CompiledGrammar::allowed(StateId state) const {
-  const State* s = nullptr;
+std::shared_ptr<const TokenMask> CompiledGrammar::allowed(StateId state,
+                                                          bool* computed_here) const {
+  if (computed_here != nullptr) *computed_here = false;
+  State* s = nullptr;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     s = states_[state].get();
+    // Another thread is computing this mask: wait for it rather than walk the trie twice.
+    mask_ready_.wait(lock, [s] { return !s->computing; });
     if (s->mask) return s->mask;
+    s->computing = true;
+    ++num_mask_computations_;
   }
-  auto mask = std::make_shared<const TokenMask>(compute_mask(*s));
+  if (computed_here != nullptr) *computed_here = true;
+  std::shared_ptr<const TokenMask> mask;
+  try {
+    mask = std::make_shared<const TokenMask>(compute_mask(*s));
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    s->computing = false;
+    mask_ready_.notify_all();
+    throw;
+  }
   std::lock_guard lock(mu_);
-  State& mutable_state = *states_[state];
+  s->computing = false;
+  mask_ready_.notify_all();
   // A grammar whose outputs wander through ever new states (long free enumerations) stops
   // caching there: the memory stays bounded, the masks are computed again when needed.
   if (num_masks_ + context_independent_.size() >= options_.max_cached_masks) return mask;
-  if (!mutable_state.mask) {
-    mutable_state.mask = std::move(mask);
-    ++num_masks_;
-  }
-  return mutable_state.mask;
+  s->mask = std::move(mask);
+  ++num_masks_;
+  return s->mask;
+}
+
+bool CompiledGrammar::mask_pending(StateId state) const {
+  std::lock_guard lock(mu_);
+  const State& s = *states_[state];
+  return !s.mask && !s.computing &&
+         num_masks_ + context_independent_.size() < options_.max_cached_masks;
 }
 
 bool CompiledGrammar::allows(StateId state, int32_t token) const {
@@ -336,6 +357,11 @@ size_t CompiledGrammar::num_states() const {
 size_t CompiledGrammar::num_masks() const {
   std::lock_guard lock(mu_);
   return num_masks_;
+}
+
+size_t CompiledGrammar::num_mask_computations() const {
+  std::lock_guard lock(mu_);
+  return num_mask_computations_;
 }
 
 }  // namespace vesper::grammar

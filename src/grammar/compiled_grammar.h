@@ -17,7 +17,9 @@
 //    walk. When too many tokens depend on the context, a deeper top is tried, up to the whole
 //    stacks.
 // After warm-up a decoding step costs a hash lookup and a pass of the mask over the row. The
-// caches are guarded by a mutex; the trie walk runs outside it.
+// caches are guarded by a mutex; the trie walk runs outside it. A state's mask is computed once
+// however many threads ask at the same time: the later ones wait for the first (so a mask that a
+// prefetching thread has begun, mask_prefetcher.h, is not computed twice on the step loop).
 //
 // End-of-generation tokens are allowed exactly in accepting states (the root rule complete).
 // A state that allows nothing (the vocabulary cannot spell what the grammar needs, or the
@@ -31,6 +33,7 @@
 // allowed by the mask of the state before (it is not known to leave the grammar).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -102,17 +105,24 @@ class CompiledGrammar {
   // The same for the last state `cursor` reached (failed states are sticky, so a cursor that
   // ever failed has).
   std::optional<std::string> failure(const GrammarCursor& cursor) const;
-  // The tokens allowed in `state`.
-  std::shared_ptr<const TokenMask> allowed(StateId state) const;
+  // The tokens allowed in `state` (computed on first use, or waited for while another thread
+  // computes it). `computed_here`: set to whether this call computed the mask.
+  std::shared_ptr<const TokenMask> allowed(StateId state, bool* computed_here = nullptr) const;
+  // Whether allowed(state) would compute something: no mask cached, none being computed, and room
+  // in the cache to keep one (a mask computed ahead of time that could not be kept is wasted).
+  bool mask_pending(StateId state) const;
   bool allows(StateId state, int32_t token) const;
   // Sets every logit the state does not allow to -infinity.
   void apply(StateId state, std::span<float> logits) const;
 
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocab_; }
+  const std::shared_ptr<const TokenVocabulary>& vocabulary_ptr() const { return vocab_; }
   // Cache sizes, for logs and tests.
   size_t num_states() const;
   size_t num_masks() const;
+  // Masks computed so far (a mask computed again after the cache filled counts again).
+  size_t num_mask_computations() const;
 
  private:
   struct State {
@@ -120,6 +130,7 @@ class CompiledGrammar {
     bool accepting = false;
     bool failed = false;
     std::shared_ptr<const TokenMask> mask;  // filled on first use
+    bool computing = false;                 // a thread is computing the mask (mask_ready_)
   };
 
   // The part of a mask decided by the top `depth` elements of each stack: the tokens allowed
@@ -142,6 +153,8 @@ class CompiledGrammar {
   std::shared_ptr<const TokenVocabulary> vocab_;
   MaskOptions options_;
   mutable std::mutex mu_;
+  // Signalled when a mask computation ends (State::computing cleared).
+  mutable std::condition_variable mask_ready_;
   mutable std::vector<std::unique_ptr<State>> states_;
   mutable std::unordered_map<std::u32string, StateId> state_ids_;
   mutable std::unordered_map<uint64_t, StateId> transitions_;
@@ -149,6 +162,7 @@ class CompiledGrammar {
   mutable std::unordered_map<std::u32string, std::shared_ptr<const ContextIndependentMask>>
       context_independent_;
   mutable size_t num_masks_ = 0;
+  mutable size_t num_mask_computations_ = 0;
 };
 
 }  // namespace vesper::grammar

@@ -197,6 +197,9 @@ std::string Metrics::render() const {
     counter("vesper:lora_adapter_loads_total", "Adapter files read (loads and reloads).",
             static_cast<double>(s.adapter_loads));
   }
+  counter("vesper:grammar_masks_prefetched_total",
+          "Structured output: grammar masks computed ahead of their step, off the step loop.",
+          static_cast<double>(s.grammar_masks_prefetched));
   header(out, "vesper:request_success_total", "counter", "Finished sequences by finish reason.");
   for (const auto& [reason, n] : finished_by_reason_)
     line(out, "vesper:request_success_total", labels_ + ",finished_reason=\"" + reason + "\"",

@@ -209,6 +209,24 @@ TEST(EngineLoop, AdaptersGrammarAndKiviKeepTheirOutputInEveryLoop) {
     return testing_util::run_texts(c, prompts, constrained);
   };
   expect_feature_loop_invariant("grammar", base, kLoops, 24, run_grammar);
+  // Masks computed ahead on the prefetching thread (the default) or by each step: the same
+  // outputs. A bounded repetition, so that every position is a state of its own, and a fresh
+  // grammar per run, so that its masks are computed in the run.
+  auto bounded = grammar::parse_gbnf("root ::= [ a-zA-Z.,]{0,150}");
+  ASSERT_TRUE(bounded.ok());
+  sample::SamplingParams counted = constrained;
+  const auto run_bounded = [&](const EngineConfig& c) {
+    counted.grammar = std::make_shared<const grammar::CompiledGrammar>(
+        *bounded, constrained.grammar->vocabulary_ptr());
+    return testing_util::run_texts(c, prompts, counted);
+  };
+  EngineConfig stepped = base;
+  stepped.prefetch_grammar_masks = false;
+  const RunResult ahead = run_bounded(base);
+  const RunResult on_step = run_bounded(stepped);
+  testing_util::expect_same(ahead, on_step, "grammar masks prefetched or not");
+  EXPECT_GT(ahead.stats.grammar_masks_prefetched, 0);
+  EXPECT_EQ(on_step.stats.grammar_masks_prefetched, 0);
 
   // KIVI (kivi2, groups of 32, a residual window of 16: groups are stored quantized as they run).
   backend::KvCacheSpec spec{with_kivi(base).cache.kv_dtypes, 5, 32, 4, 8};

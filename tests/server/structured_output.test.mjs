@@ -286,6 +286,16 @@ describe('structured output', () => {
     });
   });
 
+  // The masks of states after the first are computed on the runner's prefetching thread while
+  // the next forward pass runs (grammar/mask_prefetcher.h), not on the step loop.
+  test('grammar masks are computed ahead of their step, off the step loop (/metrics)', { timeout: 300000 }, async () => {
+    await Promise.allSettled([...sweep.values()]);
+    const text = await (await fetch(server.url + '/metrics')).text();
+    const m = text.match(/^vesper:grammar_masks_prefetched_total\{[^}]*\} (\d+)/m);
+    assert.ok(m, 'vesper:grammar_masks_prefetched_total is exported');
+    assert.ok(Number(m[1]) > 0, `masks prefetched: ${m[1]}`);
+  });
+
   test('every spelling of a schema gives the same output for the same seed', { timeout: 120000 }, async () => {
     for (const name of ['04-todo-list', '15-shape', '42-file-system']) {
       const texts = {};
