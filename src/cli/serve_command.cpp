@@ -36,15 +36,10 @@ Result<tokenizer::ChatTemplate> load_chat_template(const std::string& path,
     source = ss.str();
     origin = path;
   } else {
-    VESPER_ASSIGN_OR_RETURN(std::optional<std::string> from_model,
-                            model.get_string("tokenizer.chat_template"));
-    if (from_model) {
-      source = *from_model;
-      origin = model.path() + " (tokenizer.chat_template)";
-    } else {
-      source = tokenizer::default_chat_template();
-      origin = "the default ChatML template (the model has none)";
-    }
+    VESPER_ASSIGN_OR_RETURN(tokenizer::ModelChatTemplate shipped,
+                            tokenizer::model_chat_template(model));
+    source = std::move(shipped.source);
+    origin = std::move(shipped.origin);
   }
   auto parsed = tokenizer::ChatTemplate::parse(source);
   if (!parsed) return make_error(origin + ": " + parsed.error().message);

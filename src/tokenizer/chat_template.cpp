@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "gguf/gguf.h"
+
 namespace vesper::tokenizer {
 
 namespace {
@@ -224,6 +226,15 @@ std::string default_chat_template() {
 {%- if add_generation_prompt -%}
 {{- '<|im_start|>assistant\n' -}}
 {%- endif -%})";
+}
+
+Result<ModelChatTemplate> model_chat_template(const gguf::GgufFile& model) {
+  VESPER_ASSIGN_OR_RETURN(std::optional<std::string> from_model,
+                          model.get_string("tokenizer.chat_template"));
+  if (from_model)
+    return ModelChatTemplate{*from_model, model.path() + " (tokenizer.chat_template)"};
+  return ModelChatTemplate{default_chat_template(),
+                           "the default ChatML template (the model has none)"};
 }
 
 }  // namespace vesper::tokenizer

@@ -28,6 +28,10 @@
 #include "core/result.h"
 #include "tokenizer/jinja/template.h"
 
+namespace vesper::gguf {
+class GgufFile;
+}  // namespace vesper::gguf
+
 namespace vesper::tokenizer {
 
 struct ChatMessage {
@@ -82,6 +86,15 @@ class ChatTemplate {
 // vLLM fall back to. Each message renders as "<|im_start|>{role}\n{content}<|im_end|>\n"
 // and the generation prompt is "<|im_start|>assistant\n".
 std::string default_chat_template();
+
+// The template a model ships (GGUF tokenizer.chat_template), or default_chat_template() when it
+// has none; `origin` says which, for logs and errors. Shared by `vesper serve` and the Python
+// package, so that both chat with the same template.
+struct ModelChatTemplate {
+  std::string source;
+  std::string origin;
+};
+Result<ModelChatTemplate> model_chat_template(const gguf::GgufFile& model);
 
 // How deeply messages and extra-context values may nest (arrays and objects, counting the value
 // itself as level 1). Deeper JSON is an error: "chat template: message 2 is nested deeper than
