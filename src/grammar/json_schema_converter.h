@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "grammar/length_bounded.h"
 
 namespace vesper::grammar::json_schema_detail {
 
@@ -44,7 +45,7 @@ extern const std::string kQuote;
 extern const std::string kComma;
 extern const std::string kColon;
 
-std::string join(const std::vector<std::string>& parts, std::string_view sep);
+using grammar::join;  // length_bounded.h
 // Alternatives as one item of a sequence.
 std::string alternatives(std::vector<std::string> alts);
 // {min,max} as a GBNF suffix; nullopt max: unbounded.

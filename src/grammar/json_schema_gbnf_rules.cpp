@@ -101,16 +101,6 @@ const std::string kQuote = R"gbnf("\"")gbnf";
 const std::string kComma = R"gbnf(ws "," ws)gbnf";
 const std::string kColon = R"gbnf(ws ":" ws)gbnf";
 
-std::string join(const std::vector<std::string>& parts, std::string_view sep) {
-  std::string out;
-  for (const std::string& p : parts) {
-    if (p.empty()) continue;
-    if (!out.empty()) out += sep;
-    out += p;
-  }
-  return out;
-}
-
 std::string alternatives(std::vector<std::string> alts) {
   // Hashed, not compared pairwise: an enum may have thousands of values.
   std::unordered_set<std::string_view> seen;

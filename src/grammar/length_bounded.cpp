@@ -115,16 +115,6 @@ class Expansion {
     return one;
   }
 
-  static std::string join(const std::vector<std::string>& parts, const char* sep) {
-    std::string out;
-    for (const std::string& p : parts) {
-      if (p.empty()) continue;
-      if (!out.empty()) out += sep;
-      out += p;
-    }
-    return out;
-  }
-
   // One item matching any of `alts` (sequences; "" is the empty one): the item itself when it
   // is one, else a rule, the same rule for equal bodies. Equal (rule, range) pairs often have
   // equal languages (an optional chain x{0,61} held to exactly j characters is x{j} whichever
@@ -218,6 +208,16 @@ std::optional<LengthBoundedGbnf> length_bounded_gbnf(
   std::optional<std::string> root = x.rule_in(g.root, min, std::min<uint64_t>(max, kMaxLength));
   if (!root) return std::nullopt;
   return LengthBoundedGbnf{*root, x.take_rules()};
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (const std::string& p : parts) {
+    if (p.empty()) continue;
+    if (!out.empty()) out += sep;
+    out += p;
+  }
+  return out;
 }
 
 }  // namespace vesper::grammar

@@ -36,6 +36,10 @@ struct LengthBoundedGbnf {
 // The shortest and longest strings of `g`'s language (which must be finite).
 std::pair<uint64_t, uint64_t> string_length_range(const Grammar& g);
 
+// GBNF text: the non-empty `parts` joined with `sep` (an empty part is an empty sequence, which
+// adds nothing to a sequence or an alternation written this way).
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+
 // The strings of `g` (its root rule) with lengths in [min, max]; nullopt when there are none.
 // `rule_name()` names each new rule (unique in the caller's grammar). `named_rule(r)`: the
 // GBNF name under which the caller already defines rule r of `g` unchanged, or nullopt; used
