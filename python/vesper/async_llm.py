@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from . import _vesper
-from .llm import _engine_args, _RequestSeeds
+from .llm import _engine_setup
 from .lora_request import LoRARequest
 from .outputs import RequestOutput, _Accumulator
 from .sampling_params import RequestOutputKind, SamplingParams
@@ -41,11 +41,9 @@ class AsyncLLM:
     """
 
     def __init__(self, model: str, **engine_args: Any) -> None:
-        if not isinstance(model, str):
-            raise TypeError(f"model must be a str (a GGUF file), got {type(model).__name__}")
+        self._seeds, args = _engine_setup(model, engine_args)
         self.model = model
-        self._seeds = _RequestSeeds(engine_args.pop("seed", None))
-        self._engine = _vesper.AsyncLlmEngine(model, _engine_args(engine_args))
+        self._engine = _vesper.AsyncLlmEngine(model, args)
         self._streams: dict = {}  # request_id -> asyncio.Queue of raw outputs
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._adapters: dict = {}  # lora name -> asyncio.Future of its load

@@ -19,6 +19,15 @@ _FIXED_ARGS = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "dtype": 
 _NO_OP_ARGS = ("trust_remote_code", "enforce_eager", "disable_log_stats")
 
 
+def _engine_setup(model: Any, engine_args: dict) -> tuple:
+    """What LLM and AsyncLLM do with their arguments: the model checked, vLLM's `seed` taken
+    out (_RequestSeeds), and the engine arguments the extension takes."""
+    if not isinstance(model, str):
+        raise TypeError(f"model must be a str (a GGUF file), got {type(model).__name__}")
+    seeds = _RequestSeeds(engine_args.pop("seed", None))
+    return seeds, _engine_args(engine_args)
+
+
 def _engine_args(engine_args: dict) -> dict:
     out = {}
     for key, value in engine_args.items():
@@ -92,11 +101,9 @@ class LLM:
     """
 
     def __init__(self, model: str, **engine_args: Any) -> None:
-        if not isinstance(model, str):
-            raise TypeError(f"model must be a str (a GGUF file), got {type(model).__name__}")
+        self._seeds, args = _engine_setup(model, engine_args)
         self.model = model
-        self._seeds = _RequestSeeds(engine_args.pop("seed", None))
-        self._engine = _vesper.LlmEngine(model, _engine_args(engine_args))
+        self._engine = _vesper.LlmEngine(model, args)
         self._tokenizer = _Tokenizer(self._engine)
 
     def get_tokenizer(self) -> "_Tokenizer":

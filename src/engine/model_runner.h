@@ -82,10 +82,6 @@ class ModelRunner {
   int64_t grammar_masks_prefetched() const {
     return mask_prefetcher_ ? mask_prefetcher_->num_computed() : 0;
   }
-  // Waits until every mask handed to the prefetcher is computed (for tests).
-  void wait_for_grammar_prefetch() {
-    if (mask_prefetcher_) mask_prefetcher_->wait_idle();
-  }
 
   // --num-speculative-tokens auto: measures what passes of the target (and proposing) cost, once
   // at start; the policy then picks each step's k. Null without it.

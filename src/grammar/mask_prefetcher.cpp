@@ -20,10 +20,7 @@ void MaskPrefetcher::request(std::shared_ptr<const CompiledGrammar> grammar, Sta
   if (grammar == nullptr || !grammar->mask_pending(state)) return;
   {
     std::lock_guard lock(mu_);
-    if (queue_.size() >= kMaxQueued) {
-      ++num_dropped_;
-      return;
-    }
+    if (queue_.size() >= kMaxQueued) return;
     queue_.push_back({std::move(grammar), state});
   }
   wake_.notify_one();
@@ -37,11 +34,6 @@ void MaskPrefetcher::wait_idle() {
 int64_t MaskPrefetcher::num_computed() const {
   std::lock_guard lock(mu_);
   return num_computed_;
-}
-
-int64_t MaskPrefetcher::num_dropped() const {
-  std::lock_guard lock(mu_);
-  return num_dropped_;
 }
 
 void MaskPrefetcher::run() {

@@ -39,9 +39,8 @@ class MaskPrefetcher {
   void request(std::shared_ptr<const CompiledGrammar> grammar, StateId state);
   // Blocks until every request so far is done (for tests and benchmarks).
   void wait_idle();
-  // Masks this thread computed, and requests dropped because the queue was full.
+  // Masks this thread computed.
   int64_t num_computed() const;
-  int64_t num_dropped() const;
 
  private:
   struct Request {
@@ -57,7 +56,6 @@ class MaskPrefetcher {
   bool busy_ = false;
   bool stop_ = false;
   int64_t num_computed_ = 0;
-  int64_t num_dropped_ = 0;
   std::thread thread_;  // last: starts once the members above exist
 };
 

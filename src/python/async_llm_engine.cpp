@@ -15,17 +15,11 @@
 namespace vesper::python {
 
 AsyncLlmEngine::AsyncLlmEngine(const std::string& model, const py::dict& engine_args) {
-  const engine::EngineConfig config = engine_config_from_kwargs(model, engine_args);
-  Result<std::unique_ptr<engine::Engine>> created = make_error("");
-  {
-    py::gil_scoped_release nogil;
-    created = engine::Engine::create(config);
-  }
-  if (!created) throw py::value_error(created.error().message);
-  builder_ = std::make_unique<RequestBuilder>(**created);
+  std::unique_ptr<engine::Engine> created = create_engine(model, engine_args);
+  builder_ = std::make_unique<RequestBuilder>(*created);
   fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd_ < 0) throw py::value_error(std::string("eventfd: ") + std::strerror(errno));
-  engine_ = std::make_unique<engine::AsyncEngine>(std::move(created).value());
+  engine_ = std::make_unique<engine::AsyncEngine>(std::move(created));
 }
 
 AsyncLlmEngine::~AsyncLlmEngine() {
@@ -45,7 +39,15 @@ void AsyncLlmEngine::push(Event event) {
   }
 }
 
-void AsyncLlmEngine::submit(engine::EngineRequest request) {
+void AsyncLlmEngine::submit(const std::string& request_id, RequestBuilder::Prompt prompt,
+                            py::handle params, py::handle lora, int64_t priority,
+                            const std::string& where) {
+  if (shut_down_) throw py::value_error("AsyncLLM: the engine is shut down");
+  const ConvertedParams converted = convert_sampling_params(params);
+  const auto pair = lora_pair(lora, "lora_request");
+  engine::EngineRequest request =
+      builder_->request(request_id, std::move(prompt), converted, pair ? pair->first : "",
+                        static_cast<int32_t>(priority), where);
   const std::string id = request.request_id;
   engine_->add_request(
       std::move(request),
@@ -59,22 +61,12 @@ void AsyncLlmEngine::submit(engine::EngineRequest request) {
 
 void AsyncLlmEngine::add_request(const std::string& request_id, py::handle prompt,
                                  py::handle params, py::handle lora, int64_t priority) {
-  if (shut_down_) throw py::value_error("AsyncLLM: the engine is shut down");
-  RequestBuilder::Prompt p = builder_->prompt(prompt, "prompt");
-  const ConvertedParams converted = convert_sampling_params(params);
-  const auto pair = lora_pair(lora, "lora_request");
-  submit(builder_->request(request_id, std::move(p), converted, pair ? pair->first : "",
-                           static_cast<int32_t>(priority), "prompt"));
+  submit(request_id, builder_->prompt(prompt, "prompt"), params, lora, priority, "prompt");
 }
 
 void AsyncLlmEngine::add_chat_request(const std::string& request_id, const std::string& rendered,
                                       py::handle params, py::handle lora, int64_t priority) {
-  if (shut_down_) throw py::value_error("AsyncLLM: the engine is shut down");
-  RequestBuilder::Prompt p = builder_->chat_prompt(rendered);
-  const ConvertedParams converted = convert_sampling_params(params);
-  const auto pair = lora_pair(lora, "lora_request");
-  submit(builder_->request(request_id, std::move(p), converted, pair ? pair->first : "",
-                           static_cast<int32_t>(priority), "messages"));
+  submit(request_id, builder_->chat_prompt(rendered), params, lora, priority, "messages");
 }
 
 void AsyncLlmEngine::abort(const std::string& request_id) {

@@ -61,7 +61,10 @@ class AsyncLlmEngine {
     std::string error;  // non-empty: the engine refused the request
   };
   void push(Event event);
-  void submit(engine::EngineRequest request);
+  // The request for `prompt` (parameters converted, adapter named), queued on the engine with
+  // callbacks that push its outputs. `where` names the prompt in errors.
+  void submit(const std::string& request_id, RequestBuilder::Prompt prompt, py::handle params,
+              py::handle lora, int64_t priority, const std::string& where);
 
   std::unique_ptr<RequestBuilder> builder_;  // reads the engine, which the AsyncEngine owns
   std::unique_ptr<engine::AsyncEngine> engine_;

@@ -121,6 +121,18 @@ engine::EngineConfig engine_config_from_kwargs(const std::string& model, const p
   return std::move(config).value();
 }
 
+std::unique_ptr<engine::Engine> create_engine(const std::string& model, const py::dict& kwargs) {
+  const engine::EngineConfig config = engine_config_from_kwargs(model, kwargs);
+  Result<std::unique_ptr<engine::Engine>> created = make_error("");
+  {
+    // Loading maps the model and plans memory, which can take seconds: other threads run.
+    py::gil_scoped_release nogil;
+    created = engine::Engine::create(config);
+  }
+  if (!created) throw py::value_error(created.error().message);
+  return std::move(created).value();
+}
+
 std::vector<std::string> engine_arg_names() {
   FlagParser p;
   std::vector<std::string> names;

@@ -13,9 +13,11 @@
 
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/engine_config.h"
 
 namespace vesper::python {
@@ -25,6 +27,11 @@ namespace py = pybind11;
 // Throws TypeError for an unknown keyword or a value of the wrong type, ValueError for a value
 // the flag refuses (both naming the keyword). Call with the GIL held.
 engine::EngineConfig engine_config_from_kwargs(const std::string& model, const py::dict& kwargs);
+
+// The engine for `model` and `kwargs` (loaded with the GIL released: it maps the model and plans
+// memory, which can take seconds). Errors as engine_config_from_kwargs, and ValueError naming
+// the file or flag when the engine cannot be made.
+std::unique_ptr<engine::Engine> create_engine(const std::string& model, const py::dict& kwargs);
 
 // Every keyword accepted, sorted (for help and for the error on an unknown one).
 std::vector<std::string> engine_arg_names();

@@ -19,19 +19,6 @@ namespace {
 // its time on the GIL.
 constexpr auto kSignalCheckInterval = std::chrono::milliseconds(50);
 
-std::unique_ptr<engine::Engine> create_engine(const std::string& model,
-                                              const py::dict& engine_args) {
-  const engine::EngineConfig config = engine_config_from_kwargs(model, engine_args);
-  Result<std::unique_ptr<engine::Engine>> created = make_error("");
-  {
-    // Loading maps the model and plans memory, which can take seconds: other threads run.
-    py::gil_scoped_release nogil;
-    created = engine::Engine::create(config);
-  }
-  if (!created) throw py::value_error(created.error().message);
-  return std::move(created).value();
-}
-
 }  // namespace
 
 std::optional<std::pair<std::string, std::string>> lora_pair(py::handle lora,

@@ -106,12 +106,8 @@ ConvertedParams convert_sampling_params(py::handle params) {
   p.max_tokens = max_tokens.value_or(0);
   p.min_tokens = f.integer("min_tokens").value_or(0);
   if (!c.max_tokens_given && p.min_tokens > 0) p.max_tokens = p.min_tokens;  // checked per prompt
-  if (const auto logprobs = f.integer("logprobs")) {
-    if (*logprobs < 0 || *logprobs > 20)
-      throw py::value_error("SamplingParams.logprobs must be between 0 and 20, got " +
-                            std::to_string(*logprobs));
-    p.logprobs = static_cast<int32_t>(*logprobs);
-  }
+  // None: no log-probabilities (-1); the range is validate()'s.
+  p.logprobs = to_i32(f, "logprobs", -1);
   if (!f.get("prompt_logprobs").is_none())
     throw py::value_error(
         "SamplingParams.prompt_logprobs is not supported: the engine computes no prompt "
