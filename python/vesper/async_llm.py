@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Optional
 
 from . import _vesper
-from .llm import _engine_setup
+from .llm import _engine_setup, _prompt_text
 from .lora_request import LoRARequest
 from .outputs import RequestOutput, _Accumulator
 from .sampling_params import RequestOutputKind, SamplingParams
@@ -194,11 +194,3 @@ class AsyncLLM:
         for queue in self._streams.values():
             queue.put_nowait(_ABORTED)
         self._streams.clear()
-
-
-def _prompt_text(prompt: Any) -> Optional[str]:
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, dict) and isinstance(prompt.get("prompt"), str):
-        return prompt["prompt"]
-    return None
