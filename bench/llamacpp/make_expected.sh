@@ -123,6 +123,23 @@ run_set "$HERE/expected_llama2_tiny_random.json" "$models/llama-2-tiny-random.gg
     "Hello world! The year is 2024." \
     "Café naïve — 日本語"
 
+# `vesper convert` of the Hugging Face checkpoint of stories260K (../shared/models/hf/stories260K),
+# run by llama.cpp: its tokenizer reads the converted vocabulary (scores derived from the merges)
+# and its forward the converted tensors. The file's sha256 is recorded; tests/integration/
+# hf_cli_test.cpp converts again and checks the bytes are the same. Needs a built vesper
+# (VESPER, default build/bin/vesper).
+VESPER="${VESPER:-$REPO/build/bin/vesper}"
+[ -x "$VESPER" ] || fail "$VESPER not built (set VESPER to a vesper binary)"
+converted="$HERE/build/stories260K-converted.gguf"
+"$VESPER" convert "$models/hf/stories260K" -o "$converted" >/dev/null 2>&1 || fail "vesper convert failed"
+run_set "$HERE/expected_stories260K_converted.json" "$converted" 32 0 \
+    "Once upon a time" \
+    "Joe loves writing stories" \
+    "I believe the meaning of life is" \
+    "Lily and Ben went to the park. They saw a big" \
+    "One day, a cat named Tom"
+rm -f "$converted"
+
 # Known-good reference (llama.cpp on stories260K, "Once upon a time").
 node -e '
 const d = require(process.argv[1]);

@@ -28,6 +28,7 @@
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/mask_prefetcher.h"
+#include "hf/model_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace vesper::cli {
@@ -113,7 +114,7 @@ Result<SchemaResult> bench_schema(const std::string& path,
 }
 
 int run_bench_grammar(const BenchGrammarOptions& o) {
-  auto file = gguf::GgufFile::open(o.model_path);
+  auto file = hf::open_model_file(o.model_path);
   if (!file) return fail(file.error().message);
   auto tok = tokenizer::Tokenizer::from_gguf(*file);
   if (!tok) return fail(tok.error().message);
@@ -181,7 +182,8 @@ CommandRunner add_bench_grammar_command(CLI::App& bench) {
       "grammar",
       "Structured output's cost apart from the model: per JSON schema, compile time and the "
       "grammar's time per generated token (random walks through the grammar)");
-  cmd->add_option("model", o->model_path, "GGUF model (its vocabulary is what grammars mask)")
+  cmd->add_option("model", o->model_path,
+                  "Model, GGUF file or checkpoint directory (its vocabulary is what grammars mask)")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("schemas", o->schemas, "JSON schema files")->required()->check(CLI::ExistingFile);

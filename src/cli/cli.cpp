@@ -28,6 +28,7 @@ int run_main(int argc, char** argv) {
   add(add_inspect_command(app));
   add(add_perplexity_command(app));
   add(add_quantize_command(app));
+  add(add_convert_command(app));
   add(add_synth_command(app));
   add_bench_commands(app, runners);
   // A first word that is neither a command nor an option gets a clearer word than CLI11's.

@@ -14,6 +14,7 @@ CommandRunner add_generate_command(CLI::App& app);
 CommandRunner add_inspect_command(CLI::App& app);
 CommandRunner add_perplexity_command(CLI::App& app);
 CommandRunner add_quantize_command(CLI::App& app);
+CommandRunner add_convert_command(CLI::App& app);
 CommandRunner add_serve_command(CLI::App& app);
 CommandRunner add_synth_command(CLI::App& app);
 // `vesper bench ...`: adds the bench command and its benchmarks; registers their runners.

@@ -44,7 +44,10 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
-  cmd->add_option("model", f.model_path, "GGUF model file")->required();
+  cmd->add_option("model", f.model_path,
+                  "Model: a GGUF file, or a Hugging Face checkpoint directory (config.json, "
+                  "safetensors, tokenizer.json)")
+      ->required();
   cmd->add_option("-t,--threads", f.threads, "Compute threads (default: all cores)")
       ->check(CLI::PositiveNumber);
   cmd->add_option(

@@ -14,6 +14,7 @@
 #include "grammar/compiled_grammar.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
+#include "hf/model_file.h"
 
 namespace vesper::cli {
 namespace {
@@ -197,7 +198,7 @@ int run_generate(GenerateOptions& o) {
   const size_t n = jobs->size();
   // A prompt's "model": an adapter's name, or the base model's (its file name, as `serve` calls
   // it).
-  const std::string base = std::filesystem::path(o.engine.model_path).stem().string();
+  const std::string base = hf::model_name(o.engine.model_path);
   for (size_t i = 0; i < n; ++i) {
     const PromptJob& job = (*jobs)[i];
     auto ids = e.tokenizer().encode(job.prompt, /*add_special=*/true, /*parse_special=*/false);

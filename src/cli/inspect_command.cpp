@@ -7,6 +7,7 @@
 #include "backend/kv_cache_spec.h"
 #include "cli/commands.h"
 #include "gguf/gguf.h"
+#include "hf/model_file.h"
 #include "model/model_config.h"
 
 namespace vesper::cli {
@@ -72,7 +73,7 @@ struct InspectOptions {
 };
 
 int run_inspect(const InspectOptions& o) {
-  auto file = gguf::GgufFile::open(o.path);
+  auto file = hf::open_model_file(o.path);
   if (!file) return fail(file.error().message);
   std::printf("file: %s\n", o.path.c_str());
   std::printf(
@@ -117,8 +118,10 @@ int run_inspect(const InspectOptions& o) {
 
 CommandRunner add_inspect_command(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Print a GGUF file's metadata and tensor table");
-  cmd->add_option("file", o->path, "GGUF file")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect",
+      "Print a GGUF file's (or a checkpoint directory's, as GGUF) metadata and tensor table");
+  cmd->add_option("file", o->path, "GGUF file or Hugging Face checkpoint directory")->required();
   cmd->add_flag("--no-tensors", o->no_tensors, "Print the metadata only");
   cmd->add_option("--max-array-items", o->max_items, "Array items shown before eliding")
       ->capture_default_str();

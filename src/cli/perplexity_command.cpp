@@ -278,7 +278,9 @@ CommandRunner add_perplexity_command(CLI::App& app) {
       "Measure a model's perplexity on a text (llama-perplexity's method: non-overlapping chunks "
       "of --ctx tokens, the second half of each scored), and the KL divergence of its token "
       "distributions from a saved base run: the accuracy cost of a KV cache type");
-  cmd->add_option("model", o->engine.model_path, "GGUF model file")->required();
+  cmd->add_option("model", o->engine.model_path,
+                  "Model: a GGUF file or a Hugging Face checkpoint directory")
+      ->required();
   cmd->add_option("-f,--file", o->text_file, "The text to score (UTF-8)");
   cmd->add_option("-c,--ctx", o->ctx, "Tokens per chunk")->capture_default_str();
   cmd->add_option("--chunks", o->chunks, "Score at most this many chunks (default: all)");

@@ -1,8 +1,11 @@
-// `vesper quantize IN.gguf OUT.gguf --type TYPE`: writes a copy of a model with its weight
-// matrices converted to TYPE (rules in model/quantize.h).
+// `vesper quantize IN OUT --type TYPE`: writes a copy of a model with its weight matrices
+// converted to TYPE (rules in model/quantize.h). `vesper convert DIR -o OUT.gguf [--type TYPE]`:
+// writes a Hugging Face checkpoint as GGUF (the weights as stored unless --type says otherwise).
+// Both read any model path (a GGUF file or a checkpoint directory).
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "cli/commands.h"
 #include "model/quantize.h"
@@ -10,25 +13,29 @@
 namespace vesper::cli {
 namespace {
 
-struct QuantizeOptions {
+constexpr const char* kTypes =
+    "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k";
+
+struct WriteOptions {
   std::string in_path;
   std::string out_path;
-  std::string type;
+  std::string type;  // empty or "auto" (convert only): keep each tensor's type
   int threads = 0;
 };
 
-int run_quantize(const QuantizeOptions& o) {
-  auto type = tensor::parse_type_name(o.type);
-  if (!type || !model::is_quantize_target(*type))
-    return fail("--type \"" + o.type +
-                "\" is not supported; supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-                "q2_k, q3_k, q4_k, q5_k, q6_k");
+int run_write(const WriteOptions& o) {
+  std::optional<tensor::GgmlType> target;
+  if (!o.type.empty() && o.type != "auto") {
+    target = tensor::parse_type_name(o.type);
+    if (!target || !model::is_quantize_target(*target))
+      return fail("--type \"" + o.type + "\" is not supported; supported: " + kTypes);
+  }
   if (o.in_path == o.out_path)
     return fail("the output path must differ from the input path " + o.in_path);
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
   const bool tty = isatty(fileno(stderr)) != 0;
   auto status = model::quantize_model(
-      o.in_path, o.out_path, *type, pool, [&](const model::QuantizeProgress& p) {
+      o.in_path, o.out_path, target, pool, [&](const model::QuantizeProgress& p) {
         if (tty) {
           std::fprintf(stderr, "\r[%zu/%zu] %-40s %s -> %s\033[K", p.index, p.total, p.name.c_str(),
                        std::string(tensor::type_name(p.from)).c_str(),
@@ -38,24 +45,41 @@ int run_quantize(const QuantizeOptions& o) {
       });
   if (!status) return fail(status.error().message);
   std::fprintf(stderr, "wrote %s (%s)\n", o.out_path.c_str(),
-               std::string(tensor::type_name(*type)).c_str());
+               target ? std::string(tensor::type_name(*target)).c_str() : "tensor types as stored");
   return 0;
 }
 
 }  // namespace
 
 CommandRunner add_quantize_command(CLI::App& app) {
-  auto o = std::make_shared<QuantizeOptions>();
+  auto o = std::make_shared<WriteOptions>();
   CLI::App* cmd =
-      app.add_subcommand("quantize", "Write a copy of a GGUF model with quantized weights");
-  cmd->add_option("input", o->in_path, "Source GGUF model")->required();
-  cmd->add_option("output", o->out_path, "Destination GGUF file")->required();
-  cmd->add_option(
-         "--type", o->type,
-         "Target type: q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32")
+      app.add_subcommand("quantize", "Write a copy of a model as GGUF with quantized weights");
+  cmd->add_option("input", o->in_path,
+                  "Source model: a GGUF file or a Hugging Face checkpoint directory")
       ->required();
+  cmd->add_option("output", o->out_path, "Destination GGUF file")->required();
+  cmd->add_option("--type", o->type, std::string("Target type: ") + kTypes)->required();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-  return [o] { return run_quantize(*o); };
+  return [o] { return run_write(*o); };
+}
+
+CommandRunner add_convert_command(CLI::App& app) {
+  auto o = std::make_shared<WriteOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "convert",
+      "Write a Hugging Face checkpoint directory (config.json, safetensors, tokenizer.json) as a "
+      "GGUF "
+      "file llama.cpp loads: q/k rows permuted for its RoPE, norms in f32, the tokenizer as "
+      "tokenizer.ggml.* metadata");
+  cmd->add_option("input", o->in_path, "Checkpoint directory (or a GGUF file)")->required();
+  cmd->add_option("-o,--outfile", o->out_path, "Destination GGUF file")->required();
+  cmd->add_option(
+         "--type,--outtype", o->type,
+         std::string("Weight type: auto (as stored: f32, f16 or bf16; the default), ") + kTypes)
+      ->default_val("auto");
+  cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
+  return [o] { return run_write(*o); };
 }
 
 }  // namespace vesper::cli

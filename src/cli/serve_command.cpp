@@ -10,6 +10,7 @@
 #include "cli/engine_flags.h"
 #include "core/logging.h"
 #include "engine/async_engine.h"
+#include "hf/model_file.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_service.h"
@@ -72,7 +73,7 @@ int run_serve(ServeOptions& o) {
                 (body_limit ? std::string("must be positive") : body_limit.error().message));
   o.server.max_body_bytes = static_cast<size_t>(*body_limit);
   if (o.server.served_model_name.empty())
-    o.server.served_model_name = std::filesystem::path(o.engine.model_path).stem().string();
+    o.server.served_model_name = hf::model_name(o.engine.model_path);
   o.server.enable_lora_runtime_updating = o.engine.enable_lora_runtime_updating;
   if (o.server.enable_auto_tool_choice && o.server.tool_call_parser.empty())
     return fail("--enable-auto-tool-choice needs --tool-call-parser (hermes or llama3_json)");

@@ -104,17 +104,39 @@ struct TensorInfo {
   int64_t rows() const { return shape.empty() ? 1 : num_elements() / shape[0]; }
 };
 
+// Memory that keeps the tensor data of an assembled GgufFile alive (the mappings of a Hugging
+// Face checkpoint's safetensors files, buffers of tensors converted at load).
+class TensorStorage {
+ public:
+  virtual ~TensorStorage() = default;
+  // As MappedFile::release_pages: pages wholly inside [p, p + n) that are file-backed may be
+  // dropped from memory (their data stays readable). A no-op for memory the storage owns.
+  virtual void release_pages(const void* p, size_t n) const = 0;
+};
+
 class GgufFile {
  public:
   // Maps and validates `path`.
   static Result<GgufFile> open(const std::string& path);
+  // A file built in memory from another format: metadata and tensors as a GGUF of that model
+  // would hold them, each tensor's data pointing into `storage`. `path` names the source in
+  // errors. Tensor names must be unique, each size_bytes must match its type and shape.
+  static Result<GgufFile> assemble(std::string path,
+                                   std::vector<std::pair<std::string, Value>> metadata,
+                                   std::vector<TensorInfo> tensors,
+                                   std::shared_ptr<const TensorStorage> storage);
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   size_t alignment() const { return alignment_; }
   size_t data_offset() const { return data_offset_; }
-  size_t file_size() const { return file_.size(); }
-  const MappedFile& mapping() const { return file_; }
+  // Bytes of the file on disk (of an assembled file: its tensors' bytes).
+  size_t file_size() const;
+  // Whether the file was built in memory from another format (assemble), not read from a GGUF.
+  bool assembled() const { return storage_ != nullptr; }
+  // Tells the OS that the pages of tensor data wholly inside [p, p + n) are not needed now
+  // (MappedFile::release_pages); the data stays readable. Used after a backend copied a weight.
+  void release_pages(const void* p, size_t n) const;
 
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
   const Value* find(std::string_view key) const;
@@ -144,6 +166,7 @@ class GgufFile {
   size_t data_offset_ = 0;
   std::vector<std::pair<std::string, Value>> metadata_;
   std::vector<TensorInfo> tensors_;
+  std::shared_ptr<const TensorStorage> storage_;  // set for an assembled file
 };
 
 // Builds a GGUF v3 file in memory and writes it. Tensor data is copied at add_tensor, so the

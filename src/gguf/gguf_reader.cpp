@@ -76,7 +76,8 @@ class Parser {
 Result<std::string> Parser::read_string(const std::string& what) {
   uint64_t len = 0;
   if (!read(len)) return truncated(what + " length");
-  if (len > kMaxStringBytes) return fail(what + ": string length " + std::to_string(len) + " is too large");
+  if (len > kMaxStringBytes)
+    return fail(what + ": string length " + std::to_string(len) + " is too large");
   if (bytes_.size() - pos_ < len) return truncated(what);
   std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
   pos_ += len;
@@ -86,16 +87,56 @@ Result<std::string> Parser::read_string(const std::string& what) {
 Result<Value> Parser::read_value(ValueType type, const std::string& key, int depth) {
   const std::string what = "metadata value of key \"" + key + "\"";
   switch (type) {
-    case ValueType::kUint8: { uint8_t v; if (!read(v)) return truncated(what); return Value::u8(v); }
-    case ValueType::kInt8: { int8_t v; if (!read(v)) return truncated(what); return Value::i8(v); }
-    case ValueType::kUint16: { uint16_t v; if (!read(v)) return truncated(what); return Value::u16(v); }
-    case ValueType::kInt16: { int16_t v; if (!read(v)) return truncated(what); return Value::i16(v); }
-    case ValueType::kUint32: { uint32_t v; if (!read(v)) return truncated(what); return Value::u32(v); }
-    case ValueType::kInt32: { int32_t v; if (!read(v)) return truncated(what); return Value::i32(v); }
-    case ValueType::kUint64: { uint64_t v; if (!read(v)) return truncated(what); return Value::u64(v); }
-    case ValueType::kInt64: { int64_t v; if (!read(v)) return truncated(what); return Value::i64(v); }
-    case ValueType::kFloat32: { float v; if (!read(v)) return truncated(what); return Value::f32(v); }
-    case ValueType::kFloat64: { double v; if (!read(v)) return truncated(what); return Value::f64(v); }
+    case ValueType::kUint8: {
+      uint8_t v;
+      if (!read(v)) return truncated(what);
+      return Value::u8(v);
+    }
+    case ValueType::kInt8: {
+      int8_t v;
+      if (!read(v)) return truncated(what);
+      return Value::i8(v);
+    }
+    case ValueType::kUint16: {
+      uint16_t v;
+      if (!read(v)) return truncated(what);
+      return Value::u16(v);
+    }
+    case ValueType::kInt16: {
+      int16_t v;
+      if (!read(v)) return truncated(what);
+      return Value::i16(v);
+    }
+    case ValueType::kUint32: {
+      uint32_t v;
+      if (!read(v)) return truncated(what);
+      return Value::u32(v);
+    }
+    case ValueType::kInt32: {
+      int32_t v;
+      if (!read(v)) return truncated(what);
+      return Value::i32(v);
+    }
+    case ValueType::kUint64: {
+      uint64_t v;
+      if (!read(v)) return truncated(what);
+      return Value::u64(v);
+    }
+    case ValueType::kInt64: {
+      int64_t v;
+      if (!read(v)) return truncated(what);
+      return Value::i64(v);
+    }
+    case ValueType::kFloat32: {
+      float v;
+      if (!read(v)) return truncated(what);
+      return Value::f32(v);
+    }
+    case ValueType::kFloat64: {
+      double v;
+      if (!read(v)) return truncated(what);
+      return Value::f64(v);
+    }
     case ValueType::kBool: {
       uint8_t v;
       if (!read(v)) return truncated(what);
@@ -143,7 +184,8 @@ Status Parser::parse(GgufFile& out) {
   }
   if (!read(out.version_)) return truncated("the header (version)");
   if (out.version_ == 1)
-    return fail("GGUF version 1 is not supported (it is obsolete; re-convert the model); supported: 2, 3");
+    return fail(
+        "GGUF version 1 is not supported (it is obsolete; re-convert the model); supported: 2, 3");
   if (out.version_ != 2 && out.version_ != 3)
     return fail("unsupported GGUF version " + std::to_string(out.version_) + "; supported: 2, 3");
   uint64_t n_tensors = 0, n_kv = 0;
@@ -191,8 +233,10 @@ Status Parser::parse(GgufFile& out) {
     for (uint32_t d = 0; d < n_dims; ++d) {
       int64_t ne = 0;
       if (!read(ne)) return truncated(what + " shape");
-      if (ne <= 0) return fail(what + ": dimension " + std::to_string(d) + " is " + std::to_string(ne));
-      if (elements > std::numeric_limits<int64_t>::max() / ne) return fail(what + ": shape overflows");
+      if (ne <= 0)
+        return fail(what + ": dimension " + std::to_string(d) + " is " + std::to_string(ne));
+      if (elements > std::numeric_limits<int64_t>::max() / ne)
+        return fail(what + ": shape overflows");
       elements *= ne;
       t.shape.push_back(ne);
     }
@@ -203,7 +247,8 @@ Status Parser::parse(GgufFile& out) {
     t.type = static_cast<tensor::GgmlType>(raw_type);
     if (t.shape[0] % traits->block_size != 0)
       return fail(what + ": row length " + std::to_string(t.shape[0]) + " is not a multiple of " +
-                  std::string(traits->name) + "'s block size " + std::to_string(traits->block_size));
+                  std::string(traits->name) + "'s block size " +
+                  std::to_string(traits->block_size));
     if (!read(t.offset)) return truncated(what + " data offset");
     if (t.offset % out.alignment_ != 0)
       return fail(what + ": data offset " + std::to_string(t.offset) + " is not aligned to " +
@@ -241,6 +286,40 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   Parser parser(file.path_, file.file_.bytes());
   VESPER_TRY(parser.parse(file));
   return file;
+}
+
+Result<GgufFile> GgufFile::assemble(std::string path,
+                                    std::vector<std::pair<std::string, Value>> metadata,
+                                    std::vector<TensorInfo> tensors,
+                                    std::shared_ptr<const TensorStorage> storage) {
+  std::unordered_set<std::string_view> names;
+  for (const TensorInfo& t : tensors) {
+    if (!names.insert(t.name).second) return make_error(path + ": duplicate tensor " + t.name);
+    if (t.shape.empty() || t.shape[0] % tensor::traits(t.type).block_size != 0 ||
+        t.size_bytes != tensor::row_size(t.type, t.shape[0]) * static_cast<size_t>(t.rows()))
+      return make_error(path + ": tensor " + t.name + " has a size that does not match its shape");
+  }
+  GgufFile file;
+  file.path_ = std::move(path);
+  file.version_ = 3;
+  file.metadata_ = std::move(metadata);
+  file.tensors_ = std::move(tensors);
+  file.storage_ = std::move(storage);
+  return file;
+}
+
+size_t GgufFile::file_size() const {
+  if (!storage_) return file_.size();
+  size_t bytes = 0;
+  for (const TensorInfo& t : tensors_) bytes += t.size_bytes;
+  return bytes;
+}
+
+void GgufFile::release_pages(const void* p, size_t n) const {
+  if (storage_)
+    storage_->release_pages(p, n);
+  else
+    file_.release_pages(p, n);
 }
 
 const Value* GgufFile::find(std::string_view key) const {
@@ -321,7 +400,8 @@ const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
 
 Result<const TensorInfo*> GgufFile::require_tensor(std::string_view name) const {
   const TensorInfo* t = find_tensor(name);
-  if (t == nullptr) return make_error(path_ + ": missing required tensor \"" + std::string(name) + "\"");
+  if (t == nullptr)
+    return make_error(path_ + ": missing required tensor \"" + std::string(name) + "\"");
   return t;
 }
 

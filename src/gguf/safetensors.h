@@ -34,6 +34,7 @@ class SafetensorsFile {
   static Result<SafetensorsFile> open(const std::string& path);
 
   const std::string& path() const { return file_.path(); }
+  const MappedFile& mapping() const { return file_; }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const SafetensorsTensor* find(std::string_view name) const;
   // The tensor, or an error naming the file and the missing tensor.

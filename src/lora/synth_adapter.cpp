@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "gguf/gguf.h"
+#include "hf/model_file.h"
 #include "model/model_config.h"
 #include "tensor/quant.h"
 
@@ -49,7 +50,7 @@ Result<std::vector<model::Projection>> parse_lora_targets(const std::string& tex
 }
 
 Status write_synthetic_adapter(const SynthAdapterSpec& spec, const std::string& path) {
-  VESPER_ASSIGN_OR_RETURN(gguf::GgufFile base, gguf::GgufFile::open(spec.base_model));
+  VESPER_ASSIGN_OR_RETURN(gguf::GgufFile base, hf::open_model_file(spec.base_model));
   VESPER_ASSIGN_OR_RETURN(model::ModelConfig c, model::read_model_config(base));
   if (spec.rank < 1) return make_error("--lora-rank must be positive");
   gguf::GgufWriter w;

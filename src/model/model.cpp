@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hf/model_file.h"
 #include "tensor/quant.h"
 
 namespace vesper::model {
@@ -38,7 +39,7 @@ class Binder {
     // A backend copy replaces the mapped bytes, so their pages need not stay resident (peak
     // memory stays about the file size). token_embd's stay: get_rows reads its rows.
     if (loaded->copied && t->name != "token_embd.weight")
-      file_.mapping().release_pages(t->data, tensor::row_size(t->type, n_in) * n_out);
+      file_.release_pages(t->data, tensor::row_size(t->type, n_in) * n_out);
     return Weight{t->type, t->data, n_in, n_out, loaded->handle};
   }
 
@@ -70,7 +71,7 @@ class Binder {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Backend& backend) {
-  VESPER_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
+  VESPER_ASSIGN_OR_RETURN(gguf::GgufFile file, hf::open_model_file(path));
   VESPER_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(file));
   std::unique_ptr<Model> m(new Model(backend));
   m->file_ = std::move(file);

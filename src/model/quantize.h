@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/result.h"
@@ -32,7 +33,11 @@ tensor::GgmlType quantized_type_for(const std::string& name, const std::vector<i
 // Target types `vesper quantize` accepts.
 bool is_quantize_target(tensor::GgmlType type);
 
-Status quantize_model(const std::string& in_path, const std::string& out_path, tensor::GgmlType target,
-                      ThreadPool& pool, const std::function<void(const QuantizeProgress&)>& progress = {});
+// Writes the model at `in_path` (a GGUF file or a Hugging Face checkpoint directory) to `out_path`
+// as GGUF, its matrices converted to `target`; with no target every tensor keeps its type (what
+// `vesper convert` does by default: a checkpoint's f32 / f16 / bf16 weights written as they are).
+Status quantize_model(const std::string& in_path, const std::string& out_path,
+                      std::optional<tensor::GgmlType> target, ThreadPool& pool,
+                      const std::function<void(const QuantizeProgress&)>& progress = {});
 
 }  // namespace vesper::model

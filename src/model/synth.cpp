@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "hf/model_file.h"
 #include "model/quantize.h"
 #include "tensor/quant.h"
 
@@ -56,7 +57,8 @@ class TensorMaker {
     const size_t row = tensor::row_size(t, n_in);
     std::vector<uint8_t> bytes(row * n_out);
     pool_.parallel_for(static_cast<size_t>(n_out), [&](size_t b, size_t e) {
-      for (size_t r = b; r < e; ++r) tensor::quantize_row(t, v.data() + r * n_in, bytes.data() + r * row, n_in);
+      for (size_t r = b; r < e; ++r)
+        tensor::quantize_row(t, v.data() + r * n_in, bytes.data() + r * row, n_in);
     });
     return w_.add_tensor(name, {n_in, n_out}, t, bytes);
   }
@@ -86,7 +88,8 @@ Status write_synthetic_model(const SynthSpec& s, const std::string& path, Thread
     return make_error("model dimensions must be positive");
   if (s.n_head % s.n_head_kv != 0) return make_error("--n-head must be a multiple of --n-head-kv");
   const int64_t head_dim = s.head_dim > 0 ? s.head_dim : s.n_embd / s.n_head;
-  if (s.head_dim == 0 && s.n_embd % s.n_head != 0) return make_error("--n-embd must be a multiple of --n-head");
+  if (s.head_dim == 0 && s.n_embd % s.n_head != 0)
+    return make_error("--n-embd must be a multiple of --n-head");
   if (head_dim % 2 != 0) return make_error("the head size must be even");
   const int64_t rope_dims = s.rope_dims > 0 ? s.rope_dims : head_dim;
 
@@ -114,10 +117,12 @@ Status write_synthetic_model(const SynthSpec& s, const std::string& path, Thread
 
   int64_t n_vocab = s.n_vocab;
   if (!s.vocab_from.empty()) {
-    VESPER_ASSIGN_OR_RETURN(gguf::GgufFile donor, gguf::GgufFile::open(s.vocab_from));
+    VESPER_ASSIGN_OR_RETURN(gguf::GgufFile donor, hf::open_model_file(s.vocab_from));
     const gguf::Array* tokens = nullptr;
-    VESPER_ASSIGN_OR_RETURN(tokens, donor.get_array("tokenizer.ggml.tokens", gguf::ValueType::kString));
-    if (tokens == nullptr) return make_error(s.vocab_from + ": has no tokenizer.ggml.tokens to copy");
+    VESPER_ASSIGN_OR_RETURN(tokens,
+                            donor.get_array("tokenizer.ggml.tokens", gguf::ValueType::kString));
+    if (tokens == nullptr)
+      return make_error(s.vocab_from + ": has no tokenizer.ggml.tokens to copy");
     n_vocab = static_cast<int64_t>(tokens->items.size());
     for (const auto& [key, value] : donor.metadata())
       if (key.starts_with("tokenizer.")) w.set(key, value);
@@ -129,7 +134,8 @@ Status write_synthetic_model(const SynthSpec& s, const std::string& path, Thread
   TensorMaker make(w, s.seed, s.type, pool);
   const int64_t q_dim = s.n_head * head_dim, kv_dim = s.n_head_kv * head_dim;
   // Embeddings of unit scale; matrices scaled per fan-in (see TensorMaker::matrix).
-  VESPER_TRY(make.matrix("token_embd.weight", s.n_embd, n_vocab, std::sqrt(static_cast<float>(s.n_embd))));
+  VESPER_TRY(
+      make.matrix("token_embd.weight", s.n_embd, n_vocab, std::sqrt(static_cast<float>(s.n_embd))));
   VESPER_TRY(make.vector("output_norm.weight", s.n_embd, 1.0f, 0.2f));
   if (!s.tied_embeddings) VESPER_TRY(make.matrix("output.weight", s.n_embd, n_vocab));
   if (s.rope_freq_factors) VESPER_TRY(make.vector("rope_freqs.weight", rope_dims / 2, 2.0f, 1.0f));

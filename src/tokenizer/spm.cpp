@@ -1,6 +1,7 @@
 #include "tokenizer/spm.h"
 
 #include <queue>
+#include <string>
 
 #include "tokenizer/utf8.h"
 
@@ -18,14 +19,16 @@ struct Symbol {
 struct Bigram {
   int left = 0;
   int right = 0;
-  float score = 0.0f;
+  // The score of the merged token, or minus the merge's rank when merging by rank (exact in a
+  // double either way).
+  double priority = 0.0;
   size_t size = 0;  // bytes of the merged piece, to spot bigrams made stale by other merges
 };
 
-// Highest score first; among equal scores the leftmost.
+// Highest priority first; among equal priorities the leftmost.
 struct BigramOrder {
   bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
+    return a.priority < b.priority || (a.priority == b.priority && a.left > b.left);
   }
 };
 
@@ -37,7 +40,8 @@ class SpmSession {
     for (size_t offset = 0; offset < text_.size();) {
       Symbol sym;
       sym.begin = offset;
-      sym.size = std::min(utf8_sequence_length(static_cast<uint8_t>(text_[offset])), text_.size() - offset);
+      sym.size = std::min(utf8_sequence_length(static_cast<uint8_t>(text_[offset])),
+                          text_.size() - offset);
       offset += sym.size;
       sym.prev = static_cast<int>(symbols_.size()) - 1;
       sym.next = offset == text_.size() ? -1 : static_cast<int>(symbols_.size()) + 1;
@@ -69,6 +73,16 @@ class SpmSession {
     if (left < 0 || right < 0) return;
     const Symbol& l = symbols_[left];
     const Symbol& r = symbols_[right];
+    if (vocab_.spm_merges_by_rank) {
+      // Hugging Face's BPE: only listed pairs merge, lowest rank first.
+      key_.assign(text_of(l));
+      key_.push_back(' ');
+      key_.append(text_of(r));
+      const auto it = vocab_.bpe_ranks.find(std::string_view(key_));
+      if (it == vocab_.bpe_ranks.end()) return;
+      queue_.push({left, right, -static_cast<double>(it->second), l.size + r.size});
+      return;
+    }
     const int32_t id = vocab_.find(text_.substr(l.begin, l.size + r.size));
     if (id == kNoToken) return;
     queue_.push({left, right, vocab_.tokens[id].score, l.size + r.size});
@@ -97,6 +111,7 @@ class SpmSession {
   std::string_view text_;
   std::vector<Symbol> symbols_;
   std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue_;
+  std::string key_;  // "left right" for rank lookups, reused
 };
 
 }  // namespace

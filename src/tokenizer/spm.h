@@ -2,6 +2,9 @@
 // characters, repeatedly merge the adjacent pair whose concatenation is the token with the
 // highest score (ties: leftmost), then emit each final piece as its token, or as <0xXX> byte
 // tokens when it is not one. O(n log n) in the text length. Internal to the module.
+// A vocabulary with merges (Vocab::spm_merges_by_rank, from a Hugging Face tokenizer.json)
+// merges as Hugging Face's BPE does instead: only the listed pairs, lowest rank first (ties:
+// leftmost); byte fallback is the same.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 // (tokenizer.ggml.*), with the semantics of llama.cpp's llama-vocab.cpp.
 //
 // Supported vocabularies (tokenizer.ggml.model):
-//   "llama" SPM:  SentencePiece BPE by piece scores, spaces as U+2581, byte fallback <0xXX>.
+//   "llama" SPM:  SentencePiece BPE by piece scores (or, with tokenizer.ggml.merges from a Hugging
+//                 Face tokenizer.json, by merge rank), spaces as U+2581, byte fallback <0xXX>.
 //   "gpt2"  BPE:  byte-level BPE by merge rank, after a pre-tokenizer chosen by
 //                 tokenizer.ggml.pre (PCRE2 regexes, see bpe_presets.h).
 //   "bert"  WPM:  BERT WordPiece (lowercase, strip accents, greedy longest match).
@@ -39,9 +40,9 @@ enum TokenAttr : uint32_t {
   kAttrUnknown = 1u << 0,
   kAttrUnused = 1u << 1,
   kAttrNormal = 1u << 2,
-  kAttrControl = 1u << 3,  // special tokens: BOS, EOS, <|im_start|>, ...
+  kAttrControl = 1u << 3,      // special tokens: BOS, EOS, <|im_start|>, ...
   kAttrUserDefined = 1u << 4,  // added tokens, always matched whole in text
-  kAttrByte = 1u << 5,  // <0xXX> byte-fallback tokens
+  kAttrByte = 1u << 5,         // <0xXX> byte-fallback tokens
   kAttrNormalized = 1u << 6,
   kAttrLstrip = 1u << 7,  // when matched in text, eats the whitespace before it
   kAttrRstrip = 1u << 8,  // when matched in text, eats the whitespace after it
@@ -102,7 +103,7 @@ class Tokenizer {
   std::optional<int32_t> sep_id() const;
   std::optional<int32_t> pad_id() const;
   std::optional<int32_t> mask_id() const;
-  std::optional<int32_t> nl_id() const;   // the token of "\n"
+  std::optional<int32_t> nl_id() const;  // the token of "\n"
   std::optional<int32_t> fim_pre_id() const;
   std::optional<int32_t> fim_suf_id() const;
   std::optional<int32_t> fim_mid_id() const;
@@ -110,8 +111,8 @@ class Tokenizer {
   std::optional<int32_t> fim_rep_id() const;
   std::optional<int32_t> fim_sep_id() const;
 
-  bool add_bos() const;           // encode(add_special) prepends BOS
-  bool add_eos() const;           // encode(add_special) appends EOS
+  bool add_bos() const;  // encode(add_special) prepends BOS
+  bool add_eos() const;  // encode(add_special) appends EOS
   bool add_sep() const;
   bool add_space_prefix() const;  // SPM: a space is put before the text (and after specials)
   bool clean_spaces() const;      // decode applies HF's clean_up_tokenization_spaces

@@ -19,6 +19,17 @@ namespace vesper::tokenizer {
 
 inline constexpr int32_t kNoToken = -1;
 
+// The values of tokenizer.ggml.token_type (llama_token_type).
+enum GgufTokenType : int32_t {
+  kTypeUndefined = 0,
+  kTypeNormal = 1,
+  kTypeUnknown = 2,
+  kTypeControl = 3,
+  kTypeUserDefined = 4,
+  kTypeUnused = 5,
+  kTypeByte = 6,
+};
+
 // Hash and equality that let unordered maps keyed by std::string be probed with string_view.
 struct StringHash {
   using is_transparent = void;
@@ -102,8 +113,11 @@ struct Vocab {
   // character. kNoToken when the vocabulary lacks it.
   std::array<int32_t, 256> byte_tokens{};
 
-  // BPE: merge ranks keyed by "left right" (the tokenizer.ggml.merges strings), and the
-  // pre-tokenizer.
+  // Merge ranks keyed by "left right" (the tokenizer.ggml.merges strings): BPE always; SPM only
+  // when the file carries merges (a Hugging Face tokenizer.json's, see hf_tokenizer.h), which
+  // makes SPM merge listed pairs by rank as Hugging Face's BPE does, instead of any pair whose
+  // concatenation is a token by score as llama.cpp does. And the BPE pre-tokenizer.
+  bool spm_merges_by_rank = false;
   StringToId bpe_ranks;
   RegexSplitter pre_tokenizer;
 
@@ -121,6 +135,13 @@ struct Vocab {
 
 // Builds a Vocab from the tokenizer.ggml.* metadata of `file` (vocab_loader.cpp).
 Result<std::shared_ptr<const Vocab>> load_vocab(const gguf::GgufFile& file);
+
+// Replaces every occurrence of `from` (non-empty) in `*s` by `to`, in one pass.
+void replace_all(std::string* s, std::string_view from, std::string_view to);
+
+// True for the token texts llama.cpp (and load_vocab) take as end of generation wherever they
+// are in a vocabulary: <|eot_id|>, <|im_end|>, <end_of_turn>, <|endoftext|>, ...
+bool is_eog_text(std::string_view text);
 
 template <class F>
 void SpecialTrie::for_each_occurring(std::string_view text, F&& found) const {

@@ -22,27 +22,26 @@ constexpr std::string_view kKeyTokens = "tokenizer.ggml.tokens";
 constexpr std::string_view kKeyScores = "tokenizer.ggml.scores";
 constexpr std::string_view kKeyTokenType = "tokenizer.ggml.token_type";
 constexpr std::string_view kKeyMerges = "tokenizer.ggml.merges";
-
-// The values of tokenizer.ggml.token_type (llama_token_type).
-enum GgufTokenType : int64_t {
-  kTypeUndefined = 0,
-  kTypeNormal = 1,
-  kTypeUnknown = 2,
-  kTypeControl = 3,
-  kTypeUserDefined = 4,
-  kTypeUnused = 5,
-  kTypeByte = 6,
-};
+// Vesper's own key (hf_tokenizer.cpp writes it): ids that end generation besides those known
+// by text, as a generation_config.json list of EOS ids gives them.
+constexpr std::string_view kKeyEogIds = "tokenizer.ggml.eog_token_ids";
 
 uint32_t attr_from_token_type(int64_t type) {
   switch (type) {
-    case kTypeNormal: return kAttrNormal;
-    case kTypeUnknown: return kAttrUnknown;
-    case kTypeControl: return kAttrControl;
-    case kTypeUserDefined: return kAttrUserDefined;
-    case kTypeUnused: return kAttrUnused;
-    case kTypeByte: return kAttrByte;
-    default: return kAttrUndefined;
+    case kTypeNormal:
+      return kAttrNormal;
+    case kTypeUnknown:
+      return kAttrUnknown;
+    case kTypeControl:
+      return kAttrControl;
+    case kTypeUserDefined:
+      return kAttrUserDefined;
+    case kTypeUnused:
+      return kAttrUnused;
+    case kTypeByte:
+      return kAttrByte;
+    default:
+      return kAttrUndefined;
   }
 }
 
@@ -86,22 +85,6 @@ int parse_byte_token(std::string_view text) {
     value = value * 16 + digit;
   }
   return value;
-}
-
-void replace_all(std::string* s, std::string_view from, std::string_view to) {
-  if (from.empty()) return;
-  std::string out;
-  out.reserve(s->size());
-  size_t pos = 0;
-  while (true) {
-    const size_t hit = s->find(from, pos);
-    if (hit == std::string::npos) break;
-    out.append(*s, pos, hit - pos);
-    out.append(to);
-    pos = hit + from.size();
-  }
-  out.append(*s, pos, std::string::npos);
-  s->swap(out);
 }
 
 // Byte-level BPE text back to bytes (llama.cpp's llama_decode_text, including its marker for
@@ -166,29 +149,53 @@ Status read_bool(const gguf::GgufFile& file, std::string_view key, bool* flag) {
 
 // Texts that llama.cpp recognises as special tokens when the metadata does not name them. The
 // first text (in list order) present in the vocabulary wins.
-const std::vector<std::string_view> kEotTexts = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "<" VESPER_FW_BAR "end" VESPER_SP_SPACE "of" VESPER_SP_SPACE "sentence" VESPER_FW_BAR ">",
-    "<end_of_utterance>"};
+const std::vector<std::string_view> kEotTexts = {"<|eot_id|>",
+                                                 "<|im_end|>",
+                                                 "<|end|>",
+                                                 "<end_of_turn>",
+                                                 "<|endoftext|>",
+                                                 "<|end_of_text|>",
+                                                 "<EOT>",
+                                                 "_<EOT>",
+                                                 "<" VESPER_FW_BAR "end" VESPER_SP_SPACE
+                                                 "of" VESPER_SP_SPACE "sentence" VESPER_FW_BAR ">",
+                                                 "<end_of_utterance>"};
 const std::vector<std::string_view> kEomTexts = {"<|eom_id|>"};
 const std::vector<std::string_view> kFimPreTexts = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" VESPER_FW_BAR "fim" VESPER_SP_SPACE "begin" VESPER_FW_BAR ">",
-    "<PRE>", VESPER_SP_SPACE "<PRE>", "<|code_prefix|>", "<|prefix|>"};
+    "<|fim_prefix|>",  "<fim-prefix>",
+    "<fim_prefix>",    "<" VESPER_FW_BAR "fim" VESPER_SP_SPACE "begin" VESPER_FW_BAR ">",
+    "<PRE>",           VESPER_SP_SPACE "<PRE>",
+    "<|code_prefix|>", "<|prefix|>"};
 const std::vector<std::string_view> kFimSufTexts = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" VESPER_FW_BAR "fim" VESPER_SP_SPACE "hole" VESPER_FW_BAR ">",
-    "<SUF>", VESPER_SP_SPACE "<SUF>", "<|code_suffix|>", "<|suffix|>"};
+    "<|fim_suffix|>",  "<fim-suffix>",
+    "<fim_suffix>",    "<" VESPER_FW_BAR "fim" VESPER_SP_SPACE "hole" VESPER_FW_BAR ">",
+    "<SUF>",           VESPER_SP_SPACE "<SUF>",
+    "<|code_suffix|>", "<|suffix|>"};
 const std::vector<std::string_view> kFimMidTexts = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" VESPER_FW_BAR "fim" VESPER_SP_SPACE "end" VESPER_FW_BAR ">",
-    "<MID>", VESPER_SP_SPACE "<MID>", "<|code_middle|>", "<|middle|>"};
-const std::vector<std::string_view> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"};
+    "<|fim_middle|>",  "<fim-middle>",
+    "<fim_middle>",    "<" VESPER_FW_BAR "fim" VESPER_SP_SPACE "end" VESPER_FW_BAR ">",
+    "<MID>",           VESPER_SP_SPACE "<MID>",
+    "<|code_middle|>", "<|middle|>"};
+const std::vector<std::string_view> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                                    "<PAD>"};
 const std::vector<std::string_view> kFimRepTexts = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
                                                     "<REPO>", "<reponame>"};
 const std::vector<std::string_view> kFimSepTexts = {"<|file_sep|>"};
 // End-of-generation texts.
-const std::vector<std::string_view> kEogTexts = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
-    "<" VESPER_FW_BAR "end" VESPER_SP_SPACE "of" VESPER_SP_SPACE "sentence" VESPER_FW_BAR ">"};
+const std::vector<std::string_view> kEogTexts = {"<|eot_id|>",
+                                                 "<|im_end|>",
+                                                 "<|end|>",
+                                                 "<|return|>",
+                                                 "<|call|>",
+                                                 "<end_of_turn>",
+                                                 "<|endoftext|>",
+                                                 "<|eom_id|>",
+                                                 "<EOT>",
+                                                 "_<EOT>",
+                                                 "<|end_of_text|>",
+                                                 "<end_of_utterance>",
+                                                 "<" VESPER_FW_BAR "end" VESPER_SP_SPACE
+                                                 "of" VESPER_SP_SPACE "sentence" VESPER_FW_BAR ">"};
 
 #undef VESPER_FW_BAR
 #undef VESPER_SP_SPACE
@@ -222,6 +229,8 @@ class Loader {
 
  private:
   Status read_model() {
+    if (file_.assembled() && file_.find(kKeyModel) == nullptr)
+      return make_error(file_.path() + ": no tokenizer: the checkpoint has no tokenizer.json");
     VESPER_ASSIGN_OR_RETURN(v_->model, file_.require_string(kKeyModel));
     VESPER_ASSIGN_OR_RETURN(std::optional<std::string> pre, file_.get_string(kKeyPre));
     v_->pre = pre.value_or("");
@@ -273,18 +282,21 @@ class Loader {
                            "\"; supported: \"llama\" (SPM), \"gpt2\" (BPE), \"bert\" (WPM)");
     }
     VESPER_TRY(read_bool(file_, "tokenizer.ggml.add_space_prefix", &v_->add_space_prefix));
-    VESPER_TRY(read_bool(file_, "tokenizer.ggml.remove_extra_whitespaces", &v_->remove_extra_whitespaces));
+    VESPER_TRY(
+        read_bool(file_, "tokenizer.ggml.remove_extra_whitespaces", &v_->remove_extra_whitespaces));
     return {};
   }
 
   Status read_tokens() {
-    VESPER_ASSIGN_OR_RETURN(const gguf::Array* tokens, file_.get_array(kKeyTokens, gguf::ValueType::kString));
+    VESPER_ASSIGN_OR_RETURN(const gguf::Array* tokens,
+                            file_.get_array(kKeyTokens, gguf::ValueType::kString));
     if (tokens == nullptr)
       return make_error(file_.path() + ": missing metadata key \"" + std::string(kKeyTokens) +
                         "\" (the token texts; this file has no tokenizer)");
     const size_t n = tokens->items.size();
     if (n == 0) return key_error(file_, kKeyTokens, "is empty");
-    if (n > static_cast<size_t>(INT32_MAX)) return key_error(file_, kKeyTokens, "has too many entries");
+    if (n > static_cast<size_t>(INT32_MAX))
+      return key_error(file_, kKeyTokens, "has too many entries");
 
     // Scores: float32 or int32, one per token.
     const gguf::Array* scores = nullptr;
@@ -292,21 +304,25 @@ class Loader {
       scores = value->as_array();
       if (scores == nullptr || (scores->element_type != gguf::ValueType::kFloat32 &&
                                 scores->element_type != gguf::ValueType::kInt32)) {
-        return key_error(file_, kKeyScores,
-                         "has type " + std::string(gguf::value_type_name(value->type)) +
-                             (scores ? " of " + std::string(gguf::value_type_name(scores->element_type)) : "") +
-                             ", expected an array of float32 or int32");
+        return key_error(
+            file_, kKeyScores,
+            "has type " + std::string(gguf::value_type_name(value->type)) +
+                (scores ? " of " + std::string(gguf::value_type_name(scores->element_type)) : "") +
+                ", expected an array of float32 or int32");
       }
       if (scores->items.size() != n)
         return key_error(file_, kKeyScores,
                          "has " + std::to_string(scores->items.size()) + " entries, expected " +
-                             std::to_string(n) + " (one per entry of \"" + std::string(kKeyTokens) + "\")");
+                             std::to_string(n) + " (one per entry of \"" + std::string(kKeyTokens) +
+                             "\")");
     }
-    VESPER_ASSIGN_OR_RETURN(const gguf::Array* types, file_.get_array(kKeyTokenType, gguf::ValueType::kInt32));
+    VESPER_ASSIGN_OR_RETURN(const gguf::Array* types,
+                            file_.get_array(kKeyTokenType, gguf::ValueType::kInt32));
     if (types != nullptr && types->items.size() != n)
       return key_error(file_, kKeyTokenType,
                        "has " + std::to_string(types->items.size()) + " entries, expected " +
-                           std::to_string(n) + " (one per entry of \"" + std::string(kKeyTokens) + "\")");
+                           std::to_string(n) + " (one per entry of \"" + std::string(kKeyTokens) +
+                           "\")");
 
     v_->tokens.resize(n);
     v_->token_to_id.reserve(n);
@@ -314,8 +330,10 @@ class Loader {
       TokenData& t = v_->tokens[i];
       t.text = *tokens->items[i].as_string();
       if (t.text.empty()) t.text = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp
-      if (scores != nullptr) t.score = static_cast<float>(scores->items[i].as_double().value_or(0.0));
-      t.attr = types ? attr_from_token_type(types->items[i].as_int().value_or(kTypeUndefined)) : kAttrNormal;
+      if (scores != nullptr)
+        t.score = static_cast<float>(scores->items[i].as_double().value_or(0.0));
+      t.attr = types ? attr_from_token_type(types->items[i].as_int().value_or(kTypeUndefined))
+                     : kAttrNormal;
       const auto [it, inserted] = v_->token_to_id.emplace(t.text, static_cast<int32_t>(i));
       if (!inserted)
         return key_error(file_, kKeyTokens,
@@ -327,11 +345,18 @@ class Loader {
   }
 
   Status read_merges() {
-    if (v_->type != VocabType::kBpe) return {};
-    VESPER_ASSIGN_OR_RETURN(const gguf::Array* merges, file_.get_array(kKeyMerges, gguf::ValueType::kString));
-    if (merges == nullptr)
+    if (v_->type == VocabType::kWpm) return {};
+    VESPER_ASSIGN_OR_RETURN(const gguf::Array* merges,
+                            file_.get_array(kKeyMerges, gguf::ValueType::kString));
+    if (merges == nullptr && v_->type == VocabType::kBpe)
       return make_error(file_.path() + ": missing metadata key \"" + std::string(kKeyMerges) +
                         "\" (required by a gpt2 (BPE) vocabulary)");
+    // A "llama" vocabulary with merges (even none) merges by rank, as Hugging Face's BPE does.
+    // llama.cpp's converter never writes merges for "llama": no "llama" vocabulary of
+    // ../shared/tokenizer-vectors/ (llama-spm, phi-3) or ../shared/models/*.gguf has the key
+    // (a test checks the vectors), so they keep llama.cpp's score order.
+    if (merges == nullptr) return {};
+    v_->spm_merges_by_rank = v_->type == VocabType::kSpm;
     v_->bpe_ranks.reserve(merges->items.size());
     for (size_t i = 0; i < merges->items.size(); ++i) {
       const std::string& merge = *merges->items[i].as_string();
@@ -372,6 +397,17 @@ class Loader {
         {"tokenizer.ggml.middle_token_id", &v_->fim_mid},
     };
     for (const auto& [key, id] : keys) VESPER_TRY(read_special_id(file_, key, n, id));
+    if (const gguf::Value* value = file_.find(kKeyEogIds)) {
+      const gguf::Array* ids = value->as_array();
+      const bool integers =
+          ids != nullptr && std::all_of(ids->items.begin(), ids->items.end(),
+                                        [](const gguf::Value& id) { return id.is_integer(); });
+      if (!integers) return key_error(file_, kKeyEogIds, "is not an array of token ids");
+      for (const gguf::Value& id : ids->items) {
+        const std::optional<int64_t> i = id.as_int();
+        if (i && *i >= 0 && *i < n) extra_eog_.push_back(static_cast<int32_t>(*i));
+      }
+    }
 
     VESPER_TRY(read_bool(file_, "tokenizer.ggml.add_bos_token", &v_->add_bos));
     VESPER_TRY(read_bool(file_, "tokenizer.ggml.add_eos_token", &v_->add_eos));
@@ -419,7 +455,8 @@ class Loader {
 
     // Control tokens named "...unused..." are unused.
     for (TokenData& t : v_->tokens)
-      if ((t.attr & kAttrControl) && t.text.find("unused") != std::string::npos) t.attr |= kAttrUnused;
+      if ((t.attr & kAttrControl) && t.text.find("unused") != std::string::npos)
+        t.attr |= kAttrUnused;
 
     // End of generation: FIM pad/repo/sep, the texts llama.cpp lists, and EOS/EOT/EOM.
     std::vector<int32_t> eog;
@@ -449,6 +486,11 @@ class Loader {
     for (std::string_view text : {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
       const int32_t id = v_->find(text);
       if (id != kNoToken) v_->tokens[id].attr = kAttrUserDefined;
+    }
+    if (!extra_eog_.empty()) {  // listed explicitly: they end generation whatever the rules say
+      eog.insert(eog.end(), extra_eog_.begin(), extra_eog_.end());
+      std::sort(eog.begin(), eog.end());
+      eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
     }
     v_->eog_ids = std::move(eog);
   }
@@ -491,10 +533,12 @@ class Loader {
 
   void build_special_index() {
     for (int32_t id = 0; id < v_->n_vocab(); ++id)
-      if (v_->tokens[id].attr & (kAttrControl | kAttrUserDefined | kAttrUnknown)) v_->special_tokens.push_back(id);
-    std::stable_sort(v_->special_tokens.begin(), v_->special_tokens.end(), [&](int32_t a, int32_t b) {
-      return v_->tokens[a].text.size() > v_->tokens[b].text.size();
-    });
+      if (v_->tokens[id].attr & (kAttrControl | kAttrUserDefined | kAttrUnknown))
+        v_->special_tokens.push_back(id);
+    std::stable_sort(v_->special_tokens.begin(), v_->special_tokens.end(),
+                     [&](int32_t a, int32_t b) {
+                       return v_->tokens[a].text.size() > v_->tokens[b].text.size();
+                     });
     for (size_t i = 0; i < v_->special_tokens.size(); ++i)
       v_->special_trie.insert(v_->tokens[v_->special_tokens[i]].text, static_cast<int32_t>(i));
   }
@@ -526,7 +570,8 @@ class Loader {
   Status build_pre_tokenizer() {
     if (v_->type != VocabType::kBpe) return {};
     Result<RegexSplitter> splitter = RegexSplitter::compile(preset_.patterns);
-    if (!splitter.ok()) return key_error(file_, kKeyPre, "\"" + v_->pre + "\": " + splitter.error().message);
+    if (!splitter.ok())
+      return key_error(file_, kKeyPre, "\"" + v_->pre + "\": " + splitter.error().message);
     v_->pre_tokenizer = std::move(splitter).value();
     return {};
   }
@@ -551,6 +596,7 @@ class Loader {
   const gguf::GgufFile& file_;
   Vocab* v_ = nullptr;
   BpePreset preset_;
+  std::vector<int32_t> extra_eog_;  // from kKeyEogIds
 };
 
 }  // namespace
@@ -581,11 +627,34 @@ int32_t SpecialTrie::child(int32_t node, uint8_t byte) const {
   return (it != children.end() && it->first == byte) ? it->second : -1;
 }
 
-std::string_view Vocab::piece(int32_t id, bool render_special) const {
-  if (!render_special && (tokens[id].attr & (kAttrUnknown | kAttrControl))) return {};
-  return std::string_view(pieces).substr(piece_offsets[id], piece_offsets[id + 1] - piece_offsets[id]);
+void replace_all(std::string* s, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  std::string out;
+  out.reserve(s->size());
+  size_t pos = 0;
+  while (true) {
+    const size_t hit = s->find(from, pos);
+    if (hit == std::string::npos) break;
+    out.append(*s, pos, hit - pos);
+    out.append(to);
+    pos = hit + from.size();
+  }
+  out.append(*s, pos, std::string::npos);
+  s->swap(out);
 }
 
-Result<std::shared_ptr<const Vocab>> load_vocab(const gguf::GgufFile& file) { return Loader(file).load(); }
+std::string_view Vocab::piece(int32_t id, bool render_special) const {
+  if (!render_special && (tokens[id].attr & (kAttrUnknown | kAttrControl))) return {};
+  return std::string_view(pieces).substr(piece_offsets[id],
+                                         piece_offsets[id + 1] - piece_offsets[id]);
+}
+
+Result<std::shared_ptr<const Vocab>> load_vocab(const gguf::GgufFile& file) {
+  return Loader(file).load();
+}
+
+bool is_eog_text(std::string_view text) {
+  return std::find(kEogTexts.begin(), kEogTexts.end(), text) != kEogTexts.end();
+}
 
 }  // namespace vesper::tokenizer

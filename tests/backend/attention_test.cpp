@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -182,6 +183,7 @@ TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes)
   ThreadPool pool(2);
   double worst = 0;
   uint64_t seed = 1;
+  const bool sanitized = std::getenv("VESPER_SANITIZED") != nullptr;
   for (const KvDtypes dtypes : all_kv_dtypes())
     for (int64_t hd : head_dims)
       for (const Grouping& g : groupings)
@@ -189,8 +191,10 @@ TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes)
           // f32 runs every shape; the other types (whose decode is per row, before the shared
           // arithmetic) a head size of each kind (tail only, 8, odd with a body, 64) at two
           // block sizes, to keep the sanitizer runs short.
+          // Under a sanitizer (VESPER_SANITIZED) f32 keeps block size 7 for one head size only.
           const bool f32 = dtypes == KvDtypes{KvDtype::kF32, KvDtype::kF32};
           if (!f32 && (bs == 7 || hd == 1 || hd == 13 || hd == 80 || hd == 128)) continue;
+          if (f32 && sanitized && bs == 7 && hd != 13) continue;
           // Larger queries in some cases make the softmax peaked, exercising the running max.
           const float q_range = seed % 2 ? 1.0f : 6.0f;
           Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, q_range, dtypes);

@@ -255,7 +255,7 @@ TEST(EngineLongRun, TwoThousandRandomRequestsWithAborts) {
     std::mt19937_64 rng(seed);
     // Per mode: 2,000 in all; 600 under the sanitizers (the asan test preset sets
     // VESPER_SANITIZED), whose run checks memory, not volume.
-    const int total = std::getenv("VESPER_SANITIZED") != nullptr ? 300 : 1000;
+    const int total = testing_util::sanitized() ? 300 : 1000;
     int added = 0, finished = 0, aborted = 0;
     std::set<std::string> live;
     for (int64_t step = 0; (added < total || e->has_unfinished()) && step < 200000; ++step) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -12,6 +13,13 @@
 #include "engine/engine.h"
 
 namespace vesper::testing_util {
+
+// Whether the tests run under a sanitizer (the asan and tsan test presets set VESPER_SANITIZED).
+// There a test's run checks memory and races, not volume: the heavy equivalence tests take fewer
+// prompts, each path still taken.
+inline bool sanitized() {
+  return std::getenv("VESPER_SANITIZED") != nullptr;
+}
 
 inline const char* kStoriesLong = "../shared/models/stories260K-f32.gguf";
 
@@ -33,7 +41,8 @@ inline std::unique_ptr<engine::Engine> make_engine(const engine::EngineConfig& c
 
 // Runs until every request finished; returns the final output of each request by id. Checks
 // the engine's invariants after every step.
-inline std::map<std::string, engine::RequestOutput> run_to_completion(engine::Engine& e, int64_t max_steps = 100000) {
+inline std::map<std::string, engine::RequestOutput> run_to_completion(engine::Engine& e,
+                                                                      int64_t max_steps = 100000) {
   std::map<std::string, engine::RequestOutput> done;
   for (int64_t step = 0; e.has_unfinished(); ++step) {
     EXPECT_LT(step, max_steps) << "engine did not finish";
@@ -56,9 +65,15 @@ inline void expect_no_leaks(const engine::Engine& e) {
 // 64 prompts of varied lengths made from story sentences.
 inline std::vector<std::string> varied_prompts(int n = 64) {
   const std::vector<std::string> parts = {
-      "Once upon a time", " there was a little girl named Lily.", " She loved to play outside in the park.",
-      " One day, she saw a big red ball.", " Tom and his dog went to the beach.", " The sun was hot and bright.",
-      " They found a shiny shell in the sand.", " Mom said it was time to go home.", " The cat was very hungry.",
+      "Once upon a time",
+      " there was a little girl named Lily.",
+      " She loved to play outside in the park.",
+      " One day, she saw a big red ball.",
+      " Tom and his dog went to the beach.",
+      " The sun was hot and bright.",
+      " They found a shiny shell in the sand.",
+      " Mom said it was time to go home.",
+      " The cat was very hungry.",
       " Ben wanted to help his friend.",
   };
   std::vector<std::string> prompts;
@@ -93,7 +108,8 @@ inline sample::SamplingParams greedy_params(int64_t max_tokens = 48) {
 }
 
 // Adds every prompt (request id = its index) at once and runs the engine to completion.
-inline RunResult run_ids(const engine::EngineConfig& config, const std::vector<std::vector<int32_t>>& prompts,
+inline RunResult run_ids(const engine::EngineConfig& config,
+                         const std::vector<std::vector<int32_t>>& prompts,
                          const sample::SamplingParams& params = greedy_params()) {
   auto e = make_engine(config);
   EXPECT_NE(e, nullptr);
@@ -109,7 +125,8 @@ inline RunResult run_ids(const engine::EngineConfig& config, const std::vector<s
   return r;
 }
 
-inline RunResult run_texts(const engine::EngineConfig& config, const std::vector<std::string>& prompts,
+inline RunResult run_texts(const engine::EngineConfig& config,
+                           const std::vector<std::string>& prompts,
                            const sample::SamplingParams& params = greedy_params()) {
   auto e = make_engine(config);
   std::vector<std::vector<int32_t>> ids;
@@ -131,7 +148,8 @@ inline void expect_same(const RunResult& a, const RunResult& b, const std::strin
       for (size_t t = 0; t < x_out.logprobs.size(); ++t) {
         const auto& x = x_out.logprobs[t];
         const auto& y = y_out.logprobs[t];
-        ASSERT_EQ(0, std::memcmp(&x.logprob, &y.logprob, sizeof(float))) << what << ", request " << id << " token " << t;
+        ASSERT_EQ(0, std::memcmp(&x.logprob, &y.logprob, sizeof(float)))
+            << what << ", request " << id << " token " << t;
         for (size_t k = 0; k < x.top.size(); ++k)
           ASSERT_EQ(0, std::memcmp(&x.top[k].logprob, &y.top[k].logprob, sizeof(float)))
               << what << ", request " << id << " token " << t;

@@ -48,9 +48,10 @@ std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& 
 std::vector<std::vector<int32_t>> sharing_prompts() {
   std::vector<std::vector<int32_t>> prompts;
   const int prefix_len[] = {37, 64, 100, 150};
+  const int per_prefix = testing_util::sanitized() ? 8 : 16;  // prompts sharing each prefix
   for (int p = 0; p < 4; ++p) {
     const auto prefix = story_ids(prefix_len[p], p);
-    for (int s = 0; s < 16; ++s) {
+    for (int s = 0; s < per_prefix; ++s) {
       if (s == 0) {
         prompts.push_back(prefix);
       } else if (s % 5 == 0) {  // diverges inside a block of the prefix
@@ -62,7 +63,7 @@ std::vector<std::vector<int32_t>> sharing_prompts() {
     }
   }
   prompts.push_back(prompts[3]);
-  prompts.push_back(prompts[40]);
+  prompts.push_back(prompts[2 * per_prefix + per_prefix / 2]);
   return prompts;
 }
 
@@ -301,7 +302,7 @@ TEST(PrefixCacheLongRun, RandomRequestsOverFewPrefixesWithAborts) {
     auto e = make_engine(c);
     // Per mode: 2,000 in all; 600 under the sanitizers (the asan test preset sets
     // VESPER_SANITIZED), whose run checks memory, not volume.
-    const int total = std::getenv("VESPER_SANITIZED") != nullptr ? 300 : 1000;
+    const int total = testing_util::sanitized() ? 300 : 1000;
     int added = 0, finished = 0, aborted = 0;
     std::set<std::string> live;
     // Greedy requests with the same prompt must agree on every token both produced.

@@ -33,7 +33,7 @@ EngineConfig with_draft(EngineConfig c, int64_t k = 4) {
 
 // Stories repeat themselves (names, phrases), so prompt lookup finds proposals all the time.
 std::vector<std::string> prompts() {
-  auto p = testing_util::varied_prompts(24);
+  auto p = testing_util::varied_prompts(testing_util::sanitized() ? 12 : 24);
   p.push_back("Lily had a red ball. Lily had a red ball. Lily had a");
   p.push_back("Tom and Sue went to the park. Tom and Sue went to the");
   return p;

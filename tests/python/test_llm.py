@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import ENGINE_ARGS, STORIES, run_generate_json
+from conftest import ENGINE_ARGS, MODELS, STORIES, run_generate_json
 from vesper import (LLM, CompletionOutput, GuidedDecodingParams, RequestOutput, SamplingParams,
                     StructuredOutputsParams)
 
@@ -45,6 +45,16 @@ def test_greedy_equals_vesper_generate_and_llama_cpp(llm, expected):
         m = out.metrics
         assert m.arrival_time <= m.first_token_time <= m.finished_time
     assert_no_blocks_held(llm)
+
+
+def test_a_hugging_face_checkpoint_directory_is_a_model(llm, expected):
+    # vLLM's usual input: LLM(model=checkpoint directory). Same weights as stories260K.gguf, so
+    # the same greedy ids.
+    hf = LLM(str(MODELS / "hf" / "stories260K"), **ENGINE_ARGS)
+    prompts = [r["prompt"] for r in expected]
+    for out, ref in zip(hf.generate(prompts, GREEDY, use_tqdm=False), expected):
+        assert out.prompt_token_ids == ref["prompt_ids"]
+        assert out.outputs[0].token_ids == ref["ids"][:32]
 
 
 def test_token_id_prompts_and_prompt_dicts(llm, expected):

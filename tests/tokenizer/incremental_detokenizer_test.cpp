@@ -22,9 +22,10 @@ const Tokenizer& vocab(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
   auto it = cache.find(name);
   if (it == cache.end()) {
-    const std::string path = name == "stories260K"
-                                 ? std::string(tok_test::kModelsDir) + "/stories260K.gguf"
-                                 : std::string(tok_test::kVectorsDir) + "/ggml-vocab-" + name + ".gguf";
+    const std::string path =
+        name == "stories260K"
+            ? std::string(tok_test::kModelsDir) + "/stories260K.gguf"
+            : std::string(tok_test::kVectorsDir) + "/ggml-vocab-" + name + ".gguf";
     Result<Tokenizer> tok = tok_test::load_tokenizer(path);
     VESPER_CHECK(tok.ok(), "%s", tok.ok() ? "" : tok.error().message.c_str());
     it = cache.emplace(name, std::make_unique<Tokenizer>(std::move(tok).value())).first;
@@ -33,7 +34,8 @@ const Tokenizer& vocab(const std::string& name) {
 }
 
 // Feeds `ids` one by one; returns the deltas (the last one from flush()).
-std::vector<std::string> stream(const Tokenizer& tok, const std::vector<int32_t>& ids, DetokenizeOptions options) {
+std::vector<std::string> stream(const Tokenizer& tok, const std::vector<int32_t>& ids,
+                                DetokenizeOptions options) {
   IncrementalDetokenizer detok(tok, options);
   std::vector<std::string> deltas;
   for (int32_t id : ids) deltas.emplace_back(detok.feed(id));
@@ -54,7 +56,8 @@ TEST(IncrementalDetokenizer, HoldsBackACharacterSplitOverByteTokens) {
   for (const char* b : {"<0xE2>", "<0x80>", "<0x99>", "<0xF0>", "<0x9F>", "<0xA6>", "<0x99>"})
     ids.push_back(*tok.find_token(b));
   const std::vector<std::string> deltas = stream(tok, ids, {});
-  const std::vector<std::string> expected = {"", "", "\xE2\x80\x99", "", "", "", "\xF0\x9F\xA6\x99", ""};
+  const std::vector<std::string> expected = {"", "", "\xE2\x80\x99",     "",
+                                             "", "", "\xF0\x9F\xA6\x99", ""};
   EXPECT_EQ(deltas, expected);
 }
 
@@ -64,7 +67,9 @@ TEST(IncrementalDetokenizer, ReplacesInvalidSequencesAsSoonAsTheyAreKnown) {
   const int32_t a = *tok.find_token("a");
   IncrementalDetokenizer detok(tok);
   EXPECT_EQ(detok.feed(e2), "");
-  EXPECT_EQ(detok.feed(a), "\xEF\xBF\xBD" "a");  // E2 followed by 'a' can never complete
+  EXPECT_EQ(detok.feed(a),
+            "\xEF\xBF\xBD"
+            "a");  // E2 followed by 'a' can never complete
   EXPECT_EQ(detok.feed(e2), "");
   EXPECT_EQ(detok.flush(), "\xEF\xBF\xBD");  // incomplete at the end
 }
@@ -73,7 +78,8 @@ TEST(IncrementalDetokenizer, StripsTheFirstSpaceUnlessContinuing) {
   const Tokenizer& tok = vocab("llama-spm");
   const std::vector<int32_t> ids = tok.encode("upon a time", false, false);  // "▁upon" "▁a" "▁time"
   EXPECT_EQ(concat(stream(tok, ids, {})), "upon a time");
-  EXPECT_EQ(concat(stream(tok, ids, {.skip_special = false, .continuation = true})), " upon a time");
+  EXPECT_EQ(concat(stream(tok, ids, {.skip_special = false, .continuation = true})),
+            " upon a time");
   // After a BOS that is skipped the space stays (llama.cpp's rule), exactly as decode() does.
   std::vector<int32_t> with_bos = tok.encode("upon a time", true, false);
   EXPECT_EQ(concat(stream(tok, with_bos, {.skip_special = true})), tok.decode(with_bos, true));
@@ -109,29 +115,36 @@ TEST(IncrementalDetokenizer, DropsATrailingEosOnlyWhenItIsLast) {
   std::vector<int32_t> eos_inside = ids;
   eos_inside.push_back(ids[1]);
   EXPECT_EQ(tok->decode(eos_inside, true), " ab</s> ab");
-  EXPECT_EQ(concat(stream(*tok, eos_inside, {.skip_special = true})), tok->decode(eos_inside, true));
+  EXPECT_EQ(concat(stream(*tok, eos_inside, {.skip_special = true})),
+            tok->decode(eos_inside, true));
 }
 
 const std::vector<std::string> kStreamTexts = {
     "Once upon a time, there was a llama \xF0\x9F\xA6\x99 who liked C++.",
-    "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8" "apple\xE5\xB7\xA5\xE4\xBD\x9C\n\n  indented\tline",
-    "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 , \xD0\xBC\xD0\xB8\xD1\x80 ! It 's 'quoted' ?",
-    "\xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F \xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B C\xE1\xBB\xAD" "a",
+    "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8"
+    "apple\xE5\xB7\xA5\xE4\xBD\x9C\n\n  indented\tline",
+    "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 , \xD0\xBC\xD0\xB8\xD1\x80 ! It 's 'quoted' "
+    "?",
+    "\xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F "
+    "\xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B C\xE1\xBB\xAD"
+    "a",
 };
 
-const std::vector<std::string> kAllVocabs = {"stories260K", "llama-spm", "phi-3", "gpt-2", "deepseek-llm",
-                                             "deepseek-coder", "falcon", "mpt", "starcoder", "refact",
-                                             "bert-bge"};
+const std::vector<std::string> kAllVocabs = {"stories260K",  "llama-spm",      "phi-3",   "gpt-2",
+                                             "deepseek-llm", "deepseek-coder", "falcon",  "mpt",
+                                             "starcoder",    "refact",         "bert-bge"};
 
 class IncrementalDetokenizerVocab : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(IncrementalDetokenizerVocab, DeltasAreWholeCharactersAndAddUpToDecode) {
   const Tokenizer& tok = vocab(GetParam());
   for (const std::string& text : kStreamTexts) {
-    const std::vector<int32_t> ids = tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
+    const std::vector<int32_t> ids =
+        tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
     for (const bool skip : {false, true}) {
       for (const bool continuation : {false, true}) {
-        const std::vector<std::string> deltas = stream(tok, ids, {.skip_special = skip, .continuation = continuation});
+        const std::vector<std::string> deltas =
+            stream(tok, ids, {.skip_special = skip, .continuation = continuation});
         for (const std::string& d : deltas) EXPECT_TRUE(is_valid_utf8(d)) << escape(d);
         if (!continuation) {
           EXPECT_EQ(escape(concat(deltas)), escape(tok.decode(ids, skip))) << ids_to_string(ids);
@@ -161,10 +174,12 @@ TEST_P(IncrementalDetokenizerVocab, RandomTokenStreamsAddUpToDecode) {
   std::uniform_int_distribution<int32_t> any(0, tok.n_vocab() - 1);
   for (int round = 0; round < 50; ++round) {
     std::vector<int32_t> ids(1 + rng() % 40);
-    for (int32_t& id : ids) id = (!bytes.empty() && rng() % 2) ? bytes[rng() % bytes.size()] : any(rng);
+    for (int32_t& id : ids)
+      id = (!bytes.empty() && rng() % 2) ? bytes[rng() % bytes.size()] : any(rng);
     for (const bool skip : {false, true}) {
       const std::vector<std::string> deltas = stream(tok, ids, {.skip_special = skip});
-      for (const std::string& d : deltas) ASSERT_TRUE(is_valid_utf8(d)) << escape(d) << " in " << ids_to_string(ids);
+      for (const std::string& d : deltas)
+        ASSERT_TRUE(is_valid_utf8(d)) << escape(d) << " in " << ids_to_string(ids);
       ASSERT_EQ(escape(concat(deltas)), escape(tok.decode(ids, skip))) << ids_to_string(ids);
     }
   }

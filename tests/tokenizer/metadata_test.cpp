@@ -54,13 +54,15 @@ TEST(TokenizerMetadata, EmptyTokensIsAnError) {
 TEST(TokenizerMetadata, ScoresLengthMismatchIsAnError) {
   Metadata md = tok_test::spm_metadata();
   tok_test::set_key(&md, "tokenizer.ggml.scores", Value::f32_array({0.0f, 1.0f}));
-  expect_error(load("short_scores", md), "short_scores", {"tokenizer.ggml.scores", "has 2 entries, expected 265"});
+  expect_error(load("short_scores", md), "short_scores",
+               {"tokenizer.ggml.scores", "has 2 entries, expected 265"});
 }
 
 TEST(TokenizerMetadata, ScoresOfTheWrongTypeAreAnError) {
   Metadata md = tok_test::spm_metadata();
   tok_test::set_key(&md, "tokenizer.ggml.scores", Value::string("high"));
-  expect_error(load("string_scores", md), "string_scores", {"tokenizer.ggml.scores", "float32 or int32"});
+  expect_error(load("string_scores", md), "string_scores",
+               {"tokenizer.ggml.scores", "float32 or int32"});
 }
 
 TEST(TokenizerMetadata, IntegerScoresAreAccepted) {
@@ -75,7 +77,8 @@ TEST(TokenizerMetadata, IntegerScoresAreAccepted) {
 TEST(TokenizerMetadata, TokenTypeLengthMismatchIsAnError) {
   Metadata md = tok_test::spm_metadata();
   tok_test::set_key(&md, "tokenizer.ggml.token_type", Value::i32_array({1, 1, 1}));
-  expect_error(load("short_types", md), "short_types", {"tokenizer.ggml.token_type", "has 3 entries"});
+  expect_error(load("short_types", md), "short_types",
+               {"tokenizer.ggml.token_type", "has 3 entries"});
 }
 
 TEST(TokenizerMetadata, MissingModelIsAnError) {
@@ -94,8 +97,9 @@ TEST(TokenizerMetadata, UnknownModelIsNamedWithTheSupportedOnes) {
 TEST(TokenizerMetadata, UnknownPreTokenizerIsNamedWithTheSupportedOnes) {
   Metadata md = tok_test::bpe_metadata();
   tok_test::set_key(&md, "tokenizer.ggml.pre", Value::string("mystery"));
-  expect_error(load("pre_mystery", md), "pre_mystery",
-               {"tokenizer.ggml.pre", "\"mystery\"", "llama-bpe", "qwen2", "deepseek-llm", "gpt-2"});
+  expect_error(
+      load("pre_mystery", md), "pre_mystery",
+      {"tokenizer.ggml.pre", "\"mystery\"", "llama-bpe", "qwen2", "deepseek-llm", "gpt-2"});
 }
 
 TEST(TokenizerMetadata, BpeWithoutMergesIsAnError) {
@@ -116,7 +120,8 @@ TEST(TokenizerMetadata, DuplicateTokenIsAnError) {
   tok_test::set_key(&md, "tokenizer.ggml.tokens", Value::string_array(tokens));
   tok_test::remove_key(&md, "tokenizer.ggml.scores");
   tok_test::remove_key(&md, "tokenizer.ggml.token_type");
-  expect_error(load("duplicate", md), "duplicate", {"tokenizer.ggml.tokens", "\"a\" twice", "ids 3 and 4"});
+  expect_error(load("duplicate", md), "duplicate",
+               {"tokenizer.ggml.tokens", "\"a\" twice", "ids 3 and 4"});
 }
 
 TEST(TokenizerMetadata, SpecialIdOfTheWrongTypeIsAnError) {
@@ -138,7 +143,8 @@ TEST(TokenizerMetadata, SpecialIdOutsideTheVocabularyKeepsTheDefault) {
 
 TEST(TokenizerMetadata, AddBosWithoutABosTokenIsAnError) {
   Metadata md = tok_test::bpe_metadata();
-  tok_test::remove_key(&md, "tokenizer.ggml.bos_token_id");  // the default (11) is a byte token here
+  tok_test::remove_key(&md,
+                       "tokenizer.ggml.bos_token_id");  // the default (11) is a byte token here
   tok_test::set_key(&md, "tokenizer.ggml.tokens", Value::string_array({"a", "b", "ab"}));
   tok_test::set_key(&md, "tokenizer.ggml.token_type", Value::i32_array({1, 1, 1}));
   tok_test::set_key(&md, "tokenizer.ggml.eos_token_id", Value::u32(2));
@@ -156,9 +162,11 @@ TEST(TokenizerSyntheticSpm, MergesTheHighestScoringPairFirst) {
   Result<Tokenizer> tok = load("spm_merge", tok_test::spm_metadata());
   ASSERT_TRUE(tok.ok()) << tok.error().message;
   // "ab" (-4) beats "\u2581a" (-5), and then "\u2581ab" exists: one token.
-  EXPECT_EQ(tok->encode("ab", false, false), (std::vector<int32_t>{*tok->find_token("\xE2\x96\x81" "ab")}));
+  EXPECT_EQ(tok->encode("ab", false, false), (std::vector<int32_t>{*tok->find_token("\xE2\x96\x81"
+                                                                                    "ab")}));
   // Without "b", "\u2581a" is the only merge.
-  EXPECT_EQ(tok->encode("a", false, false), (std::vector<int32_t>{*tok->find_token("\xE2\x96\x81" "a")}));
+  EXPECT_EQ(tok->encode("a", false, false), (std::vector<int32_t>{*tok->find_token("\xE2\x96\x81"
+                                                                                   "a")}));
   // Characters that are no token fall back to their bytes.
   EXPECT_EQ(tok->encode("\xC3\xA9", false, false),
             (std::vector<int32_t>{*tok->find_token("\xE2\x96\x81"), *tok->find_token("<0xC3>"),
@@ -178,12 +186,15 @@ TEST(TokenizerSyntheticSpm, AddSpacePrefixCanBeTurnedOff) {
 TEST(TokenizerSyntheticBpe, MergesByRankWithinAWord) {
   Result<Tokenizer> tok = load("bpe_merge", tok_test::bpe_metadata());
   ASSERT_TRUE(tok.ok()) << tok.error().message;
-  const int32_t space_ab = *tok->find_token("\xC4\xA0" "ab");
+  const int32_t space_ab = *tok->find_token(
+      "\xC4\xA0"
+      "ab");
   const int32_t ab = *tok->find_token("ab");
   // "Ġ a" has rank 0, so " ab" is Ġa + b -> "Ġa b" (rank 2) -> "Ġab".
   EXPECT_EQ(tok->encode(" ab", false, false), (std::vector<int32_t>{space_ab}));
   EXPECT_EQ(tok->encode("ab ab", false, false), (std::vector<int32_t>{ab, space_ab}));
-  EXPECT_EQ(tok->decode(tok->encode("ab ab\n\xF0\x9F\xA6\x99", false, false)), "ab ab\n\xF0\x9F\xA6\x99");
+  EXPECT_EQ(tok->decode(tok->encode("ab ab\n\xF0\x9F\xA6\x99", false, false)),
+            "ab ab\n\xF0\x9F\xA6\x99");
   EXPECT_EQ(tok->eos_id(), tok->find_token("<|endoftext|>"));
   EXPECT_FALSE(tok->add_bos());
 }

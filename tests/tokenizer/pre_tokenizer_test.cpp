@@ -15,7 +15,8 @@ std::vector<std::string> pieces(std::string_view pre, std::string_view text) {
   Result<RegexSplitter> splitter = RegexSplitter::compile(preset->patterns);
   VESPER_CHECK(splitter.ok(), "%s", splitter.ok() ? "" : splitter.error().message.c_str());
   std::vector<std::string> out;
-  for (const Span& s : splitter->split(text)) out.emplace_back(text.substr(s.begin, s.end - s.begin));
+  for (const Span& s : splitter->split(text))
+    out.emplace_back(text.substr(s.begin, s.end - s.begin));
   return out;
 }
 

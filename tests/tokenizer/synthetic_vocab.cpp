@@ -20,7 +20,16 @@ Metadata spm_metadata() {
     types.push_back(6);  // byte
   }
   const std::pair<const char*, float> normal[] = {
-      {"\xE2\x96\x81", -1}, {"a", -2}, {"b", -3}, {"\xE2\x96\x81" "a", -5}, {"ab", -4}, {"\xE2\x96\x81" "ab", -6},
+      {"\xE2\x96\x81", -1},
+      {"a", -2},
+      {"b", -3},
+      {"\xE2\x96\x81"
+       "a",
+       -5},
+      {"ab", -4},
+      {"\xE2\x96\x81"
+       "ab",
+       -6},
   };
   for (const auto& [text, score] : normal) {
     tokens.push_back(text);
@@ -44,7 +53,8 @@ Metadata bpe_metadata() {
   std::vector<std::string> tokens;
   int next = 256;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const bool printable =
+        (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     const int cpt = printable ? b : next++;
     std::string s;
     if (cpt < 0x80) {
@@ -55,7 +65,13 @@ Metadata bpe_metadata() {
     }
     tokens.push_back(s);
   }
-  for (const char* t : {"\xC4\xA0" "a", "ab", "\xC4\xA0" "ab", "<|endoftext|>"}) tokens.push_back(t);
+  for (const char* t : {"\xC4\xA0"
+                        "a",
+                        "ab",
+                        "\xC4\xA0"
+                        "ab",
+                        "<|endoftext|>"})
+    tokens.push_back(t);
   std::vector<int32_t> types(tokens.size(), 1);
   types.back() = 3;
   const int32_t eot = static_cast<int32_t>(tokens.size()) - 1;
@@ -65,7 +81,9 @@ Metadata bpe_metadata() {
       {"tokenizer.ggml.pre", Value::string("gpt-2")},
       {"tokenizer.ggml.tokens", Value::string_array(tokens)},
       {"tokenizer.ggml.token_type", Value::i32_array(types)},
-      {"tokenizer.ggml.merges", Value::string_array({"\xC4\xA0 a", "a b", "\xC4\xA0" "a b"})},
+      {"tokenizer.ggml.merges", Value::string_array({"\xC4\xA0 a", "a b",
+                                                     "\xC4\xA0"
+                                                     "a b"})},
       {"tokenizer.ggml.bos_token_id", Value::u32(static_cast<uint32_t>(eot))},
       {"tokenizer.ggml.eos_token_id", Value::u32(static_cast<uint32_t>(eot))},
   };

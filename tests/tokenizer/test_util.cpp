@@ -1,5 +1,8 @@
 #include "tokenizer/test_util.h"
 
+#include <fstream>
+#include <sstream>
+
 namespace vesper::tokenizer::tok_test {
 
 Result<Tokenizer> load_tokenizer(const std::string& path) {
@@ -36,6 +39,37 @@ std::string escape(std::string_view s) {
     }
   }
   return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> read_cases(const std::string& path) {
+  const std::string text = read_file(path);
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> cases;
+  for (size_t pos = 0, hit; (hit = text.find(sep, pos)) != std::string::npos;
+       pos = hit + sep.size())
+    cases.push_back(text.substr(pos, hit - pos));
+  return cases;
+}
+
+std::vector<std::vector<int32_t>> read_expected(const std::string& path) {
+  std::vector<std::vector<int32_t>> lines;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<int32_t> ids;
+    std::istringstream words(line);
+    long long id = 0;
+    while (words >> id) ids.push_back(static_cast<int32_t>(id));
+    lines.push_back(std::move(ids));
+  }
+  return lines;
 }
 
 }  // namespace vesper::tokenizer::tok_test

@@ -21,6 +21,13 @@ Result<Tokenizer> load_tokenizer(const std::string& path);
 
 std::string ids_to_string(const std::vector<int32_t>& ids);
 
+// The bytes of a file ("" when it cannot be read).
+std::string read_file(const std::string& path);
+// llama.cpp's vector files: .inp holds the cases joined by "\n__ggml_vocab_test__\n" (which also
+// ends the file); .out one line of space-separated ids per case.
+std::vector<std::string> read_cases(const std::string& path);
+std::vector<std::vector<int32_t>> read_expected(const std::string& path);
+
 // C-style escapes for control and non-ASCII bytes, so failures show exact bytes.
 std::string escape(std::string_view s);
 

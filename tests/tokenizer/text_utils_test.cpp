@@ -13,9 +13,15 @@ namespace {
 
 TEST(Utf8Repair, ReplacesEachMaximalInvalidSubpart) {
   // Unicode's examples: overlong, surrogate, truncated and stray bytes.
-  EXPECT_EQ(sanitize_utf8("a\xC0\xAF" "b"), "a\xEF\xBF\xBD\xEF\xBF\xBD" "b");
+  EXPECT_EQ(sanitize_utf8("a\xC0\xAF"
+                          "b"),
+            "a\xEF\xBF\xBD\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(sanitize_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
-  EXPECT_EQ(sanitize_utf8("\xE2\x80" "x"), "\xEF\xBF\xBD" "x");
+  EXPECT_EQ(sanitize_utf8("\xE2\x80"
+                          "x"),
+            "\xEF\xBF\xBD"
+            "x");
   EXPECT_EQ(sanitize_utf8("\xF0\x9F\xA6"), "\xEF\xBF\xBD");
   EXPECT_EQ(sanitize_utf8("\x80\xBF"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(sanitize_utf8("ok \xF0\x9F\xA6\x99"), "ok \xF0\x9F\xA6\x99");
@@ -27,8 +33,9 @@ TEST(Utf8Repair, StreamingInPiecesEqualsRepairingWhole) {
   const uint32_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const std::string alphabet[] = {"a", "\x80", "\xBF", "\xC3", "\xE2", "\xF0", "\x9F", "\xA6", "\xED", "\xA0",
-                                  "\xF4", "\x90", "\xFF", "\xC3\xA9", "\xE2\x80\x99", "\xF0\x9F\xA6\x99"};
+  const std::string alphabet[] = {
+      "a",    "\x80", "\xBF", "\xC3", "\xE2", "\xF0",     "\x9F",         "\xA6",
+      "\xED", "\xA0", "\xF4", "\x90", "\xFF", "\xC3\xA9", "\xE2\x80\x99", "\xF0\x9F\xA6\x99"};
   for (int round = 0; round < 2000; ++round) {
     std::string text;
     const int n = static_cast<int>(rng() % 12);
@@ -50,7 +57,9 @@ TEST(Utf8Repair, StreamingInPiecesEqualsRepairingWhole) {
 
 TEST(Utf8Lenient, DecodesLikeLlamaCpp) {
   // A broken sequence costs one U+FFFD per byte that starts it; decoding resumes right after.
-  EXPECT_EQ(decode_utf8_lenient("a\xE2\x80" "b"), (std::vector<uint32_t>{'a', 0xFFFD, 0xFFFD, 'b'}));
+  EXPECT_EQ(decode_utf8_lenient("a\xE2\x80"
+                                "b"),
+            (std::vector<uint32_t>{'a', 0xFFFD, 0xFFFD, 'b'}));
   EXPECT_EQ(to_valid_utf8_lenient("\xC3\xA9"), "\xC3\xA9");
   EXPECT_EQ(to_valid_utf8_lenient("\xFF"), "\xEF\xBF\xBD");
 }
@@ -109,7 +118,7 @@ TEST(UnicodeFacts, LowercaseAndNfdBase) {
   EXPECT_EQ(to_lower('A'), static_cast<uint32_t>('a'));
   EXPECT_EQ(to_lower(0x0411), 0x0431u);  // Cyrillic Be
   EXPECT_EQ(to_lower('a'), static_cast<uint32_t>('a'));
-  EXPECT_EQ(nfd_base(0xFC), static_cast<uint32_t>('u'));  // u with diaeresis
+  EXPECT_EQ(nfd_base(0xFC), static_cast<uint32_t>('u'));    // u with diaeresis
   EXPECT_EQ(nfd_base(0x1EED), static_cast<uint32_t>('u'));  // u with horn and hook above
   EXPECT_EQ(nfd_base('x'), static_cast<uint32_t>('x'));
 }
@@ -118,7 +127,8 @@ TEST(UnicodeFacts, ByteLevelAlphabetIsABijection) {
   EXPECT_EQ(byte_to_bpe_char(' '), "\xC4\xA0");  // U+0120
   EXPECT_EQ(byte_to_bpe_char('a'), "a");
   for (int b = 0; b < 256; ++b) {
-    const std::vector<uint32_t> cpts = decode_utf8_lenient(byte_to_bpe_char(static_cast<uint8_t>(b)));
+    const std::vector<uint32_t> cpts =
+        decode_utf8_lenient(byte_to_bpe_char(static_cast<uint8_t>(b)));
     ASSERT_EQ(cpts.size(), 1u);
     EXPECT_EQ(bpe_char_to_byte(cpts[0]), b);
   }

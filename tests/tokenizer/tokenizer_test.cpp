@@ -32,14 +32,17 @@ const Tokenizer& vocab(const std::string& name) {
   return *it->second;
 }
 
-const Tokenizer& stories() { return vocab(std::string(tok_test::kModelsDir) + "/stories260K.gguf"); }
+const Tokenizer& stories() {
+  return vocab(std::string(tok_test::kModelsDir) + "/stories260K.gguf");
+}
 
 TEST(TokenizerStories, EncodesReferencePromptsWithBos) {
   const Tokenizer& tok = stories();
-  EXPECT_EQ(tok.encode("Once upon a time", true, false), (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(tok.encode("Once upon a time", true, false),
+            (std::vector<int32_t>{1, 403, 407, 261, 378}));
   EXPECT_EQ(tok.encode("I believe the meaning of life is", true, false),
-            (std::vector<int32_t>{1, 359, 329, 421, 417, 411, 360, 265, 284, 411, 303, 299, 373, 397, 431,
-                                  411, 410, 293}));
+            (std::vector<int32_t>{1, 359, 329, 421, 417, 411, 360, 265, 284, 411, 303, 299, 373,
+                                  397, 431, 411, 410, 293}));
   EXPECT_EQ(tok.encode("Hi how are you", true, false),
             (std::vector<int32_t>{1, 320, 417, 270, 327, 261, 276, 364}));
 }
@@ -66,7 +69,8 @@ TEST(TokenizerStories, ReportsVocabularyFacts) {
 
 TEST(TokenizerLlama2, EncodesReferencePrompt) {
   const Tokenizer& tok = vocab(std::string(tok_test::kModelsDir) + "/llama-2-tiny-random.gguf");
-  EXPECT_EQ(tok.encode("Once upon a time", true, false), (std::vector<int32_t>{1, 9038, 2501, 263, 931}));
+  EXPECT_EQ(tok.encode("Once upon a time", true, false),
+            (std::vector<int32_t>{1, 9038, 2501, 263, 931}));
 }
 
 TEST(TokenizerSpm, FallsBackToByteTokensForUnknownCharacters) {
@@ -85,15 +89,21 @@ const std::vector<std::string> kRoundTripTexts = {
     "Hello world",
     "  two leading spaces, and two trailing  ",
     "tabs\tand\nnewlines\n\n\r\nend",
-    "\xF0\x9F\xA6\x99 llamas \xF0\x9F\x9A\x80 rockets \xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F fog",
-    "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8" "apple\xE5\xB7\xA5\xE4\xBD\x9C" "1314151\xE5\xA4\xA9\xEF\xBD\x9E",
-    "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xD0\xBD\xD0\xB0 \xD0\x91\xD1\x8A\xD0\xBB\xD0\xB3\xD0\xB0\xD1\x80\xD1\x81\xD0\xBA\xD0\xB8",
+    "\xF0\x9F\xA6\x99 llamas \xF0\x9F\x9A\x80 rockets "
+    "\xF0\x9F\x98\xB6\xE2\x80\x8D\xF0\x9F\x8C\xAB\xEF\xB8\x8F fog",
+    "\xE6\x88\x91\xE6\x83\xB3\xE5\x9C\xA8"
+    "apple\xE5\xB7\xA5\xE4\xBD\x9C"
+    "1314151\xE5\xA4\xA9\xEF\xBD\x9E",
+    "\xD0\xBD\xD0\xB5\xD1\x89\xD0\xBE \xD0\xBD\xD0\xB0 "
+    "\xD0\x91\xD1\x8A\xD0\xBB\xD0\xB3\xD0\xB0\xD1\x80\xD1\x81\xD0\xBA\xD0\xB8",
     "\xE1\x9E\x80\xE1\x9E\xB6\xE1\x9E\x93\xE1\x9F\x8B\xE1\x9E\x8F\xE1\x9F\x82",
-    "C\xE1\xBB\xAD" "a Vi\xE1\xBB\x87t",
+    "C\xE1\xBB\xAD"
+    "a Vi\xE1\xBB\x87t",
     "int main() { return 0; }\n",
     "3.14159 and 1,000,000 and 007",
     "\xEA\xB0\x80\xEB\x82\x98\xEB\x8B\xA4 \xE3\x81\x8B\xE3\x81\xAA \xE3\x82\xAB\xE3\x83\x8A",
-    "non\xC2\xA0" "breaking\xE2\x80\x83spaces",
+    "non\xC2\xA0"
+    "breaking\xE2\x80\x83spaces",
 };
 
 class RoundTrip : public ::testing::TestWithParam<std::string> {};
@@ -110,8 +120,9 @@ TEST_P(RoundTrip, DecodeOfEncodeGivesTheTextBack) {
 
 // WPM lowercases and drops accents, so it cannot round-trip; it is checked separately.
 INSTANTIATE_TEST_SUITE_P(ReversibleVocabs, RoundTrip,
-                         ::testing::Values("stories260K", "llama-spm", "phi-3", "gpt-2", "deepseek-llm",
-                                           "deepseek-coder", "falcon", "mpt", "starcoder", "refact"),
+                         ::testing::Values("stories260K", "llama-spm", "phi-3", "gpt-2",
+                                           "deepseek-llm", "deepseek-coder", "falcon", "mpt",
+                                           "starcoder", "refact"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name)
@@ -132,7 +143,8 @@ TEST(TokenizerDecode, SpmStripsTheSpacePrefixButKeepsItAfterADroppedBos) {
 TEST(TokenizerDecode, CleansUpSpacesForVocabsThatAskForIt) {
   const Tokenizer& gpt2 = vocab("gpt-2");
   ASSERT_TRUE(gpt2.clean_spaces());
-  const std::string text = "Hello , world . Is it ? Yes ! It 's , I 'm , we 're , they 've , don 't";
+  const std::string text =
+      "Hello , world . Is it ? Yes ! It 's , I 'm , we 're , they 've , don 't";
   EXPECT_EQ(gpt2.decode(gpt2.encode(text, false, false)),
             "Hello, world. Is it? Yes! It's, I'm, we're, they've, don 't");
   const Tokenizer& coder = vocab("deepseek-coder");
@@ -144,7 +156,9 @@ TEST(TokenizerDecode, ReplacesInvalidUtf8WithReplacementCharacter) {
   const Tokenizer& tok = vocab("llama-spm");
   const std::vector<int32_t> ids = {*tok.find_token("<0xE2>"), *tok.find_token("<0x80>"),
                                     *tok.find_token("a")};
-  EXPECT_EQ(tok.decode(ids), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(tok.decode(ids),
+            "\xEF\xBF\xBD"
+            "a");
 }
 
 TEST(TokenizerWpm, WrapsWithClsAndSepAndLowercases) {
@@ -215,7 +229,8 @@ TEST(TokenizerSpecial, UserDefinedTokensAreAlwaysMatched) {
   // mpt's added whitespace tokens: the longest run wins.
   const Tokenizer& mpt = vocab("mpt");
   const std::vector<int32_t> spaces = mpt.encode("a      b", false, false);
-  EXPECT_EQ(std::count(spaces.begin(), spaces.end(), *mpt.find_token("      ")), 1) << ids_to_string(spaces);
+  EXPECT_EQ(std::count(spaces.begin(), spaces.end(), *mpt.find_token("      ")), 1)
+      << ids_to_string(spaces);
 }
 
 TEST(TokenizerSpecial, AddsBosOnlyWhereTheVocabularyDoes) {
@@ -237,22 +252,22 @@ TEST(TokenizerSpeed, LongInputsEncodeInLinearTime) {
   std::string text;
   while (text.size() < (1u << 18)) text += paragraph;
   const std::vector<std::string> adversarial = {
-      std::string(100000, ' ') + "x",
-      std::string(100000, ' ') + "\xF0\x9F\x98\x80",
-      std::string(100000, '\n') + "x",
-      std::string(100000, 'a'),
-      std::string(100000, '!'),
-      std::string(100000, '3'),
+      std::string(100000, ' ') + "x",  std::string(100000, ' ') + "\xF0\x9F\x98\x80",
+      std::string(100000, '\n') + "x", std::string(100000, 'a'),
+      std::string(100000, '!'),        std::string(100000, '3'),
   };
-  for (const char* name : {"llama-spm", "gpt-2", "deepseek-llm", "deepseek-coder", "falcon",
-                                  "mpt", "starcoder", "bert-bge"}) {
+  for (const char* name : {"llama-spm", "gpt-2", "deepseek-llm", "deepseek-coder", "falcon", "mpt",
+                           "starcoder", "bert-bge"}) {
     const Tokenizer& tok = vocab(name);
     const auto start = std::chrono::steady_clock::now();
     const std::vector<int32_t> ids = tok.encode(text, false, false);
-    for (const std::string& a : adversarial) EXPECT_FALSE(tok.encode(a, false, false).empty()) << name;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const std::string& a : adversarial)
+      EXPECT_FALSE(tok.encode(a, false, false).empty()) << name;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_GT(ids.size(), text.size() / 16) << name;
-    EXPECT_LT(seconds, 20.0) << name << " took " << seconds << " s for 256 KiB plus adversarial inputs";
+    EXPECT_LT(seconds, 20.0) << name << " took " << seconds
+                             << " s for 256 KiB plus adversarial inputs";
   }
 }
 
@@ -260,7 +275,8 @@ TEST(TokenizerThreads, ConcurrentEncodesGiveTheSameIds) {
   for (const char* name : {"gpt-2", "llama-spm", "bert-bge"}) {
     // A fresh tokenizer, so lazily built state (the WPM category table, per-thread regex
     // scratch) is first touched from several threads at once.
-    Result<Tokenizer> tok = tok_test::load_tokenizer(std::string(tok_test::kVectorsDir) + "/ggml-vocab-" + name + ".gguf");
+    Result<Tokenizer> tok = tok_test::load_tokenizer(std::string(tok_test::kVectorsDir) +
+                                                     "/ggml-vocab-" + name + ".gguf");
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     std::vector<std::vector<int32_t>> results(4);
     std::vector<std::thread> threads;
@@ -280,11 +296,13 @@ TEST(TokenizerThreads, ConcurrentEncodesGiveTheSameIds) {
 TEST(TokenizerCopies, ShareTheVocabularyAndStayUsableAfterTheOriginalGoes) {
   std::optional<Tokenizer> copy;
   {
-    Result<Tokenizer> tok = tok_test::load_tokenizer(std::string(tok_test::kModelsDir) + "/stories260K.gguf");
+    Result<Tokenizer> tok =
+        tok_test::load_tokenizer(std::string(tok_test::kModelsDir) + "/stories260K.gguf");
     ASSERT_TRUE(tok.ok()) << tok.error().message;
     copy = *tok;
   }
-  EXPECT_EQ(copy->encode("Once upon a time", true, false), (std::vector<int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(copy->encode("Once upon a time", true, false),
+            (std::vector<int32_t>{1, 403, 407, 261, 378}));
 }
 
 }  // namespace

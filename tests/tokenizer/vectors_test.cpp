@@ -18,50 +18,16 @@ namespace {
 using tok_test::escape;
 using tok_test::ids_to_string;
 using tok_test::kVectorsDir;
+using tok_test::read_cases;
+using tok_test::read_expected;
+using tok_test::read_file;
 
 // Every vocabulary in the vectors directory. VectorsDirectoryHoldsExactlyTheseVocabs keeps this
 // list honest, so a vocabulary added there cannot be silently skipped.
 const std::vector<std::string> kVocabs = {
-    "bert-bge", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2",
-    "llama-spm", "mpt", "phi-3", "refact", "starcoder",
+    "bert-bge", "deepseek-coder", "deepseek-llm", "falcon",    "gpt-2", "llama-spm",
+    "mpt",      "phi-3",          "refact",       "starcoder",
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// .inp: cases joined by "\n__ggml_vocab_test__\n", which also ends the file.
-std::vector<std::string> read_cases(const std::string& path) {
-  const std::string text = read_file(path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> cases;
-  size_t pos = 0;
-  while (true) {
-    const size_t hit = text.find(sep, pos);
-    if (hit == std::string::npos) break;
-    cases.push_back(text.substr(pos, hit - pos));
-    pos = hit + sep.size();
-  }
-  return cases;
-}
-
-// .out: one line per case, ids separated by spaces (each line starts with one).
-std::vector<std::vector<int32_t>> read_expected(const std::string& path) {
-  std::vector<std::vector<int32_t>> lines;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<int32_t> ids;
-    std::istringstream words(line);
-    long long id = 0;
-    while (words >> id) ids.push_back(static_cast<int32_t>(id));
-    lines.push_back(std::move(ids));
-  }
-  return lines;
-}
 
 class TokenizerVectors : public ::testing::TestWithParam<std::string> {};
 
@@ -77,10 +43,12 @@ TEST_P(TokenizerVectors, EncodesEveryCaseLikeTheReference) {
 
   int failures = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
-    const std::vector<int32_t> got = tok->encode(cases[i], /*add_special=*/false, /*parse_special=*/false);
+    const std::vector<int32_t> got =
+        tok->encode(cases[i], /*add_special=*/false, /*parse_special=*/false);
     if (got != expected[i]) {
       ++failures;
-      ADD_FAILURE() << "vocab " << GetParam() << ", case " << i << " \"" << escape(cases[i]) << "\"\n"
+      ADD_FAILURE() << "vocab " << GetParam() << ", case " << i << " \"" << escape(cases[i])
+                    << "\"\n"
                     << "  expected " << ids_to_string(expected[i]) << "\n"
                     << "  got      " << ids_to_string(got);
     }

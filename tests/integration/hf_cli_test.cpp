@@ -1,0 +1,152 @@
+// Hugging Face checkpoint directories through the CLI: `generate`, `perplexity` and `inspect`
+// take a checkpoint directory wherever they take a GGUF file and give the GGUF conversion's
+// results; `vesper convert` writes that conversion (tensors bit-identical to the GGUF of the
+// same weights, which llama.cpp's published greedy ids were computed on); bad checkpoints are
+// errors that name the file and the fault.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "gguf/gguf.h"
+#include "integration/cli_runner.h"
+
+namespace vesper {
+namespace {
+
+using testing_util::json_lines;
+using testing_util::run_vesper;
+
+const std::string kHfStories = "../shared/models/hf/stories260K";
+const std::string kGgufStories = "../shared/models/stories260K.gguf";
+
+std::vector<std::vector<int32_t>> generated_ids(const std::string& model, const std::string& tag) {
+  auto r = run_vesper({"generate", model, "--max-tokens", "48", "--temperature", "0", "--json",
+                       "--prompt", "Once upon a time", "--prompt", "Lily and Tom went to the park",
+                       "--prompt", "Joe loves writing stories"},
+                      tag);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& line : json_lines(r.out))
+    ids.push_back(line["token_ids"].get<std::vector<int32_t>>());
+  return ids;
+}
+
+TEST(CliHfCheckpoint, GenerateOnTheCheckpointGivesTheGgufsGreedyIds) {
+  const auto hf = generated_ids(kHfStories, "hf");
+  ASSERT_EQ(hf.size(), 3u);
+  EXPECT_EQ(hf, generated_ids(kGgufStories, "gguf"));
+  // llama.cpp's published continuation of "Once upon a time" on stories260K.
+  const std::vector<int32_t> published = {432, 383, 286, 261, 376, 298, 315, 421,
+                                          395, 317, 426, 338, 401, 396, 267, 337};
+  EXPECT_EQ(std::vector<int32_t>(hf[0].begin(), hf[0].begin() + 16), published);
+}
+
+TEST(CliHfCheckpoint, PerplexityOnTheCheckpointEqualsTheGgufs) {
+  auto ppl = [](const std::string& model) {
+    auto r = run_vesper({"perplexity", model, "--file", "../shared/data/tinystories-heldout.txt",
+                         "--ctx", "128", "--chunks", "4"},
+                        "ppl");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto at = r.out.find("PPL = ");
+    EXPECT_NE(at, std::string::npos) << r.out;
+    return at == std::string::npos ? std::string() : r.out.substr(at);
+  };
+  EXPECT_EQ(ppl(kHfStories), ppl(kGgufStories));
+}
+
+TEST(CliHfCheckpoint, ConvertWritesTheGgufConversionOfTheWeights) {
+  const std::string out = ::testing::TempDir() + "vesper_converted_stories260K.gguf";
+  auto c = run_vesper({"convert", kHfStories, "-o", out}, "convert");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  auto converted = gguf::GgufFile::open(out);
+  ASSERT_TRUE(converted.ok()) << converted.error().message;
+  auto original = gguf::GgufFile::open(kGgufStories);
+  ASSERT_TRUE(original.ok());
+  ASSERT_EQ(converted->tensors().size(), original->tensors().size());
+  for (const auto& want : original->tensors()) {
+    const gguf::TensorInfo* got = converted->find_tensor(want.name);
+    ASSERT_NE(got, nullptr) << want.name;
+    EXPECT_EQ(got->shape, want.shape) << want.name;
+    ASSERT_EQ(got->size_bytes, want.size_bytes) << want.name;
+    EXPECT_EQ(std::memcmp(got->data, want.data, want.size_bytes), 0) << want.name;
+  }
+  // The tokenizer as llama.cpp reads it: the same pieces and types, scores that order merges
+  // the way the checkpoint's merges do.
+  for (const char* key : {"tokenizer.ggml.model", "general.architecture"})
+    EXPECT_EQ(*converted->find(key)->as_string(), *original->find(key)->as_string()) << key;
+  const auto* tokens = converted->find("tokenizer.ggml.tokens")->as_array();
+  ASSERT_NE(tokens, nullptr);
+  EXPECT_EQ(tokens->items.size(),
+            original->find("tokenizer.ggml.tokens")->as_array()->items.size());
+  EXPECT_EQ(generated_ids(out, "converted"), generated_ids(kGgufStories, "gguf2"));
+
+  const std::string q8 = ::testing::TempDir() + "vesper_converted_stories260K_q8_0.gguf";
+  auto q = run_vesper({"convert", kHfStories, "-o", q8, "--outtype", "q8_0"}, "convert_q8");
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  auto info = run_vesper({"inspect", q8});
+  EXPECT_NE(info.out.find("blk.0.attn_q.weight"), std::string::npos);
+  EXPECT_EQ(generated_ids(q8, "q8").size(), 3u);
+  std::remove(out.c_str());
+  std::remove(q8.c_str());
+}
+
+// llama.cpp ran on the file `vesper convert` writes (bench/llamacpp/make_expected.sh recorded its
+// prompt ids and greedy ids, and the file's sha256): today's convert writes the same bytes, and
+// Vesper on that file tokenizes and continues each prompt as llama.cpp did.
+TEST(CliHfCheckpoint, LlamaCppGivesTheSameIdsOnTheConvertedFile) {
+  const auto expected = nlohmann::json::parse(
+      testing_util::read_file("bench/llamacpp/expected_stories260K_converted.json"));
+  const std::string out = ::testing::TempDir() + "vesper_converted_for_llamacpp.gguf";
+  ASSERT_EQ(run_vesper({"convert", kHfStories, "-o", out}).exit_code, 0);
+  FILE* sha = ::popen(("sha256sum " + testing_util::shell_quote(out)).c_str(), "r");
+  ASSERT_NE(sha, nullptr);
+  char digest[65] = {};
+  ASSERT_EQ(std::fread(digest, 1, 64, sha), 64u);
+  ::pclose(sha);
+  EXPECT_EQ(std::string(digest), expected["model_sha256"].get<std::string>());
+  int checked = 0;
+  for (const auto& r : expected["results"]) {
+    auto g = run_vesper({"generate", out, "--prompt", r["prompt"], "--max-tokens", "32",
+                         "--temperature", "0", "--ignore-eos", "--json"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    const auto lines = json_lines(g.out);
+    ASSERT_EQ(lines.size(), 1u);
+    EXPECT_EQ(lines[0]["prompt_token_ids"], r["prompt_ids"]) << r["prompt"];
+    EXPECT_EQ(lines[0]["token_ids"], r["ids"]) << r["prompt"];
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+  std::remove(out.c_str());
+}
+
+TEST(CliHfCheckpoint, InspectShowsTheAssembledFile) {
+  auto r = run_vesper({"inspect", kHfStories});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("blk.4.ffn_down.weight"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokenizer.ggml.model"), std::string::npos) << r.out;
+}
+
+TEST(CliHfCheckpoint, ErrorsNameTheCheckpointAndTheFault) {
+  // Weights without a tokenizer: the model loads, text needs a tokenizer.
+  auto no_tok =
+      run_vesper({"generate", "../shared/models/hf/tiny-random-llama3", "--prompt", "hi"});
+  EXPECT_NE(no_tok.exit_code, 0);
+  EXPECT_NE(no_tok.err.find("tiny-random-llama3"), std::string::npos) << no_tok.err;
+  EXPECT_NE(no_tok.err.find("no tokenizer: the checkpoint has no tokenizer.json"),
+            std::string::npos)
+      << no_tok.err;
+
+  const std::string empty = ::testing::TempDir() + "vesper_empty_checkpoint";
+  std::filesystem::create_directories(empty);
+  auto r = run_vesper({"generate", empty, "--prompt", "hi"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("a directory without config.json"), std::string::npos) << r.err;
+  auto c = run_vesper({"convert", kHfStories, "-o", "/tmp/x.gguf", "--outtype", "q9_9"});
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_NE(c.err.find("--type \"q9_9\" is not supported"), std::string::npos) << c.err;
+  std::filesystem::remove_all(empty);
+}
+
+}  // namespace
+}  // namespace vesper
