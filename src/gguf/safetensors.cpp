@@ -8,6 +8,27 @@
 #include "core/json_nesting.h"
 
 namespace vesper::gguf {
+namespace {
+
+struct Dtype {
+  std::string_view name;
+  tensor::GgmlType type;
+};
+constexpr Dtype kDtypes[] = {{"F32", tensor::GgmlType::kF32},
+                             {"F16", tensor::GgmlType::kF16},
+                             {"BF16", tensor::GgmlType::kBF16},
+                             {"I32", tensor::GgmlType::kI32},
+                             {"I16", tensor::GgmlType::kI16}};
+constexpr const char* kDtypeList = "F32, F16, BF16, I32 or I16";
+
+}  // namespace
+
+std::string_view safetensors_dtype_name(tensor::GgmlType type) {
+  for (const Dtype& d : kDtypes)
+    if (d.type == type) return d.name;
+  return {};
+}
+
 int64_t SafetensorsTensor::num_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -43,14 +64,12 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     SafetensorsTensor t;
     t.name = name;
     const std::string dtype = info["dtype"].get<std::string>();
-    if (dtype == "F32")
-      t.type = tensor::GgmlType::kF32;
-    else if (dtype == "F16")
-      t.type = tensor::GgmlType::kF16;
-    else if (dtype == "BF16")
-      t.type = tensor::GgmlType::kBF16;
-    else
-      return make_error(where + ": dtype " + dtype + " is not supported (F32, F16 or BF16)");
+    const Dtype* known = nullptr;
+    for (const Dtype& d : kDtypes)
+      if (d.name == dtype) known = &d;
+    if (known == nullptr)
+      return make_error(where + ": dtype " + dtype + " is not supported (" + kDtypeList + ")");
+    t.type = known->type;
     int64_t elements = 1;
     for (const auto& d : info["shape"]) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40))
@@ -106,19 +125,17 @@ Status write_safetensors(const std::string& path,
   std::vector<uint64_t> sizes;
   uint64_t offset = 0;
   for (const SafetensorsTensorData& t : tensors) {
-    const char* dtype = t.type == tensor::GgmlType::kF32    ? "F32"
-                        : t.type == tensor::GgmlType::kF16  ? "F16"
-                        : t.type == tensor::GgmlType::kBF16 ? "BF16"
-                                                            : nullptr;
-    if (dtype == nullptr)
+    const std::string_view dtype = safetensors_dtype_name(t.type);
+    if (dtype.empty())
       return make_error(path + ": tensor " + t.name + " of type " +
                         std::string(tensor::type_name(t.type)) +
-                        " cannot be written to safetensors (F32, F16 or BF16)");
+                        " cannot be written to safetensors (" + kDtypeList + ")");
     int64_t elements = 1;
     for (int64_t d : t.shape) elements *= d;
     const uint64_t bytes = static_cast<uint64_t>(elements) * tensor::traits(t.type).type_size;
-    header[t.name] = {
-        {"dtype", dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {{"dtype", std::string(dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     sizes.push_back(bytes);
     offset += bytes;
   }

@@ -3,9 +3,11 @@
 // the data that follows, then the data. Read zero-copy from a memory mapping, like GGUF.
 //
 // SafetensorsFile::open validates everything later readers rely on: the header length against
-// the file, the header's JSON, each tensor's dtype (F32, F16, BF16 here), a shape whose element
-// count matches its byte range, ranges inside the data and not overlapping. Errors name the file
-// and the tensor at fault.
+// the file, the header's JSON, each tensor's dtype (F32, F16, BF16, and the integer dtypes I32 and
+// I16 that quantized checkpoints such as EXL2 store), a shape whose element count matches its byte
+// range, ranges inside the data and not overlapping. Errors name the file and the tensor at fault.
+// A file may so hold integer tensors: a reader that expects floats checks each tensor's type
+// (safetensors_dtype_name() spells a type the way the file does, for its errors).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,7 @@ namespace vesper::gguf {
 
 struct SafetensorsTensor {
   std::string name;
-  tensor::GgmlType type = tensor::GgmlType::kF32;  // F32, F16 or BF16
+  tensor::GgmlType type = tensor::GgmlType::kF32;  // kF32, kF16, kBF16, kI32 or kI16
   std::vector<int64_t> shape;     // as stored (torch order: [out, in] for a weight)
   const uint8_t* data = nullptr;  // into the mapping
   size_t size_bytes = 0;
@@ -45,7 +47,18 @@ class SafetensorsFile {
   std::vector<SafetensorsTensor> tensors_;
 };
 
-// One tensor to write: `data` holds its elements in `type` (F32, F16 or BF16), row-major.
+// The safetensors dtype of a type ("F32", "F16", "BF16", "I32", "I16"); empty for a type that
+// safetensors files do not hold here.
+std::string_view safetensors_dtype_name(tensor::GgmlType type);
+
+// Whether a tensor holds floats (F32, F16 or BF16), as model weights do.
+inline bool is_float_dtype(tensor::GgmlType type) {
+  return type == tensor::GgmlType::kF32 || type == tensor::GgmlType::kF16 ||
+         type == tensor::GgmlType::kBF16;
+}
+
+// One tensor to write: `data` holds its elements in `type` (F32, F16, BF16, I32 or I16),
+// row-major, little-endian.
 struct SafetensorsTensorData {
   std::string name;
   tensor::GgmlType type = tensor::GgmlType::kF32;

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/logging.h"
 #include "gguf/safetensors.h"
 #include "hf/hf_config.h"
 #include "hf/tensor_map.h"
@@ -114,6 +115,12 @@ Result<gguf::GgufFile> load_checkpoint(const std::string& dir_in) {
                       ": EXL2 checkpoints (quantization_config.quant_method exl2) "
                       "are not supported yet");
 
+  if (config.sliding_window)
+    log_warning(
+        "%s: sliding_window %lld is shorter than max_position_embeddings %lld; the context is "
+        "capped to the window (attention within it is exact)",
+        config.path.c_str(), static_cast<long long>(*config.sliding_window),
+        static_cast<long long>(config.max_position_embeddings));
   auto storage = std::make_shared<CheckpointStorage>();
   VESPER_ASSIGN_OR_RETURN(std::vector<std::string> paths, weight_files(dir));
   std::map<std::string, const gguf::SafetensorsTensor*, std::less<>> by_name;
@@ -144,6 +151,10 @@ Result<gguf::GgufFile> load_checkpoint(const std::string& dir_in) {
     }
     const gguf::SafetensorsTensor& src = *it->second;
     used.insert(e.hf_name);
+    if (!gguf::is_float_dtype(src.type))
+      return make_error(file_of[&src] + ": tensor " + e.hf_name + " has dtype " +
+                        std::string(gguf::safetensors_dtype_name(src.type)) +
+                        ", expected F32, F16 or BF16");
     if (src.shape != e.shape)
       return make_error(file_of[&src] + ": tensor " + e.hf_name + " has shape " +
                         shape_string(src.shape) + ", config.json implies " + shape_string(e.shape));

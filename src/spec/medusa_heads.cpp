@@ -102,6 +102,10 @@ Result<std::unique_ptr<MedusaHeads>> MedusaHeads::load(const std::string& dir,
   auto tensor = [&](const std::string& name,
                     std::vector<int64_t> shape) -> Result<const gguf::SafetensorsTensor*> {
     VESPER_ASSIGN_OR_RETURN(const gguf::SafetensorsTensor* t, m->file_.require(prefix + name));
+    if (!gguf::is_float_dtype(t->type))
+      return make_error(weights_path + ": tensor " + prefix + name + " has dtype " +
+                        std::string(gguf::safetensors_dtype_name(t->type)) +
+                        ", expected F32, F16 or BF16");
     if (t->shape != shape) {
       auto dims = [](const std::vector<int64_t>& s) {
         std::string r = "[";
@@ -164,7 +168,8 @@ Result<std::unique_ptr<MedusaHeads>> MedusaHeads::load(const std::string& dir,
     VESPER_ASSIGN_OR_RETURN(head.out, weight(u, n_embd, n_vocab));
     m->heads_.push_back(std::move(head));
   }
-  m->weight_type_ = convert ? weight_type : m->file_.tensors().front().type;
+  // The stored type of the heads' matrices (the file's first tensor could be one they do not use).
+  m->weight_type_ = convert ? weight_type : m->file_.find(prefix + "0.0.linear.weight")->type;
   return m;
 }
 

@@ -32,6 +32,10 @@ Status widen_medusa(const std::string& from, int64_t n_embd, const std::string& 
   std::vector<std::vector<float>> storage;
   std::vector<gguf::SafetensorsTensorData> out;
   for (const gguf::SafetensorsTensor& t : heads.tensors()) {
+    if (!gguf::is_float_dtype(t.type))
+      return make_error(files.weights + ": tensor " + t.name + " has dtype " +
+                        std::string(gguf::safetensors_dtype_name(t.type)) +
+                        ", expected F32, F16 or BF16");
     if (t.shape.empty() || t.shape.size() > 2)
       return make_error(files.weights + ": tensor " + t.name + " is not a vector or a matrix");
     const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1, cols = t.shape.back();

@@ -233,6 +233,70 @@ TEST_F(BrokenCheckpoint, ADirectoryWithoutConfigJsonIsNotTakenForAGguf) {
   EXPECT_NE(error().find("a directory without config.json"), std::string::npos) << error();
 }
 
+// stories260K split into two shards named by model.safetensors.index.json, as transformers
+// writes large checkpoints: the same tensors; then a shard removed, and one truncated.
+class ShardedStories : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("vesper-hf-sharded-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json",
+                          "generation_config.json", "special_tokens_map.json"})
+      fs::copy_file(kHf + "stories260K/" + f, dir_ / f);
+    auto src = gguf::SafetensorsFile::open(kHf + "stories260K/model.safetensors");
+    ASSERT_TRUE(src.ok());
+    source_ = std::make_unique<gguf::SafetensorsFile>(std::move(*src));
+    std::vector<gguf::SafetensorsTensorData> shards[2];
+    nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                            {"weight_map", nlohmann::json::object()}};
+    for (const auto& t : source_->tensors()) {
+      const int shard = t.name.find("layers.3") != std::string::npos ||
+                                t.name.find("layers.4") != std::string::npos ||
+                                t.name.starts_with("lm_head")
+                            ? 1
+                            : 0;
+      shards[shard].push_back({t.name, t.type, t.shape, t.data});
+      index["weight_map"][t.name] = shard_name(shard);
+    }
+    for (int i = 0; i < 2; ++i)
+      ASSERT_TRUE(gguf::write_safetensors((dir_ / shard_name(i)).string(), shards[i]).ok());
+    std::ofstream(dir_ / "model.safetensors.index.json") << index.dump(2);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  static std::string shard_name(int i) {
+    return "model-0000" + std::to_string(i + 1) + "-of-00002.safetensors";
+  }
+
+  fs::path dir_;
+  std::unique_ptr<gguf::SafetensorsFile> source_;
+};
+
+TEST_F(ShardedStories, ShardsLoadAsTheSingleFileDoes) {
+  auto sharded = testing_util::load_model(dir_.string());
+  ASSERT_TRUE(sharded.ok()) << sharded.error().message;
+  auto single = testing_util::load_model(kHf + "stories260K");
+  ASSERT_TRUE(single.ok());
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378, 432, 383};
+  EXPECT_EQ(testing_util::sequence_logits(**sharded, tokens, 4, 16, 0),
+            testing_util::sequence_logits(**single, tokens, 4, 16, 0));
+}
+
+TEST_F(ShardedStories, AMissingShardIsNamed) {
+  fs::remove(dir_ / shard_name(1));
+  auto f = open_model_file(dir_.string());
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().message.find(shard_name(1)), std::string::npos) << f.error().message;
+}
+
+TEST_F(ShardedStories, ATruncatedShardIsNamed) {
+  fs::resize_file(dir_ / shard_name(0), fs::file_size(dir_ / shard_name(0)) - 100);
+  auto f = open_model_file(dir_.string());
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().message.find(shard_name(0) + ": tensor"), std::string::npos)
+      << f.error().message;
+}
+
 TEST(HfTensorMap, PermutationMatchesConvertHfToGgufsOrder) {
   // stories260K's README: within a head of 8 rows, gguf = hf[[0,4,1,5,2,6,3,7]].
   std::vector<uint8_t> hf(16), out(16);
