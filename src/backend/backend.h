@@ -120,6 +120,11 @@ struct RopeConfig {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
   Tensor freq_factors;  // [rope_dims / 2] or no buffer
+  // YaRN (ops.h RopeParams): ext_factor 0 = off.
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float corr_low = 0.0f;
+  float corr_high = 0.0f;
 };
 
 // One product of a group that reads the same activations (matmul_group).

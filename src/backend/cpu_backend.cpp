@@ -265,6 +265,10 @@ void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim,
   p.freq_base = rope.freq_base;
   p.freq_scale = rope.freq_scale;
   p.freq_factors = rope.freq_factors.buffer.valid() ? ptr(rope.freq_factors) : nullptr;
+  p.ext_factor = rope.ext_factor;
+  p.attn_factor = rope.attn_factor;
+  p.corr_low = rope.corr_low;
+  p.corr_high = rope.corr_high;
   backend::rope_qk(ptr(q), q.cols / head_dim, ptr(k), k.cols / head_dim, q.rows, head_dim,
                    ptr<int32_t>(positions), p);
 }

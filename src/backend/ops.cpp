@@ -30,6 +30,23 @@ float* rope_scratch(int64_t pairs) {
 // ggml does, so angles agree with llama.cpp to the last bit where possible.
 void rope_angles(int32_t position, const RopeParams& params, float theta_scale, float* cos_sin) {
   const int64_t pairs = params.rope_dims / 2;
+  if (params.ext_factor != 0.0f) {  // YaRN, in ggml's order of operations
+    const float mscale = params.attn_factor * (1.0f + 0.1f * std::log(1.0f / params.freq_scale));
+    float theta_base = static_cast<float>(position);
+    for (int64_t i = 0; i < pairs; ++i) {
+      float extrap = theta_base;
+      if (params.freq_factors != nullptr) extrap /= params.freq_factors[i];
+      const float interp = params.freq_scale * extrap;
+      const float y = (static_cast<float>(i) - params.corr_low) /
+                      std::max(0.001f, params.corr_high - params.corr_low);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * params.ext_factor;
+      const float t = interp * (1.0f - mix) + extrap * mix;
+      cos_sin[i] = std::cos(t) * mscale;
+      cos_sin[pairs + i] = std::sin(t) * mscale;
+      theta_base *= theta_scale;
+    }
+    return;
+  }
   float theta = static_cast<float>(position) * params.freq_scale;
   for (int64_t i = 0; i < pairs; ++i) {
     float t = theta;

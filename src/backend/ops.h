@@ -47,6 +47,13 @@ struct RopeParams {
   float freq_scale = 1.0f;  // linear scaling: positions are multiplied by this
   // Per-dimension-pair frequency divisors (llama3 rope scaling: rope_freqs); nullptr = none.
   const float* freq_factors = nullptr;
+  // YaRN (ggml's rope_yarn): with ext_factor != 0, pair i's angle blends the interpolated angle
+  // (times freq_scale) and the original one by a ramp that is 1 below pair corr_low and 0 above
+  // corr_high, and cos/sin are scaled by attn_factor * (1 + 0.1 ln(1 / freq_scale)).
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float corr_low = 0.0f;
+  float corr_high = 0.0f;
 };
 
 // Applies rotary position embedding in place to `rows` rows of `heads` x head_dim values,

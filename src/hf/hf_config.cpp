@@ -82,9 +82,9 @@ Result<RopeScalingConfig> read_rope_scaling(const std::string& path, const json&
     r.type = "none";
     return r;
   }
-  if (r.type != "linear" && r.type != "llama3")
+  if (r.type != "linear" && r.type != "llama3" && r.type != "yarn")
     return make_error(path + ": rope_scaling.rope_type \"" + r.type +
-                      "\" is not supported; supported: linear, llama3");
+                      "\" is not supported; supported: linear, llama3, yarn");
   const Fields f(path, s);
   VESPER_ASSIGN_OR_RETURN(std::optional<double> factor, f.optional_number("factor"));
   if (!factor || *factor <= 0)
@@ -102,6 +102,23 @@ Result<RopeScalingConfig> read_rope_scaling(const std::string& path, const json&
       return make_error(path +
                         ": rope_scaling needs high_freq_factor > low_freq_factor and a positive "
                         "original_max_position_embeddings");
+  }
+  if (r.type == "yarn") {
+    // The attention factor is transformers' default, 0.1 ln(factor) + 1 (what ggml's YaRN
+    // applies); checkpoints that set it otherwise, or mscale, are not supported yet.
+    for (const char* key : {"attention_factor", "mscale", "mscale_all_dim"})
+      if (s.contains(key) && !s[key].is_null())
+        return make_error(path + ": rope_scaling." + key + " is not supported for yarn");
+    if (s.contains("truncate") && s["truncate"] == false)
+      return make_error(path + ": rope_scaling.truncate false is not supported for yarn");
+    VESPER_ASSIGN_OR_RETURN(std::optional<double> fast, f.optional_number("beta_fast"));
+    VESPER_ASSIGN_OR_RETURN(std::optional<double> slow, f.optional_number("beta_slow"));
+    VESPER_ASSIGN_OR_RETURN(std::optional<int64_t> original,
+                            f.optional_int("original_max_position_embeddings"));
+    r.beta_fast = fast.value_or(32.0);
+    r.beta_slow = slow.value_or(1.0);
+    r.original_max_position_embeddings =
+        original.value_or(0);  // 0: the config's, filled by read_config
   }
   return r;
 }
@@ -177,6 +194,8 @@ Result<HfConfig> read_config(const std::string& dir) {
   if (c.rms_norm_eps <= 0 || c.rope_theta <= 0)
     return make_error(c.path + ": rms_norm_eps and rope_theta must be positive");
   VESPER_ASSIGN_OR_RETURN(c.rope_scaling, read_rope_scaling(c.path, j));
+  if (c.rope_scaling.type == "yarn" && c.rope_scaling.original_max_position_embeddings == 0)
+    c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
   VESPER_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.flag("tie_word_embeddings", false));
 
   // Sliding-window attention: mistral whenever sliding_window is set, qwen2 only with
@@ -236,6 +255,20 @@ std::vector<std::pair<std::string, gguf::Value>> model_metadata(const HfConfig& 
     m.emplace_back(p + "rope.scaling.type", Value::string("linear"));
     m.emplace_back(p + "rope.scaling.factor",
                    Value::f32(static_cast<float>(c.rope_scaling.factor)));
+  }
+  if (c.rope_scaling.type == "yarn") {
+    m.emplace_back(p + "rope.scaling.type", Value::string("yarn"));
+    m.emplace_back(p + "rope.scaling.factor",
+                   Value::f32(static_cast<float>(c.rope_scaling.factor)));
+    m.emplace_back(
+        p + "rope.scaling.original_context_length",
+        Value::u32(static_cast<uint32_t>(c.rope_scaling.original_max_position_embeddings)));
+    if (c.rope_scaling.beta_fast != 32.0)
+      m.emplace_back(p + "rope.scaling.yarn_beta_fast",
+                     Value::f32(static_cast<float>(c.rope_scaling.beta_fast)));
+    if (c.rope_scaling.beta_slow != 1.0)
+      m.emplace_back(p + "rope.scaling.yarn_beta_slow",
+                     Value::f32(static_cast<float>(c.rope_scaling.beta_slow)));
   }
   // llama3 scaling travels as the rope_freqs.weight tensor, as convert_hf_to_gguf writes it.
   return m;

@@ -16,11 +16,13 @@ namespace vesper::hf {
 
 // rope_scaling of config.json (null there: type "none").
 struct RopeScalingConfig {
-  std::string type = "none";  // none, linear, llama3
+  std::string type = "none";  // none, linear, llama3, yarn
   double factor = 1.0;
   double low_freq_factor = 1.0;                     // llama3
   double high_freq_factor = 4.0;                    // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3, yarn (default: the config's)
+  double beta_fast = 32.0;                          // yarn
+  double beta_slow = 1.0;                           // yarn
 };
 
 struct HfConfig {

@@ -295,6 +295,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   rope.freq_base = c.rope_freq_base;
   rope.freq_scale = c.rope_freq_scale;
   rope.freq_factors = rope_freqs_;
+  if (c.rope_scaling == RopeScaling::kYarn) {
+    rope.ext_factor = c.yarn_ext_factor;
+    rope.attn_factor = c.yarn_attn_factor;
+    rope.corr_low = c.yarn_corr_dims()[0];
+    rope.corr_high = c.yarn_corr_dims()[1];
+  }
   const float kq_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   for (int64_t il = 0; il < c.n_layer; ++il) {

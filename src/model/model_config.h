@@ -2,6 +2,7 @@
 // registry of supported architectures (llama family: llama, qwen2, qwen3).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,7 +24,7 @@ struct ArchitectureTraits {
 // Names of the supported architectures, for error messages and --help.
 std::vector<std::string> supported_architectures();
 
-enum class RopeScaling { kNone, kLinear, kLlama3 };
+enum class RopeScaling { kNone, kLinear, kLlama3, kYarn };
 
 struct ModelConfig {
   ArchitectureTraits arch;
@@ -40,7 +41,17 @@ struct ModelConfig {
   float rope_freq_base = 10000.0f;
   int64_t rope_dims = 0;
   RopeScaling rope_scaling = RopeScaling::kNone;
-  float rope_freq_scale = 1.0f;  // 1 / scaling factor for linear scaling
+  float rope_freq_scale = 1.0f;  // 1 / scaling factor for linear and YaRN scaling
+  // YaRN (rope.scaling.type yarn): the context the model was trained at, and the ramp between
+  // interpolated and original frequencies (llama.cpp's keys and defaults).
+  int64_t rope_original_context = 0;
+  float yarn_ext_factor = 1.0f;
+  float yarn_attn_factor = 1.0f;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+
+  // The rotated dimension pairs where YaRN's ramp starts and ends (ggml_rope_yarn_corr_dims).
+  std::array<float, 2> yarn_corr_dims() const;
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }

@@ -95,6 +95,43 @@ TEST(HfCheckpoint, Qwen3ShapeWithQkNormsMatchesTheReference) {
                               {1, 17, 200, 3, 99, 45, 128, 7, 250, 31, 64, 12});
 }
 
+// A fixture's weights under another rope_scaling (a scratch directory: its config.json edited,
+// its model.safetensors linked).
+std::string with_rope_scaling(const std::string& fixture, const nlohmann::json& scaling) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("vesper-hf-rope-" + std::to_string(::getpid()) + "-" + fixture);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(kHf + fixture + "/config.json"));
+  config["rope_scaling"] = scaling;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  fs::create_symlink(fs::absolute(kHf + fixture + "/model.safetensors"), dir / "model.safetensors");
+  return dir.string();
+}
+
+TEST(HfCheckpoint, YarnRopeScalingMatchesTheReferenceInBothRopeStyles) {
+  // An original context of 32 puts YaRN's ramp inside the 8 rotated pairs of these heads.
+  for (const std::string fixture : {"tiny-random-qwen3", "tiny-random-llama3"}) {
+    SCOPED_TRACE(fixture);
+    const std::string dir = with_rope_scaling(
+        fixture,
+        {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}});
+    auto m = testing_util::load_model(dir);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    const std::vector<int32_t> tokens = {1,  17, 200, 3,  99, 45, 128, 7,  250,
+                                         31, 64, 12,  90, 91, 92, 93,  94, 95};
+    const auto want = reference::hf_forward_all_positions(dir, tokens);
+    EXPECT_LT(max_relative_error(testing_util::sequence_logits(**m, tokens, 5, 4, 1), want), 2e-4);
+    // And not what the same weights give without YaRN: the reference is sensitive to it.
+    const auto plain =
+        reference::hf_forward_all_positions(with_rope_scaling(fixture, nullptr), tokens);
+    std::vector<std::vector<float>> plain_f(plain.size());
+    for (size_t p = 0; p < plain.size(); ++p) plain_f[p].assign(plain[p].begin(), plain[p].end());
+    EXPECT_GT(max_relative_error(plain_f, want), 1e-3);
+    fs::remove_all(dir);
+  }
+}
+
 TEST(HfCheckpoint, MistralIsCappedToItsSlidingWindowAndMatchesTheReferenceWithinIt) {
   auto file = open_model_file(kHf + "tiny-random-mistral");
   ASSERT_TRUE(file.ok()) << file.error().message;

@@ -1,5 +1,6 @@
 #include "reference/reference_hf_forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -57,8 +58,11 @@ std::vector<double> rms_norm(const std::vector<double>& x, const std::vector<dou
   return y;
 }
 
-// transformers' inv_freq, with rope_scaling applied (_compute_default / _linear / _llama3).
-std::vector<double> inverse_frequencies(const nlohmann::json& c, int64_t head_dim) {
+// transformers' inv_freq, with rope_scaling applied (_compute_default / _linear / _llama3 /
+// _yarn); `attention_factor` gets yarn's scale of cos and sin (1 otherwise).
+std::vector<double> inverse_frequencies(const nlohmann::json& c, int64_t head_dim,
+                                        double* attention_factor) {
+  *attention_factor = 1.0;
   const double base = c.value("rope_theta", 10000.0);
   std::vector<double> inv(head_dim / 2);
   for (int64_t i = 0; i < head_dim / 2; ++i)
@@ -69,6 +73,23 @@ std::vector<double> inverse_frequencies(const nlohmann::json& c, int64_t head_di
   const double factor = s.value("factor", 1.0);
   if (type == "linear") {
     for (double& f : inv) f /= factor;
+  } else if (type == "yarn") {
+    const double fast = s.value("beta_fast", 32.0), slow = s.value("beta_slow", 1.0);
+    const double original =
+        s.value("original_max_position_embeddings", c["max_position_embeddings"].get<double>());
+    const auto correction_dim = [&](double rotations) {
+      return static_cast<double>(head_dim) *
+             std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+    };
+    const double low = std::max(0.0, std::floor(correction_dim(fast)));
+    double high = std::min(static_cast<double>(head_dim - 1), std::ceil(correction_dim(slow)));
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < head_dim / 2; ++i) {
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      const double extrapolation = 1 - ramp;  // the share of the original frequency
+      inv[i] = inv[i] / factor * (1 - extrapolation) + inv[i] * extrapolation;
+    }
+    *attention_factor = 0.1 * std::log(factor) + 1.0;
   } else if (type == "llama3") {
     const double low = s.value("low_freq_factor", 1.0), high = s.value("high_freq_factor", 4.0);
     const double old_len = s.value("original_max_position_embeddings", 8192.0);
@@ -85,17 +106,18 @@ std::vector<double> inverse_frequencies(const nlohmann::json& c, int64_t head_di
   return inv;
 }
 
-// Rotate-half RoPE on each head of `x` (heads x head_dim).
+// Rotate-half RoPE on each head of `x` (heads x head_dim), cos and sin scaled by `attention`.
 void rope(std::vector<double>& x, int64_t heads, int64_t head_dim, int64_t pos,
-          const std::vector<double>& inv) {
+          const std::vector<double>& inv, double attention) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < heads; ++h) {
     double* v = x.data() + h * head_dim;
     for (int64_t i = 0; i < half; ++i) {
       const double a = static_cast<double>(pos) * inv[i];
       const double x1 = v[i], x2 = v[i + half];
-      v[i] = x1 * std::cos(a) - x2 * std::sin(a);
-      v[i + half] = x2 * std::cos(a) + x1 * std::sin(a);
+      const double c = std::cos(a) * attention, s = std::sin(a) * attention;
+      v[i] = x1 * c - x2 * s;
+      v[i + half] = x2 * c + x1 * s;
     }
   }
 }
@@ -132,7 +154,8 @@ std::vector<std::vector<double>> hf_forward_all_positions(const std::string& dir
   int64_t window = 0;
   if (type == "mistral" && c.contains("sliding_window") && !c["sliding_window"].is_null())
     window = c["sliding_window"];
-  const std::vector<double> inv = inverse_frequencies(c, hd);
+  double attention_factor = 1.0;
+  const std::vector<double> inv = inverse_frequencies(c, hd, &attention_factor);
 
   const Matrix embed = ck.matrix("model.embed_tokens.weight");
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -162,8 +185,8 @@ std::vector<std::vector<double>> hf_forward_all_positions(const std::string& dir
         head_norm(q[p], n_head, hd, ck.vec(pre + "self_attn.q_norm.weight"), eps);
         head_norm(k[p], n_kv, hd, ck.vec(pre + "self_attn.k_norm.weight"), eps);
       }
-      rope(q[p], n_head, hd, p, inv);
-      rope(k[p], n_kv, hd, p, inv);
+      rope(q[p], n_head, hd, p, inv, attention_factor);
+      rope(k[p], n_kv, hd, p, inv, attention_factor);
     }
     for (int64_t p = 0; p < n; ++p) {
       std::vector<double> attn(n_head * hd, 0.0);
