@@ -78,6 +78,14 @@ struct KvHandle {
 
 // A weight matrix as it lies in the model file: n_out rows of n_in elements of `type`, host
 // memory the backend may read during load_weight (and, on the CPU, keep using in place).
+// One part of a composite weight (WeightSource::parts): n_in inputs of each of the weight's
+// n_out rows, in `type` (rows of row_size(type, n_in) bytes).
+struct WeightPart {
+  tensor::GgmlType type = tensor::GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t n_in = 0;
+};
+
 struct WeightSource {
   tensor::GgmlType type = tensor::GgmlType::kF32;
   const void* data = nullptr;
@@ -85,6 +93,12 @@ struct WeightSource {
   int64_t n_out = 0;
   // False for a matrix only read by rows (an embedding table): get_rows, never matmul.
   bool matmul = true;
+  // A composite weight (an EXL2 layer, repacked into parts of one type each): type and data are
+  // unused, and the product with x is the sum, part after part in order, of part i times the
+  // activations gathered by input_order[o_i, o_i + parts[i].n_in) (o_i: the parts before it;
+  // an index of -1 reads zero). Every row's result depends on that row alone, as for any weight.
+  std::span<const WeightPart> parts;
+  const int32_t* input_order = nullptr;
 };
 
 // What load_weight did with the source: whether the backend now holds its own copy, so that the

@@ -88,6 +88,30 @@ Tensor CpuBackend::constant(const float* data, int64_t n) {
 }
 
 Result<LoadedWeight> CpuBackend::load_weight(const WeightSource& source) {
+  if (!source.parts.empty()) {
+    CpuWeight w;
+    w.n_in = source.n_in;
+    w.n_out = source.n_out;
+    int64_t inputs = 0;
+    for (const WeightPart& p : source.parts) {
+      WeightSource part_source;
+      part_source.type = p.type;
+      part_source.data = p.data;
+      part_source.n_in = p.n_in;
+      part_source.n_out = source.n_out;
+      VESPER_ASSIGN_OR_RETURN(LoadedWeight part, load_weight(part_source));
+      w.parts.push_back(part.handle);
+      inputs += p.n_in;
+    }
+    w.input_order.assign(source.input_order, source.input_order + inputs);
+    for (int32_t i : w.input_order)
+      if (i < -1 || i >= source.n_in)
+        return make_error("composite weight: input index " + std::to_string(i) + " outside [0, " +
+                          std::to_string(source.n_in) + ")");
+    weights_.push_back(std::move(w));
+    return LoadedWeight{
+        WeightHandle{static_cast<uint32_t>(weights_.size()), source.n_in, source.n_out}, false};
+  }
   if (source.matmul ? !matmul_supported(source.type) : !tensor::traits(source.type).supported)
     return make_error("tensor type " + std::string(tensor::type_name(source.type)) +
                       " is not supported by the CPU " + (source.matmul ? "matmul" : "row reader"));
@@ -165,20 +189,57 @@ void CpuBackend::get_rows(WeightHandle table, const Tensor& ids, const Tensor& o
   backend::get_rows(w.type, w.data, w.n_in, ptr<int32_t>(ids), ids.numel(), ptr(out));
 }
 
+void CpuBackend::matmul_plain(const CpuWeight& w, const float* x, int64_t rows, float* y) {
+  if (!w.packed.empty()) {
+    backend::matmul(w.packed, x, rows, y, *pool_);
+  } else {
+    backend::matmul(w.type, w.data, w.n_in, w.n_out, x, rows, y, *pool_);
+  }
+}
+
+void CpuBackend::matmul_composite(const CpuWeight& w, const float* x, int64_t rows, float* y) {
+  const size_t out = static_cast<size_t>(rows * w.n_out);
+  int64_t offset = 0;
+  for (size_t i = 0; i < w.parts.size(); ++i) {
+    const CpuWeight& part = weight(w.parts[i]);
+    const int32_t* order = w.input_order.data() + offset;
+    gathered_.resize(static_cast<size_t>(rows * part.n_in));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = x + r * w.n_in;
+      float* dst = gathered_.data() + r * part.n_in;
+      for (int64_t j = 0; j < part.n_in; ++j) dst[j] = order[j] < 0 ? 0.0f : src[order[j]];
+    }
+    if (i == 0) {
+      matmul_plain(part, gathered_.data(), rows, y);
+    } else {
+      partial_.resize(out);
+      matmul_plain(part, gathered_.data(), rows, partial_.data());
+      for (size_t e = 0; e < out; ++e) y[e] += partial_[e];
+    }
+    offset += part.n_in;
+  }
+}
+
 void CpuBackend::matmul(WeightHandle handle, const Tensor& x, const Tensor& y) {
   const CpuWeight& w = weight(handle);
   VESPER_CHECK(x.cols == w.n_in && y.cols == w.n_out && x.rows == y.rows,
                "matmul: shapes do not match");
-  if (!w.packed.empty()) {
-    backend::matmul(w.packed, ptr(x), x.rows, ptr(y), *pool_);
+  if (!w.parts.empty()) {
+    matmul_composite(w, ptr(x), x.rows, ptr(y));
   } else {
-    backend::matmul(w.type, w.data, w.n_in, w.n_out, ptr(x), x.rows, ptr(y), *pool_);
+    matmul_plain(w, ptr(x), x.rows, ptr(y));
   }
 }
 
 void CpuBackend::matmul_group(std::span<const MatmulGroupTarget> targets, const Tensor& x) {
   VESPER_CHECK(!targets.empty() && targets.size() <= kMaxMatmulGroup, "matmul_group of %zu targets",
                targets.size());
+  // Composite weights run one by one (each gathers its own activations).
+  for (const MatmulGroupTarget& t : targets)
+    if (!weight(t.weight).parts.empty()) {
+      for (const MatmulGroupTarget& each : targets) matmul(each.weight, x, each.y);
+      return;
+    }
   MatmulTarget t[kMaxMatmulGroup];
   for (size_t i = 0; i < targets.size(); ++i) {
     const CpuWeight& w = weight(targets[i].weight);

@@ -83,11 +83,17 @@ class CpuBackend final : public Backend {
     int64_t n_in = 0;
     int64_t n_out = 0;
     PackedWeights packed;  // empty: matmul reads `data`
+    // A composite weight (WeightSource::parts): its parts, and the gather order of their inputs.
+    std::vector<WeightHandle> parts;
+    std::vector<int32_t> input_order;
   };
 
   template <class T = float>
   T* ptr(const Tensor& t) const;
   const CpuWeight& weight(WeightHandle w) const;
+  // y[rows x n_out] = x[rows x n_in] times a plain weight, or a composite one part by part.
+  void matmul_plain(const CpuWeight& w, const float* x, int64_t rows, float* y);
+  void matmul_composite(const CpuWeight& w, const float* x, int64_t rows, float* y);
   KvCache& cache(KvHandle kv) const;
   AttentionBatch attention_batch(const AttentionInputs& in) const;
 
@@ -95,6 +101,9 @@ class CpuBackend final : public Backend {
   // add_low_rank's segments with their buffers resolved (reused every call).
   std::vector<LowRankDelta> low_rank_deltas_;
   std::vector<LowRankRun> low_rank_runs_;
+  // Composite matmuls' gathered activations and partial products (reused every call).
+  std::vector<float> gathered_;
+  std::vector<float> partial_;
   std::vector<Allocation> buffers_;               // index id - 1; released entries are empty
   std::vector<CpuWeight> weights_;                // index id - 1
   std::vector<std::unique_ptr<KvCache>> caches_;  // index id - 1

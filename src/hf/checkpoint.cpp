@@ -12,6 +12,8 @@
 
 #include "core/logging.h"
 #include "gguf/safetensors.h"
+#include "hf/exl2_format.h"
+#include "hf/exl2_repack.h"
 #include "hf/hf_config.h"
 #include "hf/tensor_map.h"
 #include "tensor/quant.h"
@@ -35,6 +37,9 @@ class CheckpointStorage final : public gguf::TensorStorage {
       f.mapping().release_pages(p, n);  // ignores other ranges
   }
   uint8_t* buffer(size_t bytes) { return buffers.emplace_back(bytes).data(); }
+  const uint8_t* keep(std::vector<uint8_t> bytes) {
+    return buffers.emplace_back(std::move(bytes)).data();
+  }
 };
 
 Result<std::string> read_text(const std::string& path) {
@@ -45,9 +50,9 @@ Result<std::string> read_text(const std::string& path) {
   return s.str();
 }
 
-// The safetensors files of the checkpoint: those model.safetensors.index.json names, else
-// model.safetensors, else every *.safetensors in the directory.
-Result<std::vector<std::string>> weight_files(const std::string& dir) {
+}  // namespace
+
+Result<std::vector<std::string>> checkpoint_weight_files(const std::string& dir) {
   const std::string index = dir + "/model.safetensors.index.json";
   std::vector<std::string> files;
   if (fs::exists(index)) {
@@ -81,6 +86,8 @@ Result<std::vector<std::string>> weight_files(const std::string& dir) {
   return files;
 }
 
+namespace {
+
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -110,11 +117,6 @@ Result<gguf::GgufFile> load_checkpoint(const std::string& dir_in) {
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.ends_with('/')) dir.pop_back();
   VESPER_ASSIGN_OR_RETURN(HfConfig config, read_config(dir));
-  if (config.exl2)
-    return make_error(config.path +
-                      ": EXL2 checkpoints (quantization_config.quant_method exl2) "
-                      "are not supported yet");
-
   if (config.sliding_window)
     log_warning(
         "%s: sliding_window %lld is shorter than max_position_embeddings %lld; the context is "
@@ -122,7 +124,7 @@ Result<gguf::GgufFile> load_checkpoint(const std::string& dir_in) {
         config.path.c_str(), static_cast<long long>(*config.sliding_window),
         static_cast<long long>(config.max_position_embeddings));
   auto storage = std::make_shared<CheckpointStorage>();
-  VESPER_ASSIGN_OR_RETURN(std::vector<std::string> paths, weight_files(dir));
+  VESPER_ASSIGN_OR_RETURN(std::vector<std::string> paths, checkpoint_weight_files(dir));
   std::map<std::string, const gguf::SafetensorsTensor*, std::less<>> by_name;
   std::map<const gguf::SafetensorsTensor*, std::string> file_of;
   storage->files.reserve(paths.size());
@@ -141,7 +143,54 @@ Result<gguf::GgufFile> load_checkpoint(const std::string& dir_in) {
   std::vector<gguf::TensorInfo> tensors;
   std::set<std::string> used;
   GgmlType matrix_type = GgmlType::kF32;
+  const TensorLookup lookup = lookup_in(storage->files, dir);
   for (const ExpectedTensor& e : expected_tensors(config)) {
+    // An EXL2 layer (its q_weight marks it, also in files from before quantization_config):
+    // repacked into exact integer parts (hf/exl2_repack.h).
+    const std::string stem =
+        e.hf_name.substr(0, e.hf_name.size() - std::string_view(".weight").size());
+    if (e.hf_name.ends_with(".weight") && e.shape.size() == 2 &&
+        by_name.contains(stem + ".q_weight")) {
+      VESPER_ASSIGN_OR_RETURN(Exl2Layer layer,
+                              read_exl2_layer(lookup, stem, e.shape[1], e.shape[0]));
+      if (layer.bias != nullptr)
+        return make_error(dir + ": EXL2 layer " + stem + " has a bias, which a " +
+                          config.model_type + " model does not take");
+      std::vector<int32_t> output_order;
+      if (e.conversion == Conversion::kPermuteQK) {
+        output_order.resize(static_cast<size_t>(e.shape[0]));
+        const int64_t half = config.head_dim / 2;
+        for (int64_t h = 0; h < e.heads; ++h)
+          for (int64_t j = 0; j < half; ++j)
+            for (int64_t i = 0; i < 2; ++i)
+              output_order[static_cast<size_t>(h * config.head_dim + 2 * j + i)] =
+                  static_cast<int32_t>(h * config.head_dim + i * half + j);
+      }
+      VESPER_ASSIGN_OR_RETURN(Exl2Repacked repacked, repack_exl2(layer, output_order));
+      for (const char* part :
+           {".q_weight", ".q_invperm", ".q_scale", ".q_scale_max", ".q_groups", ".q_perm"})
+        used.insert(stem + part);
+      gguf::TensorInfo order;
+      order.name = exl2_order_name(e.gguf_name);
+      order.type = GgmlType::kI32;
+      order.shape = {static_cast<int64_t>(repacked.input_order.size())};
+      order.size_bytes = repacked.input_order.size() * sizeof(int32_t);
+      uint8_t* order_data = storage->buffer(order.size_bytes);
+      std::memcpy(order_data, repacked.input_order.data(), order.size_bytes);
+      order.data = order_data;
+      tensors.push_back(std::move(order));
+      for (size_t i = 0; i < repacked.parts.size(); ++i) {
+        Exl2Part& part = repacked.parts[i];
+        gguf::TensorInfo t;
+        t.name = exl2_part_name(e.gguf_name, i);
+        t.type = part.type;
+        t.shape = {part.n_in, e.shape[0]};
+        t.size_bytes = part.data.size();
+        t.data = storage->keep(std::move(part.data));
+        tensors.push_back(std::move(t));
+      }
+      continue;
+    }
     auto it = by_name.find(e.hf_name);
     if (it == by_name.end()) {
       if (!e.required) continue;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "gguf/gguf.h"
@@ -24,6 +25,10 @@ namespace vesper::hf {
 
 // Whether `path` is a directory holding config.json (a checkpoint to load with load_checkpoint).
 bool is_checkpoint_dir(const std::string& path);
+
+// The safetensors files of the checkpoint in `dir`: those model.safetensors.index.json names,
+// else model.safetensors, else every *.safetensors. Errors name the directory or the index.
+Result<std::vector<std::string>> checkpoint_weight_files(const std::string& dir);
 
 // Loads the checkpoint in `dir`. A checkpoint without tokenizer.json loads (its model runs) but
 // has no tokenizer metadata, so commands that need text say the tokenizer is missing.

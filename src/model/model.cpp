@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hf/exl2_repack.h"
 #include "hf/model_file.h"
 #include "tensor/quant.h"
 
@@ -21,9 +22,57 @@ class Binder {
 
   const gguf::TensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
 
+  // Whether the file holds matrix `name`, as one tensor or as a repacked EXL2 layer's parts.
+  bool has_matrix(const std::string& name) const {
+    return find(name) != nullptr || find(hf::exl2_order_name(name)) != nullptr;
+  }
+
   Result<Weight> matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
+    if (find(name) == nullptr && find(hf::exl2_order_name(name)) != nullptr)
+      return composite(name, n_in, n_out);
     VESPER_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, file_.require_tensor(name));
     return matrix_from(t, n_in, n_out);
+  }
+
+  // A repacked EXL2 layer: its parts, each [inputs, n_out], gathering by the order tensor.
+  Result<Weight> composite(const std::string& name, int64_t n_in, int64_t n_out) const {
+    const gguf::TensorInfo* order = find(hf::exl2_order_name(name));
+    if (order->type != tensor::GgmlType::kI32 || order->shape.size() != 1)
+      return make_error(file_.path() + ": tensor " + order->name + " is not an I32 vector");
+    Weight w;
+    w.n_in = n_in;
+    w.n_out = n_out;
+    w.input_order = reinterpret_cast<const int32_t*>(order->data);
+    std::vector<backend::WeightPart> parts;
+    int64_t inputs = 0;
+    for (size_t i = 0;; ++i) {
+      const gguf::TensorInfo* t = find(hf::exl2_part_name(name, i));
+      if (t == nullptr) break;
+      if (t->shape.size() != 2 || t->shape[1] != n_out)
+        return make_error(file_.path() + ": tensor " + t->name + " has shape " +
+                          shape_string(t->shape) + ", expected [..., " + std::to_string(n_out) +
+                          "]");
+      Weight part;
+      part.type = t->type;
+      part.data = t->data;
+      part.n_in = t->shape[0];
+      part.n_out = n_out;
+      w.parts.push_back(std::move(part));
+      parts.push_back(backend::WeightPart{t->type, t->data, t->shape[0]});
+      inputs += t->shape[0];
+    }
+    if (parts.empty() || inputs != order->shape[0])
+      return make_error(file_.path() + ": " + name + "'s parts take " + std::to_string(inputs) +
+                        " inputs, its order tensor " + std::to_string(order->shape[0]));
+    backend::WeightSource source;
+    source.n_in = n_in;
+    source.n_out = n_out;
+    source.parts = parts;
+    source.input_order = w.input_order;
+    auto loaded = backend_.load_weight(source);
+    if (!loaded) return make_error(file_.path() + ": " + name + ": " + loaded.error().message);
+    w.handle = loaded->handle;
+    return w;
   }
 
   Result<Weight> matrix_from(const gguf::TensorInfo* t, int64_t n_in, int64_t n_out) const {
@@ -31,7 +80,12 @@ class Binder {
       return make_error(file_.path() + ": tensor " + t->name + " has shape " +
                         shape_string(t->shape) + ", expected [" + std::to_string(n_in) + ", " +
                         std::to_string(n_out) + "]");
-    auto loaded = backend_.load_weight(backend::WeightSource{t->type, t->data, n_in, n_out});
+    backend::WeightSource source;
+    source.type = t->type;
+    source.data = t->data;
+    source.n_in = n_in;
+    source.n_out = n_out;
+    auto loaded = backend_.load_weight(source);
     if (!loaded)
       return make_error(file_.path() + ": tensor " + t->name + " has type " +
                         std::string(tensor::type_name(t->type)) +
@@ -40,7 +94,13 @@ class Binder {
     // memory stays about the file size). token_embd's stay: get_rows reads its rows.
     if (loaded->copied && t->name != "token_embd.weight")
       file_.release_pages(t->data, tensor::row_size(t->type, n_in) * n_out);
-    return Weight{t->type, t->data, n_in, n_out, loaded->handle};
+    Weight w;
+    w.type = t->type;
+    w.data = t->data;
+    w.n_in = n_in;
+    w.n_out = n_out;
+    w.handle = loaded->handle;
+    return w;
   }
 
   // A 1-D f32 vector (norm weights, biases).
@@ -81,15 +141,24 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   ModelWeights& w = m->weights_;
 
   const gguf::TensorInfo* embd = m->file_.find_tensor("token_embd.weight");
-  auto embd_loaded = backend.load_weight(
-      backend::WeightSource{embd->type, embd->data, c.n_embd, c.n_vocab, /*matmul=*/false});
+  backend::WeightSource embd_source;
+  embd_source.type = embd->type;
+  embd_source.data = embd->data;
+  embd_source.n_in = c.n_embd;
+  embd_source.n_out = c.n_vocab;
+  embd_source.matmul = false;  // get_rows only
+  auto embd_loaded = backend.load_weight(embd_source);
   if (!embd_loaded)
     return make_error(path + ": tensor token_embd.weight has unsupported type " +
                       std::string(tensor::type_name(embd->type)));
-  w.token_embd = Weight{embd->type, embd->data, c.n_embd, c.n_vocab, embd_loaded->handle};
+  w.token_embd.type = embd->type;
+  w.token_embd.data = embd->data;
+  w.token_embd.n_in = c.n_embd;
+  w.token_embd.n_out = c.n_vocab;
+  w.token_embd.handle = embd_loaded->handle;
   VESPER_ASSIGN_OR_RETURN(w.output_norm, bind.vector("output_norm.weight", c.n_embd));
-  if (const gguf::TensorInfo* out = bind.find("output.weight")) {
-    VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix_from(out, c.n_embd, c.n_vocab));
+  if (bind.has_matrix("output.weight")) {
+    VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix("output.weight", c.n_embd, c.n_vocab));
   } else {
     VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix_from(embd, c.n_embd, c.n_vocab));  // tied
   }

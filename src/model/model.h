@@ -40,6 +40,11 @@ struct Weight {
   int64_t n_in = 0;
   int64_t n_out = 0;
   backend::WeightHandle handle;
+  // A composite weight (an EXL2 layer repacked at load, hf/exl2_repack.h; backend.h's
+  // WeightSource::parts): type and data unused; its parts (n_out rows each) and the input each
+  // gathered position reads, parts after one another.
+  std::vector<Weight> parts;
+  const int32_t* input_order = nullptr;
 };
 
 struct LayerWeights {

@@ -13,11 +13,25 @@ namespace {
 struct Matrix {
   std::vector<double> w;  // row-major [n_out][n_in]
   backend::ActivationQuant quant = backend::ActivationQuant::kNone;
+  // A composite weight (model.h): its parts, each over the inputs it gathers by `order`.
+  std::vector<Matrix> parts;
+  std::vector<int64_t> part_inputs;
+  const int32_t* order = nullptr;
 };
 
 Matrix load(const model::Weight& w) {
-  Matrix m{std::vector<double>(static_cast<size_t>(w.n_in * w.n_out)),
-           backend::matmul_activation_quant(w.type)};
+  if (!w.parts.empty()) {
+    Matrix m;
+    m.order = w.input_order;
+    for (const model::Weight& p : w.parts) {
+      m.parts.push_back(load(p));
+      m.part_inputs.push_back(p.n_in);
+    }
+    return m;
+  }
+  Matrix m;
+  m.w.resize(static_cast<size_t>(w.n_in * w.n_out));
+  m.quant = backend::matmul_activation_quant(w.type);
   const size_t row_bytes = tensor::row_size(w.type, w.n_in);
   for (int64_t o = 0; o < w.n_out; ++o) {
     std::vector<double> row =
@@ -34,6 +48,8 @@ Matrix load(const model::Weight& w) {
 class Input {
  public:
   Input(const std::vector<double>& x, RoundingTrace* trace) : x_(x), trace_(trace) {}
+  const std::vector<double>& raw() const { return x_; }
+  RoundingTrace* trace() const { return trace_; }
   const std::vector<double>& as_seen_by(const Matrix& m) {
     if (m.quant == backend::ActivationQuant::kNone) return x_;
     std::vector<double>& q = quantized_[static_cast<int>(m.quant)];
@@ -50,8 +66,26 @@ class Input {
   std::vector<double> quantized_[3];
 };
 
-// The exact product of m with x as m's matmul sees it.
+// The exact product of m with x as m's matmul sees it. A composite weight: each part's product
+// with the activations it gathers (a new input to quantize), summed part after part.
 std::vector<double> matvec(const Matrix& m, int64_t n_in, Input& in) {
+  if (!m.parts.empty()) {
+    std::vector<double> y;
+    int64_t offset = 0;
+    for (size_t i = 0; i < m.parts.size(); ++i) {
+      std::vector<double> gathered(static_cast<size_t>(m.part_inputs[i]));
+      for (int64_t j = 0; j < m.part_inputs[i]; ++j) {
+        const int32_t from = m.order[offset + j];
+        gathered[static_cast<size_t>(j)] = from < 0 ? 0.0 : in.raw()[static_cast<size_t>(from)];
+      }
+      Input part_in(gathered, in.trace());
+      const std::vector<double> part = matvec(m.parts[i], m.part_inputs[i], part_in);
+      if (y.empty()) y.assign(part.size(), 0.0);
+      for (size_t o = 0; o < part.size(); ++o) y[o] += part[o];
+      offset += m.part_inputs[i];
+    }
+    return y;
+  }
   const std::vector<double>& x = in.as_seen_by(m);
   const int64_t n_out = static_cast<int64_t>(m.w.size()) / n_in;
   std::vector<double> y(n_out, 0.0);
@@ -68,13 +102,14 @@ void rms_norm(std::vector<double>& x, size_t offset, size_t n, const float* w, d
 }
 
 // Rotates `heads` vectors of head_dim in x at position pos.
-void rope(std::vector<double>& x, int64_t heads, const model::ModelConfig& c, const float* freq_factors,
-          int64_t pos) {
+void rope(std::vector<double>& x, int64_t heads, const model::ModelConfig& c,
+          const float* freq_factors, int64_t pos) {
   const int64_t dims = c.rope_dims;
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t i = 0; i < dims / 2; ++i) {
       double theta = static_cast<double>(pos) * c.rope_freq_scale *
-                     std::pow(static_cast<double>(c.rope_freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(dims));
+                     std::pow(static_cast<double>(c.rope_freq_base),
+                              -2.0 * static_cast<double>(i) / static_cast<double>(dims));
       if (freq_factors != nullptr) theta /= freq_factors[i];
       const bool neox = c.arch.rope_style == backend::RopeStyle::kNeox;
       const int64_t a = h * c.head_dim + (neox ? i : 2 * i);
@@ -101,7 +136,7 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
   const size_t embd_row = tensor::row_size(w.token_embd.type, d);
   for (int64_t p = 0; p < n; ++p)
     h[p] = dequantize_row(w.token_embd.type,
-                                    static_cast<const uint8_t*>(w.token_embd.data) + tokens[p] * embd_row, d);
+                          static_cast<const uint8_t*>(w.token_embd.data) + tokens[p] * embd_row, d);
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const model::LayerWeights& l = w.layers[il];
@@ -121,7 +156,8 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
       if (l.q_norm)
         for (int64_t hh = 0; hh < c.n_head; ++hh) rms_norm(q[p], hh * hd, hd, l.q_norm, c.rms_eps);
       if (l.k_norm)
-        for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rms_norm(k[p], hh * hd, hd, l.k_norm, c.rms_eps);
+        for (int64_t hh = 0; hh < c.n_head_kv; ++hh)
+          rms_norm(k[p], hh * hd, hd, l.k_norm, c.rms_eps);
       rope(q[p], c.n_head, c, w.rope_freqs, p);
       rope(k[p], c.n_head_kv, c, w.rope_freqs, p);
     }

@@ -1,10 +1,13 @@
 // `vesper serve` on a Hugging Face checkpoint directory (../shared/models/hf/stories260K): it
 // serves under the directory's name and answers, streamed and not, with the same tokens as the
-// GGUF file of the same weights.
+// GGUF file of the same weights; and on an EXL2 directory `vesper quantize --to exl2` writes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { startServer, postJson, repoRoot } from './server_harness.mjs';
+import { startServer, postJson, repoRoot, vesper } from './server_harness.mjs';
 
 const shared = path.join(repoRoot, '..', 'shared', 'models');
 const PROMPTS = ['Once upon a time', 'Lily and Tom went to the park', 'The cat sat on the'];
@@ -20,11 +23,11 @@ async function answers(server) {
   return out;
 }
 
-async function streamed(server, prompt) {
+async function streamed(server, prompt, maxTokens = 32) {
   const res = await fetch(server.url + '/v1/completions', {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ prompt, max_tokens: 32, temperature: 0, stream: true }),
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true }),
   });
   assert.equal(res.status, 200);
   let text = '';
@@ -53,4 +56,21 @@ test('a checkpoint directory serves under its name', async () => {
 test('completions equal the GGUF model\'s token for token, streamed and not', async () => {
   assert.deepEqual(await answers(hf), fromGguf);
   assert.equal(await streamed(hf, PROMPTS[0]), fromGguf[0].text);
+});
+
+test('an EXL2 checkpoint written by vesper quantize serves, streamed and not', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vesper-exl2-'));
+  try {
+    execFileSync(vesper, ['quantize', path.join(shared, 'hf', 'stories260K'), '--to', 'exl2', '--bits', '4.0',
+      '-o', dir], { stdio: 'pipe' });
+    const exl2 = await startServer([], dir);
+    try {
+      const r = await postJson(exl2.url + '/v1/completions',
+        { prompt: PROMPTS[0], max_tokens: 16, temperature: 0 });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json.usage.completion_tokens, 16);
+      assert.ok(r.json.choices[0].text.length > 0);
+      assert.equal(await streamed(exl2, PROMPTS[0], 16), r.json.choices[0].text);
+    } finally { await exl2.stop(); }
+  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
 });

@@ -1,0 +1,47 @@
+// `vesper quantize DIR --to exl2 --bits B [--head-bits H] -o OUTDIR`: a Hugging Face checkpoint
+// written as an EXL2 checkpoint (exllamav2's tensor names, dtypes, shapes and packing; see
+// exl2_format.h and exl2_pack.h).
+//
+// Bit allocation, by measured error (a simpler search than exllamav2's): every linear layer of
+// the blocks gets one of a ladder of plans, from 2 to 8 bits: one width throughout, or the more
+// important half of its input rows one step wider. Each plan's error is measured on the layer
+// itself: the squared reconstruction error of round-to-nearest quantization, weighted per input
+// row by that row's importance, relative to the layer's weighted squared norm. Importance is the
+// row's squared norm across outputs (no calibration activations yet: the weights stand in for
+// them). Starting from the narrowest plan everywhere, the layer whose next plan buys the most
+// error reduction per extra bit moves up, until the average bits per weight (scales included)
+// reaches B. Act order sorts each layer's input rows by importance, most important first, so
+// the wider groups take them, as exllamav2 does. lm_head gets H bits (default 6) in 32-row
+// groups. Embeddings and norms keep their stored dtype (exllamav2 casts them to f16 at load).
+//
+// A layer whose input count is not a multiple of 32 (stories260K's 172-wide down projection)
+// cannot be packed into EXL2 groups: it is written unquantized, as a plain .weight in its stored
+// dtype, which Vesper loads and exllamav2 does not. The writer says so for each such layer.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "core/result.h"
+
+namespace vesper::hf {
+
+struct Exl2WriteOptions {
+  double bits = 4.0;       // target average bits per weight over the blocks' linear layers
+  double head_bits = 6.0;  // lm_head (rounded to a supported width)
+};
+
+struct Exl2WriteReport {
+  double bits = 0.0;     // the average reached, scales included
+  int layers = 0;        // quantized linear layers (lm_head included)
+  int plain_layers = 0;  // written unquantized (input count not a multiple of 32)
+};
+
+// Writes the checkpoint in `in_dir` (f32/f16/bf16 weights) as EXL2 into `out_dir` (created;
+// config.json gains quantization_config, the tokenizer files are copied). `progress`, if given,
+// gets each layer's name as it is quantized. Errors name the file and the fault.
+Result<Exl2WriteReport> write_exl2_checkpoint(
+    const std::string& in_dir, const std::string& out_dir, const Exl2WriteOptions& options,
+    const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace vesper::hf
