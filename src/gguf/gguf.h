@@ -132,6 +132,9 @@ class GgufFile {
   size_t data_offset() const { return data_offset_; }
   // Bytes of the file on disk (of an assembled file: its tensors' bytes).
   size_t file_size() const;
+  // The mapping of a file read from disk (empty for an assembled one, whose tensors lie in its
+  // TensorStorage).
+  const MappedFile& mapping() const { return file_; }
   // Whether the file was built in memory from another format (assemble), not read from a GGUF.
   bool assembled() const { return storage_ != nullptr; }
   // Tells the OS that the pages of tensor data wholly inside [p, p + n) are not needed now

@@ -1,9 +1,9 @@
 // EXL2 checkpoints run: stories260K's layers quantized (hf/exl2_quantize.h) and packed as
 // exllamav2 writes them (hf/exl2_pack.h), loaded through open_model_file, repacked into exact
-// integer parts (hf/exl2_repack.h) and computed by the CPU backend's composite matmul. Checked
-// against the f64 reference forward (which reads the same parts), against the weights decoded
-// from the format description (tests/reference/reference_exl2.h), and for how close 8-bit EXL2
-// stays to f32.
+// integer parts (hf/exl2_repack.h) and computed by the CPU backend's composite matmul. The parts
+// are checked against the weights the independent reference decodes from the format description
+// (tests/reference/reference_exl2.h), the forward pass against the f64 reference forward (which
+// reads the same parts), batched against alone, and 8-bit EXL2 against f32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "hf/model_file.h"
 #include "model/model_test_util.h"
 #include "model/quantize.h"
+#include "reference/reference_exl2.h"
 #include "reference/reference_forward.h"
 #include "sample/sampler.h"
 #include "tensor/quant.h"
@@ -100,18 +101,24 @@ TEST(Exl2Model, RepackedLayersGiveTheFormatsWeightsExactly) {
                    [&](int64_t k) { return plan_for(k, bits, high, 0.5, 32); });
     auto file = open_model_file(ck.dir());
     ASSERT_TRUE(file.ok()) << file.error().message;
-    auto opened = gguf::SafetensorsFile::open(ck.dir() + "/model.safetensors");
-    ASSERT_TRUE(opened.ok());
-    std::vector<gguf::SafetensorsFile> files;
-    files.push_back(std::move(*opened));
-    const TensorLookup lookup = lookup_in(files, ck.dir());
+    auto raw = gguf::SafetensorsFile::open(ck.dir() + "/model.safetensors");
+    ASSERT_TRUE(raw.ok());
+    const auto bytes = [&](const std::string& name) {
+      const gguf::SafetensorsTensor* t = raw->find(name);
+      EXPECT_NE(t, nullptr) << name;
+      return t == nullptr ? std::span<const uint8_t>()
+                          : std::span<const uint8_t>(t->data, t->size_bytes);
+    };
     // blk.1.attn_k (llama: q/k rows permuted too) and blk.2.ffn_gate, weight by weight.
     for (const auto& [hf_prefix, gguf_name, n, k, permuted] :
          std::vector<std::tuple<std::string, std::string, int64_t, int64_t, bool>>{
              {"model.layers.1.self_attn.k_proj", "blk.1.attn_k.weight", 32, 64, true},
              {"model.layers.2.mlp.gate_proj", "blk.2.ffn_gate.weight", 172, 64, false}}) {
-      auto layer = read_exl2_layer(lookup, hf_prefix, k, n);
-      ASSERT_TRUE(layer.ok()) << layer.error().message;
+      // The weights as the format describes them, decoded by the independent reference.
+      const reference::Exl2Dequantized format = reference::dequantize_exl2(
+          {k, n, bytes(hf_prefix + ".q_weight"), bytes(hf_prefix + ".q_invperm"),
+           bytes(hf_prefix + ".q_scale"), bytes(hf_prefix + ".q_scale_max"),
+           bytes(hf_prefix + ".q_groups")});
       const gguf::TensorInfo* order = file->find_tensor(gguf_name + ".exl2_order");
       ASSERT_NE(order, nullptr);
       const auto* input_of = reinterpret_cast<const int32_t*>(order->data);
@@ -129,8 +136,10 @@ TEST(Exl2Model, RepackedLayersGiveTheFormatsWeightsExactly) {
           const int64_t head = o / 8, j = (o % 8) / 2, i = o % 2;
           const int64_t column = permuted ? head * 8 + i * 4 + j : o;
           for (int64_t x = 0; x < inputs; ++x) {
-            const float want = exl2_weight(*layer, input_of[offset + x], column);
-            // exllamav2 rounds each weight to fp16; the parts hold the exact product.
+            const double want =
+                format.weight[static_cast<size_t>(input_of[offset + x] * n + column)];
+            // The parts hold (q - z) * scale with the scale in fp16, as exllamav2 computes it; the
+            // reference's scale is exact: they differ by the scale's fp16 rounding (2^-11).
             ASSERT_NEAR(row[static_cast<size_t>(x)], want, std::abs(want) * 1e-3 + 1e-7)
                 << gguf_name << " output " << o << " input " << input_of[offset + x];
           }
