@@ -1,5 +1,5 @@
 // EXL2, exllamav2's quantization format, as it lies on disk: one quantized linear layer's tensors
-// found, validated and decoded. Kernels and checkpoint loading build on this. An Exl2Layer owns
+// found, validated and decoded (exl2_repack.h builds the CPU parts from it). An Exl2Layer owns
 // only its group table; its pointers are into the mapped safetensors files, which must outlive it.
 //
 // The format, as exllamav2's conversion writes it (conversion/adaptivegptq.py, pack()) and its
