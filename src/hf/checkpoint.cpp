@@ -10,7 +10,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_file.h"
 #include "core/logging.h"
+#include "gguf/composite_weight.h"
 #include "gguf/safetensors.h"
 #include "hf/exl2_format.h"
 #include "hf/exl2_repack.h"
@@ -42,24 +44,15 @@ class CheckpointStorage final : public gguf::TensorStorage {
   }
 };
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(path + ": cannot read");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 Result<std::vector<std::string>> checkpoint_weight_files(const std::string& dir) {
   const std::string index = dir + "/model.safetensors.index.json";
   std::vector<std::string> files;
   if (fs::exists(index)) {
-    VESPER_ASSIGN_OR_RETURN(std::string text, read_text(index));
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
-        !j["weight_map"].is_object())
+    VESPER_ASSIGN_OR_RETURN(const JsonFile file, read_json_file(index, true));
+    const nlohmann::json& j = file.doc;
+    if (!j.contains("weight_map") || !j["weight_map"].is_object())
       return make_error(index + ": needs a \"weight_map\" object");
     std::set<std::string> names;
     for (const auto& [tensor, file] : j["weight_map"].items()) {
@@ -156,22 +149,15 @@ Result<gguf::GgufFile> load_checkpoint(const std::string& dir_in) {
       if (layer.bias != nullptr)
         return make_error(dir + ": EXL2 layer " + stem + " has a bias, which a " +
                           config.model_type + " model does not take");
-      std::vector<int32_t> output_order;
-      if (e.conversion == Conversion::kPermuteQK) {
-        output_order.resize(static_cast<size_t>(e.shape[0]));
-        const int64_t half = config.head_dim / 2;
-        for (int64_t h = 0; h < e.heads; ++h)
-          for (int64_t j = 0; j < half; ++j)
-            for (int64_t i = 0; i < 2; ++i)
-              output_order[static_cast<size_t>(h * config.head_dim + 2 * j + i)] =
-                  static_cast<int32_t>(h * config.head_dim + i * half + j);
-      }
+      const std::vector<int32_t> output_order = e.conversion == Conversion::kPermuteQK
+                                                    ? qk_row_order(e.heads, config.head_dim)
+                                                    : std::vector<int32_t>();
       VESPER_ASSIGN_OR_RETURN(Exl2Repacked repacked, repack_exl2(layer, output_order));
       for (const char* part :
            {".q_weight", ".q_invperm", ".q_scale", ".q_scale_max", ".q_groups", ".q_perm"})
         used.insert(stem + part);
       gguf::TensorInfo order;
-      order.name = exl2_order_name(e.gguf_name);
+      order.name = gguf::composite_order_name(e.gguf_name);
       order.type = GgmlType::kI32;
       order.shape = {static_cast<int64_t>(repacked.input_order.size())};
       order.size_bytes = repacked.input_order.size() * sizeof(int32_t);
@@ -182,7 +168,7 @@ Result<gguf::GgufFile> load_checkpoint(const std::string& dir_in) {
       for (size_t i = 0; i < repacked.parts.size(); ++i) {
         Exl2Part& part = repacked.parts[i];
         gguf::TensorInfo t;
-        t.name = exl2_part_name(e.gguf_name, i);
+        t.name = gguf::composite_part_name(e.gguf_name, i);
         t.type = part.type;
         t.shape = {part.n_in, e.shape[0]};
         t.size_bytes = part.data.size();

@@ -98,12 +98,4 @@ Result<Exl2Repacked> repack_exl2(const Exl2Layer& layer, std::span<const int32_t
   return r;
 }
 
-std::string exl2_order_name(const std::string& weight_name) {
-  return weight_name + ".exl2_order";
-}
-
-std::string exl2_part_name(const std::string& weight_name, size_t part) {
-  return weight_name + ".exl2_part." + std::to_string(part);
-}
-
 }  // namespace vesper::hf

@@ -9,10 +9,8 @@
 // these kernels use the exact product (they differ by at most 2^-11 relative per weight). Weights
 // stay packed (4.5, 5.5 or 8.5 bits per weight), never expanded to f16.
 //
-// In the assembled GGUF a repacked layer "blk.0.attn_q.weight" is the tensors
-// "blk.0.attn_q.weight.exl2_order" (I32: the input each gathered position reads) and
-// "blk.0.attn_q.weight.exl2_part.<i>" (one per part, [part inputs, n_out] of its type);
-// Model::load binds them as one composite weight.
+// In the assembled GGUF a repacked layer is a composite weight (gguf/composite_weight.h), which
+// Model::load binds as one weight.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +39,5 @@ struct Exl2Repacked {
 // when empty: the q/k permutation of llama rides here). Errors (a group of 16 rows, which no
 // 32-row block type holds exactly) name the layer.
 Result<Exl2Repacked> repack_exl2(const Exl2Layer& layer, std::span<const int32_t> output_order);
-
-// The names of a repacked weight's tensors in the assembled GGUF.
-std::string exl2_order_name(const std::string& weight_name);
-std::string exl2_part_name(const std::string& weight_name, size_t part);
 
 }  // namespace vesper::hf

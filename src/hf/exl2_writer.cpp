@@ -12,6 +12,7 @@
 
 #include "core/fp16.h"
 #include "core/logging.h"
+#include "gguf/composite_weight.h"
 #include "gguf/safetensors.h"
 #include "hf/checkpoint.h"
 #include "hf/exl2_quantize.h"
@@ -152,7 +153,7 @@ Result<Exl2WriteReport> write_exl2_checkpoint(
   // Everything the loader checks (shapes against config.json, names, dtypes) holds first.
   VESPER_ASSIGN_OR_RETURN(gguf::GgufFile checked, load_checkpoint(in_dir));
   for (const gguf::TensorInfo& t : checked.tensors())
-    if (t.name.find(".exl2_") != std::string::npos)
+    if (gguf::is_composite_tensor(t.name))
       return make_error(in_dir + ": is already an EXL2 checkpoint");
   VESPER_ASSIGN_OR_RETURN(HfConfig config, read_config(in_dir));
   VESPER_ASSIGN_OR_RETURN(std::vector<std::string> paths, checkpoint_weight_files(in_dir));

@@ -1,10 +1,10 @@
 #include "hf/hf_config.h"
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numbers>
-#include <sstream>
+
+#include "core/json_file.h"
 
 namespace vesper::hf {
 namespace {
@@ -90,11 +90,11 @@ Result<RopeScalingConfig> read_rope_scaling(const std::string& path, const json&
   if (!factor || *factor <= 0)
     return make_error(path + ": rope_scaling.factor must be a positive number");
   r.factor = *factor;
+  VESPER_ASSIGN_OR_RETURN(std::optional<int64_t> original,
+                          f.optional_int("original_max_position_embeddings"));
   if (r.type == "llama3") {
     VESPER_ASSIGN_OR_RETURN(std::optional<double> low, f.optional_number("low_freq_factor"));
     VESPER_ASSIGN_OR_RETURN(std::optional<double> high, f.optional_number("high_freq_factor"));
-    VESPER_ASSIGN_OR_RETURN(std::optional<int64_t> original,
-                            f.optional_int("original_max_position_embeddings"));
     r.low_freq_factor = low.value_or(1.0);
     r.high_freq_factor = high.value_or(4.0);
     r.original_max_position_embeddings = original.value_or(8192);
@@ -113,8 +113,6 @@ Result<RopeScalingConfig> read_rope_scaling(const std::string& path, const json&
       return make_error(path + ": rope_scaling.truncate false is not supported for yarn");
     VESPER_ASSIGN_OR_RETURN(std::optional<double> fast, f.optional_number("beta_fast"));
     VESPER_ASSIGN_OR_RETURN(std::optional<double> slow, f.optional_number("beta_slow"));
-    VESPER_ASSIGN_OR_RETURN(std::optional<int64_t> original,
-                            f.optional_int("original_max_position_embeddings"));
     r.beta_fast = fast.value_or(32.0);
     r.beta_slow = slow.value_or(1.0);
     r.original_max_position_embeddings =
@@ -133,14 +131,8 @@ int64_t HfConfig::context_length() const {
 Result<HfConfig> read_config(const std::string& dir) {
   HfConfig c;
   c.path = dir + "/config.json";
-  std::ifstream in(c.path, std::ios::binary);
-  if (!in)
-    return make_error(c.path +
-                      ": cannot read (a Hugging Face checkpoint directory needs config.json)");
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return make_error(c.path + ": not a JSON object");
+  VESPER_ASSIGN_OR_RETURN(const JsonFile file, read_json_file(c.path, true));
+  const json& j = file.doc;
 
   // The architecture: "architectures"[0] when present, else "model_type".
   const Architecture* arch = nullptr;

@@ -62,16 +62,22 @@ bool is_ignored_tensor(const std::string& hf_name) {
   return hf_name.ends_with(".rotary_emb.inv_freq");
 }
 
-void permute_qk_rows(const uint8_t* src, uint8_t* dst, int64_t heads, int64_t head_dim,
-                     size_t row_bytes) {
+std::vector<int32_t> qk_row_order(int64_t heads, int64_t head_dim) {
+  std::vector<int32_t> order(static_cast<size_t>(heads * head_dim));
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t j = 0; j < half; ++j)
-      for (int64_t i = 0; i < 2; ++i) {
-        const int64_t from = h * head_dim + i * half + j;
-        const int64_t to = h * head_dim + 2 * j + i;
-        std::memcpy(dst + to * row_bytes, src + from * row_bytes, row_bytes);
-      }
+      for (int64_t i = 0; i < 2; ++i)
+        order[static_cast<size_t>(h * head_dim + 2 * j + i)] =
+            static_cast<int32_t>(h * head_dim + i * half + j);
+  return order;
+}
+
+void permute_qk_rows(const uint8_t* src, uint8_t* dst, int64_t heads, int64_t head_dim,
+                     size_t row_bytes) {
+  const std::vector<int32_t> order = qk_row_order(heads, head_dim);
+  for (size_t to = 0; to < order.size(); ++to)
+    std::memcpy(dst + to * row_bytes, src + static_cast<size_t>(order[to]) * row_bytes, row_bytes);
 }
 
 }  // namespace vesper::hf

@@ -32,8 +32,12 @@ std::vector<ExpectedTensor> expected_tensors(const HfConfig& config);
 // Tensors a checkpoint may carry that no model reads (rotary_emb.inv_freq of older exports).
 bool is_ignored_tensor(const std::string& hf_name);
 
+// llama.cpp's order of a q/k projection's rows: order[r] is the stored row that row r takes
+// (row 2j + i of a head is row i * head_dim / 2 + j of the head as stored, rotate-half order).
+std::vector<int32_t> qk_row_order(int64_t heads, int64_t head_dim);
+
 // Writes the rows of a q/k projection ([heads * head_dim] rows of `row_bytes`) into `dst` in
-// llama.cpp's order: row 2j + i of a head is row i * head_dim / 2 + j of the head as stored.
+// qk_row_order.
 void permute_qk_rows(const uint8_t* src, uint8_t* dst, int64_t heads, int64_t head_dim,
                      size_t row_bytes);
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "hf/exl2_repack.h"
+#include "gguf/composite_weight.h"
 #include "hf/model_file.h"
 #include "tensor/quant.h"
 
@@ -22,21 +22,22 @@ class Binder {
 
   const gguf::TensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
 
-  // Whether the file holds matrix `name`, as one tensor or as a repacked EXL2 layer's parts.
+  // Whether the file holds matrix `name`, as one tensor or as a composite weight's parts.
   bool has_matrix(const std::string& name) const {
-    return find(name) != nullptr || find(hf::exl2_order_name(name)) != nullptr;
+    return find(name) != nullptr || find(gguf::composite_order_name(name)) != nullptr;
   }
 
   Result<Weight> matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
-    if (find(name) == nullptr && find(hf::exl2_order_name(name)) != nullptr)
+    if (find(name) == nullptr && find(gguf::composite_order_name(name)) != nullptr)
       return composite(name, n_in, n_out);
     VESPER_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, file_.require_tensor(name));
     return matrix_from(t, n_in, n_out);
   }
 
-  // A repacked EXL2 layer: its parts, each [inputs, n_out], gathering by the order tensor.
+  // A composite weight (gguf/composite_weight.h): its parts, each [inputs, n_out], gathering by
+  // the order tensor.
   Result<Weight> composite(const std::string& name, int64_t n_in, int64_t n_out) const {
-    const gguf::TensorInfo* order = find(hf::exl2_order_name(name));
+    const gguf::TensorInfo* order = find(gguf::composite_order_name(name));
     if (order->type != tensor::GgmlType::kI32 || order->shape.size() != 1)
       return make_error(file_.path() + ": tensor " + order->name + " is not an I32 vector");
     Weight w;
@@ -46,7 +47,7 @@ class Binder {
     std::vector<backend::WeightPart> parts;
     int64_t inputs = 0;
     for (size_t i = 0;; ++i) {
-      const gguf::TensorInfo* t = find(hf::exl2_part_name(name, i));
+      const gguf::TensorInfo* t = find(gguf::composite_part_name(name, i));
       if (t == nullptr) break;
       if (t->shape.size() != 2 || t->shape[1] != n_out)
         return make_error(file_.path() + ": tensor " + t->name + " has shape " +

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "gguf/composite_weight.h"
 #include "gguf/gguf.h"
 #include "hf/model_file.h"
 #include "tensor/quant.h"
@@ -125,9 +126,10 @@ Status quantize_model(const std::string& in_path, const std::string& out_path,
                       " is not a quantization target");
   VESPER_ASSIGN_OR_RETURN(gguf::GgufFile in, hf::open_model_file(in_path));
   for (const gguf::TensorInfo& t : in.tensors())
-    if (t.name.find(".exl2_") != std::string::npos)
-      return make_error(in_path + ": an EXL2 checkpoint cannot be written as GGUF (no GGUF type holds "
-                                  "EXL2 layers); convert its unquantized checkpoint instead");
+    if (gguf::is_composite_tensor(t.name))
+      return make_error(in_path +
+                        ": an EXL2 checkpoint cannot be written as GGUF (no GGUF type holds "
+                        "EXL2 layers); convert its unquantized checkpoint instead");
   gguf::GgufWriter out;
   out.copy_metadata(in);
   if (target) {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "core/json_nesting.h"
+#include "core/json_file.h"
 #include "tokenizer/bpe_presets.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
@@ -28,7 +28,6 @@ using json = nlohmann::json;
 using Metadata = std::vector<std::pair<std::string, gguf::Value>>;
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-constexpr int kMaxJsonDepth = 64;
 // More tokens than any real vocabulary; bounds what ids and config.json's vocab_size may ask for.
 constexpr int64_t kMaxTokens = int64_t{1} << 24;
 // The score of SentencePiece-style pieces that no merge produces: below every -rank.
@@ -64,62 +63,10 @@ bool is_byte_piece(std::string_view text) {
          text[5] == '>';
 }
 
-// One JSON file of the checkpoint. `doc` is null when an optional file is absent.
-struct JsonFile {
-  std::string path;
-  json doc;
-
-  Error error(const std::string& field, const std::string& what) const {
-    return make_error(path + ": " + field + " " + what);
-  }
-};
-
-Result<JsonFile> read_json(const fs::path& path, bool required) {
-  JsonFile f{path.string(), nullptr};
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    if (fs::exists(path, ec)) return make_error(f.path + ": is not a regular file");
-    if (!required) return f;
-    return make_error(f.path + ": not found (a Hugging Face tokenizer needs this file)");
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!in) return make_error(f.path + ": cannot be read");
-  const std::string s = text.str();
-  if (const size_t at = find_json_nesting_over(s, kMaxJsonDepth); at != std::string::npos)
-    return make_error(f.path + ": JSON nests deeper than " + std::to_string(kMaxJsonDepth) +
-                      " levels (at byte " + std::to_string(at) + ")");
-  try {
-    f.doc = json::parse(s);
-  } catch (const json::exception& e) {
-    return make_error(f.path + ": invalid JSON: " + e.what());
-  }
-  if (!f.doc.is_object()) return make_error(f.path + ": is not a JSON object");
-  return f;
-}
-
-// The member `key` of `obj`; nullptr when `obj` is not an object, or the member is missing or null.
-const json* member(const json& obj, const std::string& key) {
-  if (!obj.is_object()) return nullptr;
-  const auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::optional<int64_t> json_int(const json& j) {
-  if (j.is_number_unsigned()) {
-    const auto u = j.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-    return static_cast<int64_t>(u);
-  }
-  if (j.is_number_integer()) return j.get<int64_t>();
-  return std::nullopt;
-}
-
 // A string member; `fallback` when missing or null, an error when of another type.
 Result<std::string> string_member(const JsonFile& f, const json& obj, const std::string& key,
                                   const std::string& field, std::string fallback) {
-  const json* v = member(obj, key);
+  const json* v = json_member(obj, key);
   if (v == nullptr) return fallback;
   if (!v->is_string()) return f.error(field, "is not a string");
   return v->get<std::string>();
@@ -127,7 +74,7 @@ Result<std::string> string_member(const JsonFile& f, const json& obj, const std:
 
 Result<bool> bool_member(const JsonFile& f, const json& obj, const std::string& key,
                          const std::string& field, bool fallback) {
-  const json* v = member(obj, key);
+  const json* v = json_member(obj, key);
   if (v == nullptr) return fallback;
   if (!v->is_boolean()) return f.error(field, "is not true or false");
   return v->get<bool>();
@@ -194,11 +141,11 @@ class HfTokenizerReader {
   explicit HfTokenizerReader(fs::path dir) : dir_(std::move(dir)) {}
 
   Result<Metadata> read() {
-    VESPER_ASSIGN_OR_RETURN(tok_, read_json(dir_ / "tokenizer.json", true));
-    VESPER_ASSIGN_OR_RETURN(tok_config_, read_json(dir_ / "tokenizer_config.json", false));
-    VESPER_ASSIGN_OR_RETURN(special_map_, read_json(dir_ / "special_tokens_map.json", false));
-    VESPER_ASSIGN_OR_RETURN(gen_config_, read_json(dir_ / "generation_config.json", false));
-    VESPER_ASSIGN_OR_RETURN(config_, read_json(dir_ / "config.json", false));
+    VESPER_ASSIGN_OR_RETURN(tok_, read_json_file(dir_ / "tokenizer.json", true));
+    VESPER_ASSIGN_OR_RETURN(tok_config_, read_json_file(dir_ / "tokenizer_config.json", false));
+    VESPER_ASSIGN_OR_RETURN(special_map_, read_json_file(dir_ / "special_tokens_map.json", false));
+    VESPER_ASSIGN_OR_RETURN(gen_config_, read_json_file(dir_ / "generation_config.json", false));
+    VESPER_ASSIGN_OR_RETURN(config_, read_json_file(dir_ / "config.json", false));
     VESPER_TRY(read_model_type());
     if (byte_level_) {
       VESPER_TRY(read_byte_level_pre_tokenizer());
@@ -217,11 +164,11 @@ class HfTokenizerReader {
   // --- model, normalizer and pre-tokenizer ---------------------------------------------------
 
   Status read_model_type() {
-    model_ = member(tok_.doc, "model");
+    model_ = json_member(tok_.doc, "model");
     if (model_ == nullptr || !model_->is_object())
       return tok_.error("model", "is missing or not an object");
     // Files from before the "type" tag name no type; a vocab with merges is BPE.
-    const std::string fallback = member(*model_, "merges") ? "BPE" : "";
+    const std::string fallback = json_member(*model_, "merges") ? "BPE" : "";
     VESPER_ASSIGN_OR_RETURN(const std::string type,
                             string_member(tok_, *model_, "type", "model.type", fallback));
     if (type != "BPE")
@@ -230,7 +177,7 @@ class HfTokenizerReader {
                             ": only \"BPE\" tokenizers are supported (SentencePiece-style with "
                             "byte_fallback, as llama-2 and mistral; or byte-level, as gpt2, "
                             "llama-3 and qwen2)");
-    if (const json* dropout = member(*model_, "dropout");
+    if (const json* dropout = json_member(*model_, "dropout");
         dropout != nullptr && (!dropout->is_number() || dropout->get<double>() != 0.0))
       return tok_.error("model.dropout", "is set: BPE dropout (random merges) is not supported");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -246,18 +193,18 @@ class HfTokenizerReader {
         byte_fallback_, bool_member(tok_, *model_, "byte_fallback", "model.byte_fallback", false));
 
     // The family: a ByteLevel pre-tokenizer (alone or in a Sequence) makes it byte-level BPE.
-    pre_ = member(tok_.doc, "pre_tokenizer");
+    pre_ = json_member(tok_.doc, "pre_tokenizer");
     if (pre_ != nullptr) {
       VESPER_ASSIGN_OR_RETURN(const std::string pre_type,
                               string_member(tok_, *pre_, "type", "pre_tokenizer.type", ""));
       if (pre_type == "ByteLevel") {
         byte_level_ = true;
       } else if (pre_type == "Sequence") {
-        const json* items = member(*pre_, "pretokenizers");
+        const json* items = json_member(*pre_, "pretokenizers");
         if (items == nullptr || !items->is_array())
           return tok_.error("pre_tokenizer.pretokenizers", "is missing or not an array");
         for (const json& item : *items)
-          if (const json* t = member(item, "type"); t != nullptr && *t == "ByteLevel")
+          if (const json* t = json_member(item, "type"); t != nullptr && *t == "ByteLevel")
             byte_level_ = true;
       }
     }
@@ -266,7 +213,7 @@ class HfTokenizerReader {
 
   // Byte-level BPE: [Split(regex, Isolated)...] then ByteLevel, whose regexes must be a preset's.
   Status read_byte_level_pre_tokenizer() {
-    if (const json* normalizer = member(tok_.doc, "normalizer")) {
+    if (const json* normalizer = json_member(tok_.doc, "normalizer")) {
       // NFC is accepted and not applied, as llama.cpp does: it changes nothing for text that is
       // already NFC, which is nearly all text.
       VESPER_ASSIGN_OR_RETURN(const std::string type,
@@ -277,7 +224,7 @@ class HfTokenizerReader {
             "is " + quote(type) + ": a byte-level BPE tokenizer may have no normalizer or NFC");
     }
     std::vector<std::pair<const json*, std::string>> items;
-    if (const json* list = member(*pre_, "pretokenizers")) {
+    if (const json* list = json_member(*pre_, "pretokenizers")) {
       for (size_t i = 0; i < list->size(); ++i)
         items.emplace_back(&(*list)[i], indexed("pre_tokenizer.pretokenizers", i));
     } else {
@@ -292,8 +239,8 @@ class HfTokenizerReader {
       if (type == "Split") {
         if (seen_byte_level)
           return tok_.error(field, "is a Split after ByteLevel, which is not supported");
-        const json* pattern = member(*item, "pattern");
-        const json* regex = pattern ? member(*pattern, "Regex") : nullptr;
+        const json* pattern = json_member(*item, "pattern");
+        const json* regex = pattern ? json_member(*pattern, "Regex") : nullptr;
         if (regex == nullptr || !regex->is_string())
           return tok_.error(field + ".pattern",
                             "is not a {\"Regex\": ...} pattern (string patterns are not "
@@ -338,7 +285,7 @@ class HfTokenizerReader {
     std::vector<std::string> wanted;
     for (const std::string& p : patterns) wanted.push_back(canonical_regex(p));
     std::optional<bool> clean_spaces;
-    if (const json* v = member(tok_config_.doc, "clean_up_tokenization_spaces");
+    if (const json* v = json_member(tok_config_.doc, "clean_up_tokenization_spaces");
         v != nullptr && v->is_boolean())
       clean_spaces = v->get<bool>();
     const std::vector<std::string_view> preferred = {"gpt-2", "llama-bpe", "qwen2"};
@@ -376,12 +323,12 @@ class HfTokenizerReader {
   // Metaspace pre-tokenizer.
   Status read_sentencepiece_normalization() {
     bool replaces_spaces = false;
-    if (const json* normalizer = member(tok_.doc, "normalizer")) {
+    if (const json* normalizer = json_member(tok_.doc, "normalizer")) {
       std::vector<std::pair<const json*, std::string>> items;
       VESPER_ASSIGN_OR_RETURN(const std::string type,
                               string_member(tok_, *normalizer, "type", "normalizer.type", ""));
       if (type == "Sequence") {
-        const json* list = member(*normalizer, "normalizers");
+        const json* list = json_member(*normalizer, "normalizers");
         if (list == nullptr || !list->is_array())
           return tok_.error("normalizer.normalizers", "is missing or not an array");
         for (size_t i = 0; i < list->size(); ++i)
@@ -400,8 +347,8 @@ class HfTokenizerReader {
                               "is " + quote(prepend) + ": only \"\xE2\x96\x81\" is supported");
           add_space_prefix_ = true;
         } else if (t == "Replace") {
-          const json* pattern = member(*item, "pattern");
-          const json* from = pattern ? member(*pattern, "String") : nullptr;
+          const json* pattern = json_member(*item, "pattern");
+          const json* from = pattern ? json_member(*pattern, "String") : nullptr;
           VESPER_ASSIGN_OR_RETURN(const std::string content,
                                   string_member(tok_, *item, "content", field + ".content", ""));
           if (from == nullptr || *from != " " || content != kSpace)
@@ -434,7 +381,7 @@ class HfTokenizerReader {
                           "is " + quote(replacement) + ": only \"\xE2\x96\x81\" is supported");
       // prepend_scheme (tokenizers >= 0.15) or the older add_prefix_space. "first" also maps to
       // a space prefix, though Hugging Face then adds none after special tokens (README.md).
-      if (const json* scheme = member(*pre_, "prepend_scheme")) {
+      if (const json* scheme = json_member(*pre_, "prepend_scheme")) {
         if (*scheme == "always" || *scheme == "first") {
           add_space_prefix_ = true;
         } else if (*scheme != "never") {
@@ -484,7 +431,7 @@ class HfTokenizerReader {
   }
 
   Status read_tokens() {
-    const json* vocab = member(*model_, "vocab");
+    const json* vocab = json_member(*model_, "vocab");
     if (vocab == nullptr || !vocab->is_object())
       return tok_.error("model.vocab", "is missing or not an object of piece -> id");
     for (const auto& [text, id_json] : vocab->items()) {
@@ -494,13 +441,13 @@ class HfTokenizerReader {
       VESPER_TRY(set_entry(*id, text, "model.vocab"));
       vocab_ids_.emplace(text, static_cast<int32_t>(*id));
     }
-    if (const json* added = member(tok_.doc, "added_tokens")) {
+    if (const json* added = json_member(tok_.doc, "added_tokens")) {
       if (!added->is_array()) return tok_.error("added_tokens", "is not an array");
       for (size_t i = 0; i < added->size(); ++i) {
         const json& t = (*added)[i];
         const std::string field = indexed("added_tokens", i);
-        const json* id = member(t, "id");
-        const json* content = member(t, "content");
+        const json* id = json_member(t, "id");
+        const json* content = json_member(t, "content");
         if (id == nullptr || !json_int(*id) || content == nullptr || !content->is_string())
           return tok_.error(field, "needs an integer \"id\" and a string \"content\"");
         VESPER_ASSIGN_OR_RETURN(const bool special,
@@ -513,13 +460,13 @@ class HfTokenizerReader {
     }
     if (entries_.empty()) return tok_.error("model.vocab", "is empty");
     // config.json's vocab_size counts the embedding rows; llama.cpp pads the vocabulary to it.
-    if (const json* size = member(config_.doc, "vocab_size")) {
+    if (const json* size = json_member(config_.doc, "vocab_size")) {
       const std::optional<int64_t> n = json_int(*size);
       if (!n || *n < 0 || *n > kMaxTokens)
         return config_.error("vocab_size", "is " + size->dump() + ", not a vocabulary size");
       if (static_cast<size_t>(*n) > entries_.size()) entries_.resize(static_cast<size_t>(*n));
     }
-    const json* unk = member(*model_, "unk_token");
+    const json* unk = json_member(*model_, "unk_token");
     const std::string unk_text = unk && unk->is_string() ? unk->get<std::string>() : std::string();
 
     tokens_.resize(entries_.size());
@@ -556,7 +503,7 @@ class HfTokenizerReader {
   // --- merges --------------------------------------------------------------------------------
 
   Status read_merges() {
-    const json* merges = member(*model_, "merges");
+    const json* merges = json_member(*model_, "merges");
     if (merges != nullptr && !merges->is_array())
       return tok_.error("model.merges", "is not an array");
     std::unordered_map<std::string, int32_t>
@@ -616,9 +563,9 @@ class HfTokenizerReader {
   // tokenizer_config.json and special_tokens_map.json name a special token by its text, as a
   // string or an AddedToken object {"content": ...}.
   Result<std::optional<int32_t>> special_by_text(const JsonFile& f, const std::string& name) {
-    const json* v = member(f.doc, name);
+    const json* v = json_member(f.doc, name);
     if (v == nullptr) return std::optional<int32_t>();
-    const json* content = v->is_object() ? member(*v, "content") : v;
+    const json* content = v->is_object() ? json_member(*v, "content") : v;
     if (content == nullptr || !content->is_string())
       return f.error(name, "is neither a string nor an object with a string \"content\"");
     const std::string& text = content->get_ref<const std::string&>();
@@ -632,7 +579,7 @@ class HfTokenizerReader {
   // values mean none.
   Result<std::vector<int32_t>> ids_in(const JsonFile& f, const std::string& name) {
     std::vector<int32_t> ids;
-    const json* v = member(f.doc, name);
+    const json* v = json_member(f.doc, name);
     if (v == nullptr) return ids;
     std::vector<const json*> items;
     if (v->is_array()) {
@@ -683,7 +630,7 @@ class HfTokenizerReader {
       }
     }
     if (unk_ == kNoToken) {
-      if (const json* unk = member(*model_, "unk_token"); unk != nullptr && unk->is_string()) {
+      if (const json* unk = json_member(*model_, "unk_token"); unk != nullptr && unk->is_string()) {
         const auto it = token_ids_.find(unk->get<std::string>());
         if (it == token_ids_.end())
           return tok_.error("model.unk_token",
@@ -709,7 +656,7 @@ class HfTokenizerReader {
     std::optional<bool> add_eos;
     for (const auto& [key, flag] :
          {std::pair{"add_bos_token", &add_bos}, std::pair{"add_eos_token", &add_eos}}) {
-      if (const json* v = member(tok_config_.doc, key)) {
+      if (const json* v = json_member(tok_config_.doc, key)) {
         if (!v->is_boolean()) return tok_config_.error(key, "is not true or false");
         *flag = v->get<bool>();
       }
@@ -737,13 +684,13 @@ class HfTokenizerReader {
   }
 
   Status read_post_processor(int32_t* bos, int32_t* eos) {
-    const json* post = member(tok_.doc, "post_processor");
+    const json* post = json_member(tok_.doc, "post_processor");
     if (post == nullptr) return {};
     std::vector<std::pair<const json*, std::string>> items;
     VESPER_ASSIGN_OR_RETURN(const std::string type,
                             string_member(tok_, *post, "type", "post_processor.type", ""));
     if (type == "Sequence") {
-      const json* list = member(*post, "processors");
+      const json* list = json_member(*post, "processors");
       if (list == nullptr || !list->is_array())
         return tok_.error("post_processor.processors", "is missing or not an array");
       for (size_t i = 0; i < list->size(); ++i)
@@ -760,27 +707,27 @@ class HfTokenizerReader {
                           "is " + quote(t) +
                               ": only TemplateProcessing and ByteLevel are understood (or give "
                               "add_bos_token and add_eos_token in tokenizer_config.json)");
-      const json* single = member(*item, "single");
+      const json* single = json_member(*item, "single");
       if (single == nullptr || !single->is_array())
         return tok_.error(field + ".single", "is missing or not an array");
       bool seen_text = false;
       for (size_t i = 0; i < single->size(); ++i) {
         const json& piece = (*single)[i];
-        if (member(piece, "Sequence")) {
+        if (json_member(piece, "Sequence")) {
           seen_text = true;
           continue;
         }
-        const json* special = member(piece, "SpecialToken");
-        const json* name = special ? member(*special, "id") : nullptr;
+        const json* special = json_member(piece, "SpecialToken");
+        const json* name = special ? json_member(*special, "id") : nullptr;
         if (name == nullptr || !name->is_string())
           return tok_.error(indexed(field + ".single", i),
                             "is neither a Sequence nor a SpecialToken with a string id");
         const std::string& text = name->get_ref<const std::string&>();
         // The template's special_tokens map gives the ids; a token of the vocabulary otherwise.
         int32_t id = kNoToken;
-        const json* specials = member(*item, "special_tokens");
-        const json* entry = specials ? member(*specials, text) : nullptr;
-        const json* ids = entry ? member(*entry, "ids") : nullptr;
+        const json* specials = json_member(*item, "special_tokens");
+        const json* entry = specials ? json_member(*specials, text) : nullptr;
+        const json* ids = entry ? json_member(*entry, "ids") : nullptr;
         if (ids != nullptr && ids->is_array() && ids->size() == 1 && json_int((*ids)[0]) &&
             *json_int((*ids)[0]) >= 0 &&
             *json_int((*ids)[0]) < static_cast<int64_t>(tokens_.size())) {
@@ -805,7 +752,7 @@ class HfTokenizerReader {
   // --- chat templates --------------------------------------------------------------------------
 
   Status read_chat_templates() {
-    if (const json* t = member(tok_config_.doc, "chat_template")) {
+    if (const json* t = json_member(tok_config_.doc, "chat_template")) {
       if (t->is_string()) {
         chat_templates_.emplace_back("", t->get<std::string>());
         return {};
@@ -813,8 +760,8 @@ class HfTokenizerReader {
       if (!t->is_array())
         return tok_config_.error("chat_template", "is neither a string nor a list of templates");
       for (size_t i = 0; i < t->size(); ++i) {
-        const json* name = member((*t)[i], "name");
-        const json* text = member((*t)[i], "template");
+        const json* name = json_member((*t)[i], "name");
+        const json* text = json_member((*t)[i], "template");
         if (name == nullptr || !name->is_string() || text == nullptr || !text->is_string())
           return tok_config_.error(indexed("chat_template", i),
                                    "needs a string \"name\" and a string \"template\"");
@@ -834,8 +781,8 @@ class HfTokenizerReader {
       chat_templates_.emplace_back("", text.str());
       return {};
     }
-    VESPER_ASSIGN_OR_RETURN(const JsonFile f, read_json(dir_ / "chat_template.json", false));
-    if (const json* t = member(f.doc, "chat_template")) {
+    VESPER_ASSIGN_OR_RETURN(const JsonFile f, read_json_file(dir_ / "chat_template.json", false));
+    if (const json* t = json_member(f.doc, "chat_template")) {
       if (!t->is_string()) return f.error("chat_template", "is not a string");
       chat_templates_.emplace_back("", t->get<std::string>());
     }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "gguf/composite_weight.h"
 #include "gguf/safetensors.h"
 #include "hf/exl2_format.h"
 #include "hf/exl2_quantize.h"
@@ -119,13 +120,13 @@ TEST(Exl2Model, RepackedLayersGiveTheFormatsWeightsExactly) {
           {k, n, bytes(hf_prefix + ".q_weight"), bytes(hf_prefix + ".q_invperm"),
            bytes(hf_prefix + ".q_scale"), bytes(hf_prefix + ".q_scale_max"),
            bytes(hf_prefix + ".q_groups")});
-      const gguf::TensorInfo* order = file->find_tensor(gguf_name + ".exl2_order");
+      const gguf::TensorInfo* order = file->find_tensor(gguf::composite_order_name(gguf_name));
       ASSERT_NE(order, nullptr);
       const auto* input_of = reinterpret_cast<const int32_t*>(order->data);
       int64_t offset = 0;
       for (int part = 0;; ++part) {
         const gguf::TensorInfo* t =
-            file->find_tensor(gguf_name + ".exl2_part." + std::to_string(part));
+            file->find_tensor(gguf::composite_part_name(gguf_name, static_cast<size_t>(part)));
         if (t == nullptr) break;
         const int64_t inputs = t->shape[0];
         std::vector<float> row(static_cast<size_t>(inputs));
