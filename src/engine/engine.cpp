@@ -304,7 +304,8 @@ void Engine::record_plan(const sched::SchedulerOutput& plan, double scheduled_at
   }
   if (plan.empty()) return;
   ++totals_.num_steps;
-  totals_.kivi_groups_quantized += static_cast<int64_t>(plan.group_quantizations.size());
+  totals_.kivi_groups_quantized +=
+      kv::count_block_ops(plan.block_ops, kv::BlockOp::Kind::kQuantizeGroup);
   totals_.max_batched_tokens_seen =
       std::max(totals_.max_batched_tokens_seen, plan.num_batched_tokens);
   bool partial_prefill = false;

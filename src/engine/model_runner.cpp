@@ -72,13 +72,12 @@ Status ModelRunner::check_tables(const sched::SchedulerOutput& plan) const {
   for (const sched::ScheduledSequence& s : plan.scheduled) {
     const sched::SequenceMirror::Entry& e = *mirror_.find(s.id);
     if (e.stopped) continue;
-    model::KvTableLayout layout = layout_;
-    layout.quantized_groups = e.quantized_groups;
+    const model::KvTableLayout layout = layout_.with_quantized(e.quantized_groups);
     // Every position the entry writes, its further passes' included.
     const int64_t end = s.start + s.num_new_tokens + s.num_steps - 1;
     if (layout.entries_for(end) > static_cast<int64_t>(e.block_table.size()) ||
         e.quantized_groups > static_cast<int64_t>(e.block_table.size()) ||
-        s.start < e.quantized_groups * layout.block_size)
+        !layout.written_row(s.start))
       return make_error("the plan computes positions " + std::to_string(s.start) + ".." +
                         std::to_string(end - 1) + " of sequence " + std::to_string(s.id) +
                         ", which its table of " + std::to_string(e.block_table.size()) +
@@ -88,38 +87,31 @@ Status ModelRunner::check_tables(const sched::SchedulerOutput& plan) const {
 }
 
 void ModelRunner::move_memory(const sched::SchedulerOutput& plan) {
-  auto copy_blocks = [&](backend::KvHandle to, backend::KvHandle from, auto&& pairs, auto src_of,
-                         auto dst_of) {
-    if (pairs.empty()) return;
-    copy_src_.clear();
-    copy_dst_.clear();
-    for (const auto& p : pairs) {
-      copy_src_.push_back(src_of(p));
-      copy_dst_.push_back(dst_of(p));
+  // The ops run in the plan's order (each may read what an earlier one wrote), the same list on
+  // the target's storage and on each companion's; a run of ops of one kind between the same
+  // two storages goes to the backend as one call.
+  using Kind = kv::BlockOp::Kind;
+  auto run_ops = [&](backend::KvHandle device, backend::KvHandle host) {
+    const std::vector<kv::BlockOp>& ops = plan.block_ops;
+    for (size_t i = 0; i < ops.size();) {
+      const Kind kind = ops[i].kind;
+      if (kind == Kind::kQuantizeGroup) {
+        backend_.quantize_kv_group(device, ops[i].rows, ops[i].dst);
+        ++i;
+        continue;
+      }
+      copy_src_.clear();
+      copy_dst_.clear();
+      for (; i < ops.size() && ops[i].kind == kind; ++i) {
+        copy_src_.push_back(ops[i].src);
+        copy_dst_.push_back(ops[i].dst);
+      }
+      backend_.copy_kv_blocks(kind == Kind::kSwapOut ? host : device,
+                              kind == Kind::kSwapIn ? host : device, copy_src_, copy_dst_);
     }
-    backend_.copy_kv_blocks(to, from, copy_src_, copy_dst_);
   };
-  // KIVI groups quantized first: the blocks their rows held may be reused by what follows.
-  for (const kv::GroupQuantization& q : plan.group_quantizations) {
-    backend_.quantize_kv_group(device_, q.rows, q.dst);
-    for (const auto& [device, host] : companions_)
-      backend_.quantize_kv_group(device, q.rows, q.dst);
-  }
-  // Order matters: swap-outs read blocks that this step may hand to others, so they go first.
-  // The same moves for the target's storage and each companion's.
-  auto move_blocks = [&](backend::KvHandle device, backend::KvHandle host) {
-    copy_blocks(
-        host, device, plan.swap_out, [](const kv::SwapMapping& m) { return m.device; },
-        [](const kv::SwapMapping& m) { return m.host; });
-    copy_blocks(
-        device, host, plan.swap_in, [](const kv::SwapMapping& m) { return m.host; },
-        [](const kv::SwapMapping& m) { return m.device; });
-    copy_blocks(
-        device, device, plan.block_copies, [](const kv::BlockCopy& c) { return c.src; },
-        [](const kv::BlockCopy& c) { return c.dst; });
-  };
-  move_blocks(device_, host_);
-  for (const auto& [device, host] : companions_) move_blocks(device, host);
+  run_ops(device_, host_);
+  for (const auto& [device, host] : companions_) run_ops(device, host);
 }
 
 void ModelRunner::build_batch(const sched::SchedulerOutput& plan) {
@@ -146,10 +138,9 @@ void ModelRunner::build_batch(const sched::SchedulerOutput& plan) {
         parents_.push_back(p < 0 ? static_cast<int32_t>(committed) - 1
                                  : static_cast<int32_t>(committed) + p);
     }
-    model::KvTableLayout layout = layout_;
-    layout.quantized_groups = e.quantized_groups;
-    batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table, layout,
-                        s.num_logits_rows, e.adapter, parents_);
+    batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table,
+                        layout_.with_quantized(e.quantized_groups), s.num_logits_rows, e.adapter,
+                        parents_);
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }

@@ -105,9 +105,8 @@ void ModelRunner::run_further_passes(const sched::SchedulerOutput& plan,
       // The token the pass before sampled, at the next position.
       const int64_t pos = s.start + pass;
       tokens_.assign(1, e.tokens[static_cast<size_t>(pos)]);
-      model::KvTableLayout layout = layout_;
-      layout.quantized_groups = e.quantized_groups;
-      batch_.add_sequence(tokens_, static_cast<int32_t>(pos), e.block_table, layout, 1, e.adapter);
+      batch_.add_sequence(tokens_, static_cast<int32_t>(pos), e.block_table,
+                          layout_.with_quantized(e.quantized_groups), 1, e.adapter);
       e.num_computed = pos + 1;
       row_output_.push_back(index);
     }
@@ -167,8 +166,7 @@ sched::SampledSequence ModelRunner::verify(sched::SequenceMirror::Entry& e,
   const int64_t first = s.start + s.num_new_tokens - s.num_spec_tokens;
   slot_src_.clear();
   slot_dst_.clear();
-  model::KvTableLayout layout = layout_;
-  layout.quantized_groups = e.quantized_groups;
+  const model::KvTableLayout layout = layout_.with_quantized(e.quantized_groups);
   for (size_t i = 0; i < v.path.size(); ++i)
     if (v.path[i] != static_cast<int32_t>(i)) {
       slot_src_.push_back(layout.slot(e.block_table, first + v.path[i]));

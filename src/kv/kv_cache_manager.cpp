@@ -26,7 +26,7 @@ BlockHash residual_block_hash(const BlockHash& group, int64_t k, std::span<const
 
 KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_blocks,
                                int64_t block_size, bool enable_prefix_caching)
-    : block_size_(block_size),
+    : layout_(block_size),
       prefix_caching_(enable_prefix_caching),
       device_(num_device_blocks, block_size),
       host_(num_host_blocks, block_size) {
@@ -35,22 +35,20 @@ KvCacheManager::KvCacheManager(int64_t num_device_blocks, int64_t num_host_block
 
 void KvCacheManager::enable_kivi(int64_t rows_per_block, int64_t residual_length) {
   VESPER_CHECK(device_tables_.empty() && host_tables_.empty(), "enable_kivi with sequences");
-  VESPER_CHECK(rows_per_block >= 1 && rows_per_block <= block_size_ && residual_length >= 0,
+  VESPER_CHECK(rows_per_block >= 1 && rows_per_block <= layout_.block_size && residual_length >= 0,
                "bad KIVI layout");
   kivi_ = true;
-  rows_per_block_ = rows_per_block;
-  blocks_per_group_ = (block_size_ + rows_per_block - 1) / rows_per_block;
+  layout_ = backend::KvTableLayout::kivi(layout_.block_size, rows_per_block);
   kivi_residual_ = residual_length;
 }
 
 int64_t KvCacheManager::slot(SeqId seq, int64_t pos) const {
   const std::vector<BlockId>& table = block_table(seq);
-  const int64_t m = quantized_groups(seq), g = pos / block_size_, r = pos % block_size_;
-  const int64_t entry = group_entry(m, g) + (g < m ? 0 : r / rows_per_block_);
-  VESPER_CHECK(g >= m && entry < static_cast<int64_t>(table.size()),
+  const backend::KvTableLayout layout = layout_of(seq);
+  VESPER_CHECK(layout.written_row(pos) && layout.entry(pos) < static_cast<int64_t>(table.size()),
                "sequence %lld: position %lld has no row slot (quantized, or past its table)",
                static_cast<long long>(seq), static_cast<long long>(pos));
-  return int64_t{table[static_cast<size_t>(entry)]} * rows_per_block_ + r % rows_per_block_;
+  return layout.slot(table, pos);
 }
 
 int64_t KvCacheManager::quantized_groups(SeqId seq) const {
@@ -59,7 +57,7 @@ int64_t KvCacheManager::quantized_groups(SeqId seq) const {
 }
 
 int64_t KvCacheManager::entries_for(SeqId seq, int64_t num_tokens) const {
-  return group_entry(quantized_groups(seq), (num_tokens + block_size_ - 1) / block_size_);
+  return layout_of(seq).entries_for(num_tokens);
 }
 
 std::vector<GroupQuantization> KvCacheManager::compact(SeqId seq, int64_t num_computed,
@@ -68,25 +66,34 @@ std::vector<GroupQuantization> KvCacheManager::compact(SeqId seq, int64_t num_co
   auto it = device_tables_.find(seq);
   if (!kivi_ || it == device_tables_.end()) return out;
   std::vector<BlockId>& table = it->second;
+  const int64_t block_size = layout_.block_size, per_group = layout_.blocks_per_group;
   const int64_t before = num_computed + 1 - kivi_residual_;
   // Only groups whose rows are all written: a query at num_computed may read its own group
   // quantized (a residual window of 0), but its row is written after this, by the step.
   const int64_t target = std::min(
-      {before <= 0 ? 0 : before / block_size_, written / block_size_, num_computed / block_size_});
+      {before <= 0 ? 0 : before / block_size, written / block_size, num_computed / block_size});
   int64_t& m = quantized_[seq];
-  while (m < target && m + blocks_per_group_ <= static_cast<int64_t>(table.size()) &&
+  while (m < target && m + per_group <= static_cast<int64_t>(table.size()) &&
          device_.num_free() > 0) {
     // Allocate first: the group's own blocks, released below, must not become its destination.
     const BlockId dst = (*device_.allocate(1))[0];
-    GroupQuantization q{
-        std::vector<BlockId>(table.begin() + m, table.begin() + m + blocks_per_group_), dst};
+    GroupQuantization q{std::vector<BlockId>(table.begin() + m, table.begin() + m + per_group),
+                        dst};
     for (BlockId b : q.rows) device_.release(b);
-    table.erase(table.begin() + m + 1, table.begin() + m + blocks_per_group_);
+    table.erase(table.begin() + m + 1, table.begin() + m + per_group);
     table[m] = dst;
     ++m;
     out.push_back(std::move(q));
   }
   return out;
+}
+
+bool KvCacheManager::prepare_step(SeqId seq, int64_t num_computed, int64_t written,
+                                  std::vector<BlockOp>& ops) {
+  if (!kivi_) return false;
+  std::vector<GroupQuantization> quantized = compact(seq, num_computed, written);
+  for (GroupQuantization& q : quantized) ops.push_back(BlockOp::quantize(std::move(q)));
+  return !quantized.empty();
 }
 
 std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t num_computed,
@@ -117,13 +124,13 @@ std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t nu
     hashes_[seq] = prefix->hashes;
   }
   const int64_t have = static_cast<int64_t>(table.size());
-  const int64_t m = quantized_groups(seq);
-  VESPER_CHECK(num_computed >= m * block_size_, "sequence %lld writes into a quantized group",
+  const backend::KvTableLayout layout = layout_of(seq);
+  VESPER_CHECK(layout.written_row(num_computed), "sequence %lld writes into a quantized group",
                static_cast<long long>(seq));
   const int64_t need_new = std::max<int64_t>(0, entries_for(seq, num_tokens) - have);
   // Shared blocks among those written this step must become private first (with KIVI, those of
   // the groups written).
-  const int64_t first_block = group_entry(m, num_computed / block_size_);
+  const int64_t first_block = layout.group_entry(layout.group(num_computed));
   const int64_t last_block =
       num_new == 0 ? first_block : std::min(have, entries_for(seq, written_end));
   int64_t need_cow = 0;
@@ -154,7 +161,7 @@ void KvCacheManager::truncate(SeqId seq, int64_t num_tokens) {
   auto it = device_tables_.find(seq);
   if (it == device_tables_.end()) return;
   std::vector<BlockId>& table = it->second;
-  VESPER_CHECK(num_tokens >= quantized_groups(seq) * block_size_,
+  VESPER_CHECK(layout_of(seq).written_row(num_tokens),
                "truncate of sequence %lld into its quantized groups", static_cast<long long>(seq));
   const auto keep = static_cast<size_t>(entries_for(seq, num_tokens));
   // Last blocks first, as free() releases them.
@@ -176,20 +183,18 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
   if (auto q = quantized_.find(parent); q != quantized_.end()) quantized_[child] = q->second;
 }
 
-std::unordered_map<BlockId, BlockId> KvCacheManager::take_copies_into(
-    SeqId seq, std::vector<BlockCopy>& planned) const {
-  std::unordered_map<BlockId, BlockId> copied_from;
+void KvCacheManager::drop_copies_into(SeqId seq, std::vector<BlockOp>& planned) const {
   auto it = device_tables_.find(seq);
-  if (it == device_tables_.end() || planned.empty()) return copied_from;
+  if (it == device_tables_.end()) return;
   const std::vector<BlockId>& table = it->second;
-  for (const BlockCopy& c : planned)
-    if (std::find(table.begin(), table.end(), c.dst) != table.end()) copied_from[c.dst] = c.src;
-  std::erase_if(planned, [&](const BlockCopy& c) { return copied_from.count(c.dst) != 0; });
-  return copied_from;
+  std::erase_if(planned, [&](const BlockOp& op) {
+    return op.kind == BlockOp::Kind::kCopy &&
+           std::find(table.begin(), table.end(), op.dst) != table.end();
+  });
 }
 
-void KvCacheManager::free(SeqId seq, std::vector<BlockCopy>* planned_copies) {
-  if (planned_copies != nullptr) take_copies_into(seq, *planned_copies);
+void KvCacheManager::free(SeqId seq, std::vector<BlockOp>* planned_ops) {
+  if (planned_ops != nullptr) drop_copies_into(seq, *planned_ops);
   if (auto it = device_tables_.find(seq); it != device_tables_.end()) {
     // Release in reverse so a sequence's last blocks are reused first, its first blocks last.
     for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) device_.release(*b);
@@ -207,16 +212,17 @@ PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens,
                                          const BlockHash& root) const {
   PrefixMatch m;
   if (!prefix_caching_ || tokens.empty()) return m;
-  const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
+  const int64_t block_size = layout_.block_size, per_group = layout_.blocks_per_group;
+  const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size;
   BlockHash parent = root;
   std::vector<BlockId> found;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    const std::span<const int32_t> block = tokens.subspan(i * block_size_, block_size_);
+    const std::span<const int32_t> block = tokens.subspan(i * block_size, block_size);
     const BlockHash h = chain_block_hash(parent, block);
     // Without KIVI one block under h; with KIVI the group's residual blocks, each under its own
     // hash (residual_block_hash), all of them or no hit.
     found.clear();
-    for (int64_t k = 0; k < blocks_per_group_; ++k) {
+    for (int64_t k = 0; k < per_group; ++k) {
       const BlockHash key = kivi_ ? residual_block_hash(h, k, block) : h;
       const std::optional<BlockId> id = device_.lookup(key);
       if (!id) break;
@@ -225,12 +231,12 @@ PrefixMatch KvCacheManager::match_prefix(std::span<const int32_t> tokens,
       if (!std::equal(cached.begin(), cached.end(), block.begin(), block.end())) break;
       found.push_back(*id);
     }
-    if (static_cast<int64_t>(found.size()) != blocks_per_group_) break;
+    if (static_cast<int64_t>(found.size()) != per_group) break;
     m.blocks.insert(m.blocks.end(), found.begin(), found.end());
     m.hashes.push_back(h);
     parent = h;
   }
-  m.num_tokens = static_cast<int64_t>(m.hashes.size()) * block_size_;
+  m.num_tokens = static_cast<int64_t>(m.hashes.size()) * block_size;
   return m;
 }
 
@@ -241,12 +247,13 @@ void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> token
   if (t == device_tables_.end()) return;
   const std::vector<BlockId>& table = t->second;
   std::vector<BlockHash>& hashes = hashes_[seq];
-  const int64_t m = quantized_groups(seq);
-  const int64_t full = std::min<int64_t>(num_computed / block_size_, groups_in(seq, table));
+  const backend::KvTableLayout layout = layout_of(seq);
+  const int64_t block_size = layout.block_size;
+  const int64_t full = std::min<int64_t>(num_computed / block_size, groups_in(seq, table));
   for (int64_t i = static_cast<int64_t>(hashes.size()); i < full; ++i) {
     const BlockHash parent =
         i == 0 ? root : hashes[i - 1];  // a copy: push_back below may reallocate
-    const std::span<const int32_t> block = tokens.subspan(i * block_size_, block_size_);
+    const std::span<const int32_t> block = tokens.subspan(i * block_size, block_size);
     const BlockHash h = chain_block_hash(parent, block);
     hashes.push_back(h);
     // False when the same content is already cached in another block (computed twice, e.g. by
@@ -256,9 +263,9 @@ void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> token
       continue;
     }
     // KIVI: a group already quantized has no residual rows left to cache.
-    if (i < m) continue;
-    for (int64_t k = 0; k < blocks_per_group_; ++k)
-      device_.register_block(table[group_entry(m, i) + k], residual_parent(h, k),
+    if (!layout.written_row(i * block_size)) continue;
+    for (int64_t k = 0; k < layout.blocks_per_group; ++k)
+      device_.register_block(table[layout.group_entry(i) + k], residual_parent(h, k),
                              residual_block_hash(h, k, block), block);
   }
 }
@@ -267,15 +274,15 @@ void KvCacheManager::uncache_blocks_from(SeqId seq, int64_t num_valid_tokens) {
   auto h = hashes_.find(seq);
   if (h == hashes_.end()) return;
   std::vector<BlockHash>& hashes = h->second;
-  const int64_t keep = num_valid_tokens / block_size_;
+  const int64_t keep = num_valid_tokens / layout_.block_size;
   if (static_cast<int64_t>(hashes.size()) <= keep) return;
   if (auto t = device_tables_.find(seq); t != device_tables_.end()) {
     const std::vector<BlockId>& table = t->second;
-    const int64_t m = quantized_groups(seq);
+    const backend::KvTableLayout layout = layout_of(seq);
     for (int64_t i = keep; i < static_cast<int64_t>(hashes.size()); ++i) {
-      for (int64_t k = 0; k < blocks_per_group_; ++k) {
-        if (kivi_ && i < m) break;  // quantized: never cached
-        const int64_t e = group_entry(m, i) + k;
+      for (int64_t k = 0; k < layout.blocks_per_group; ++k) {
+        if (!layout.written_row(i * layout.block_size)) break;  // quantized: never cached
+        const int64_t e = layout.group_entry(i) + k;
         if (e >= static_cast<int64_t>(table.size())) break;
         if (cached_as(table[e], hashes[i], k)) device_.unregister_block(table[e]);
       }
@@ -301,18 +308,14 @@ bool KvCacheManager::can_swap_out(SeqId seq) const {
   return it != device_tables_.end() && static_cast<int64_t>(it->second.size()) <= host_.num_free();
 }
 
-std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq,
-                                                  std::vector<BlockCopy>* planned_copies) {
+std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq) {
   VESPER_CHECK(can_swap_out(seq), "swap_out of sequence %lld without room",
                static_cast<long long>(seq));
-  std::unordered_map<BlockId, BlockId> copied_from;
-  if (planned_copies != nullptr) copied_from = take_copies_into(seq, *planned_copies);
   std::vector<BlockId>& table = device_tables_[seq];
   auto host_blocks = *host_.allocate(static_cast<int64_t>(table.size()));
   std::vector<SwapMapping> moves;
   for (size_t i = 0; i < table.size(); ++i) {
-    const auto src = copied_from.find(table[i]);
-    moves.push_back({src == copied_from.end() ? table[i] : src->second, host_blocks[i]});
+    moves.push_back({table[i], host_blocks[i]});
     device_.release(table[i]);
   }
   host_tables_[seq] = std::move(host_blocks);
@@ -346,16 +349,17 @@ std::vector<SwapMapping> KvCacheManager::swap_in(SeqId seq) {
 void KvCacheManager::check_sequence(SeqId seq, std::span<const int32_t> tokens,
                                     int64_t num_committed) const {
   const std::vector<BlockId>& table = block_table(seq);
-  VESPER_CHECK(static_cast<int64_t>(block_hashes(seq).size()) * block_size_ <= num_committed,
+  const backend::KvTableLayout layout = layout_of(seq);
+  const int64_t block_size = layout.block_size;
+  VESPER_CHECK(static_cast<int64_t>(block_hashes(seq).size()) * block_size <= num_committed,
                "sequence %lld has hashed blocks past its committed tokens",
                static_cast<long long>(seq));
-  const int64_t m = quantized_groups(seq);
   for (size_t e = 0; e < table.size(); ++e) {
     const std::span<const int32_t> cached = device_.tokens_of(table[e]);
     if (cached.empty()) continue;
-    const int64_t i = group_of_entry(m, static_cast<int64_t>(e));  // the block (group) position
-    VESPER_CHECK((i + 1) * block_size_ <= static_cast<int64_t>(tokens.size()) &&
-                     std::equal(cached.begin(), cached.end(), tokens.begin() + i * block_size_),
+    const int64_t i = layout.group_of_entry(static_cast<int64_t>(e));  // the block (group) position
+    VESPER_CHECK((i + 1) * block_size <= static_cast<int64_t>(tokens.size()) &&
+                     std::equal(cached.begin(), cached.end(), tokens.begin() + i * block_size),
                  "sequence %lld: cached block %d at position %lld holds other tokens",
                  static_cast<long long>(seq), table[e], static_cast<long long>(i));
   }
@@ -374,13 +378,15 @@ void KvCacheManager::check_invariants() const {
     VESPER_CHECK(static_cast<int64_t>(hashes.size()) <= groups,
                  "sequence %lld has %zu block hashes for %lld blocks", static_cast<long long>(seq),
                  hashes.size(), static_cast<long long>(groups));
-    const int64_t m = quantized_groups(seq);
+    const backend::KvTableLayout layout = layout_of(seq);
     for (size_t e = 0; e < table.size(); ++e) {
       if (device_.hash_of(table[e]) == nullptr) continue;
       const auto at = static_cast<int64_t>(e);
-      const int64_t i = group_of_entry(m, at);
-      VESPER_CHECK(!(kivi_ && i < m) && i < static_cast<int64_t>(hashes.size()) &&
-                       cached_as(table[e], hashes[i], kivi_ ? (at - m) % blocks_per_group_ : 0),
+      const int64_t i = layout.group_of_entry(at);
+      // Quantized groups are never cached; a residual group's blocks are, each as its k-th.
+      VESPER_CHECK(layout.written_row(i * layout.block_size) &&
+                       i < static_cast<int64_t>(hashes.size()) &&
+                       cached_as(table[e], hashes[i], at - layout.group_entry(i)),
                    "sequence %lld: block %d at position %zu is cached under another prefix's hash",
                    static_cast<long long>(seq), table[e], e);
     }
@@ -390,11 +396,11 @@ void KvCacheManager::check_invariants() const {
     const std::vector<BlockId>* table =
         t != device_tables_.end() ? &t->second : &host_tables_.at(seq);
     VESPER_CHECK(static_cast<int64_t>(table->size()) >= m &&
-                     (static_cast<int64_t>(table->size()) - m) % blocks_per_group_ == 0,
+                     (static_cast<int64_t>(table->size()) - m) % layout_.blocks_per_group == 0,
                  "sequence %lld: %zu table entries for %lld quantized groups and whole residual "
                  "groups of %lld",
                  static_cast<long long>(seq), table->size(), static_cast<long long>(m),
-                 static_cast<long long>(blocks_per_group_));
+                 static_cast<long long>(layout_.blocks_per_group));
   }
   for (const auto& [seq, hashes] : hashes_)
     VESPER_CHECK(device_tables_.count(seq) != 0 || host_tables_.count(seq) != 0,

@@ -14,9 +14,9 @@
 //    cache. Stale K/V may stay in the last kept block past num_tokens: every position is written
 //    again before anything reads it (the forward pass writes a step's K/V before its attention
 //    reads, model/model.h).
-//  - Preemption goes through free() / swap_out() with the step's planned copies: copies planned
-//    into the victim's blocks are dropped, and a swap-out reads such a block from the copy's
-//    source. The scheduler never sees the pools' inner structure or rewrites mappings itself.
+//  - Preemption goes through free() (with the step's planned ops: copies planned into the
+//    victim's blocks are dropped) or swap_out(). The scheduler never sees the pools' inner
+//    structure or rewrites mappings itself.
 //
 // Automatic prefix caching (when enabled): full device blocks are indexed by a hash chain over
 // their tokens (kv/block_hash.h). A new sequence starts from the longest chain of cached blocks
@@ -38,22 +38,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/kv_table_layout.h"
+#include "kv/block_op.h"
 #include "kv/block_pool.h"
 
 namespace vesper::kv {
 
 using SeqId = int64_t;
-
-struct BlockCopy {
-  BlockId src;
-  BlockId dst;
-};
-
-// One block moved between device and host: copy device->host on swap-out, host->device on swap-in.
-struct SwapMapping {
-  BlockId device;
-  BlockId host;
-};
 
 // What allocate_slots granted. The scheduler learns only the copy-on-write copies it must put in
 // the step's plan (to run before the forward pass); the blocks themselves stay the manager's.
@@ -64,16 +55,6 @@ class KvAllocation {
  private:
   friend class KvCacheManager;
   std::vector<BlockCopy> copies_;
-};
-
-// One KIVI group made quantized (KvCacheManager::compact): the runner quantizes the group's
-// residual rows, held by `rows` (in order), into block `dst` (backend KvCache::quantize_group)
-// before anything else in the step; `rows` are already released (whatever reuses them writes
-// later in the step).
-struct GroupQuantization {
-  std::vector<BlockId> rows;
-  BlockId dst;
-  bool operator==(const GroupQuantization&) const = default;
 };
 
 // The cached blocks a new sequence can start from: blocks[i] holds tokens [i*bs, (i+1)*bs).
@@ -102,8 +83,12 @@ class KvCacheManager {
   void enable_kivi(int64_t rows_per_block, int64_t residual_length);
   bool kivi() const { return kivi_; }
   // Rows a block holds as written (block_size, or KIVI's residual rows a block).
-  int64_t rows_per_block() const { return rows_per_block_; }
+  int64_t rows_per_block() const { return layout_.rows_per_block; }
   int64_t quantized_groups(SeqId seq) const;
+  // How seq's table maps positions to entries and slots (its quantized groups included).
+  backend::KvTableLayout layout_of(SeqId seq) const {
+    return layout_.with_quantized(quantized_groups(seq));
+  }
   // Quantizes seq's residual groups that a query at position num_computed reads quantized, as
   // free blocks allow (one each; a group left as residual rows is quantized by attention on the
   // fly, with the same result), and only groups wholly before `written` (the rows every storage
@@ -111,14 +96,18 @@ class KvCacheManager {
   // must run first.
   std::vector<GroupQuantization> compact(SeqId seq, int64_t num_computed,
                                          int64_t written = std::numeric_limits<int64_t>::max());
+  // Brings seq's table into the shape its layout wants before a step that computes from
+  // position num_computed, appending the block ops the step must run first to `ops`: KIVI
+  // compacts (above, with `written`); plain tables need nothing. Whether the table changed.
+  bool prepare_step(SeqId seq, int64_t num_computed, int64_t written, std::vector<BlockOp>& ops);
   // Table entries seq needs to cover num_tokens tokens (blocks_for(num_tokens) without KIVI).
   int64_t entries_for(SeqId seq, int64_t num_tokens) const;
 
-  int64_t block_size() const { return block_size_; }
+  int64_t block_size() const { return layout_.block_size; }
   // Blocks that cover num_tokens tokens of any sequence (with KIVI, as residual rows: the most a
   // sequence can hold at once).
   int64_t blocks_for(int64_t num_tokens) const {
-    return (num_tokens + block_size_ - 1) / block_size_ * blocks_per_group_;
+    return (num_tokens + block_size() - 1) / block_size() * layout_.blocks_per_group;
   }
   int64_t num_device_blocks() const { return device_.num_blocks(); }
   // Device blocks allocate_slots can still hand out (free or evictable).
@@ -160,9 +149,9 @@ class KvCacheManager {
   void fork(SeqId parent, SeqId child);
 
   // Releases all of seq's blocks, on the device or the host. No-op for an unknown seq. With
-  // `planned_copies` (the copies planned so far in the step being built), the copies into seq's
-  // blocks are dropped: seq gives those blocks up before the step runs.
-  void free(SeqId seq, std::vector<BlockCopy>* planned_copies = nullptr);
+  // `planned_ops` (the block ops planned so far in the step being built, kv/block_op.h), the
+  // copies into seq's blocks are dropped: seq gives those blocks up before the step runs.
+  void free(SeqId seq, std::vector<BlockOp>* planned_ops = nullptr);
 
   bool has_device_blocks(SeqId seq) const { return device_tables_.count(seq) != 0; }
   bool is_swapped(SeqId seq) const { return host_tables_.count(seq) != 0; }
@@ -176,11 +165,10 @@ class KvCacheManager {
   // shared on the device are not shared on the host); swap-in brings them back into fresh
   // device blocks. can_* say whether the target pool has room; can_swap_in's num_tokens asks for
   // room to grow the table to cover that many tokens as well (the tokens computed right after).
-  // With `planned_copies`, copies planned into seq's blocks this step are dropped and the
-  // swap-out of such a block reads the copy's source: the fresh block holds nothing yet (copies
-  // run after swap-outs), while the source still holds what the copy was to bring.
+  // Copies planned into seq's blocks earlier in the step run before its swap-out reads them (a
+  // plan's ops run in the order they were decided).
   bool can_swap_out(SeqId seq) const;
-  std::vector<SwapMapping> swap_out(SeqId seq, std::vector<BlockCopy>* planned_copies = nullptr);
+  std::vector<SwapMapping> swap_out(SeqId seq);
   bool can_swap_in(SeqId seq, int64_t num_tokens = 0) const;
   std::vector<SwapMapping> swap_in(SeqId seq);
 
@@ -190,31 +178,22 @@ class KvCacheManager {
   void check_sequence(SeqId seq, std::span<const int32_t> tokens, int64_t num_committed) const;
 
  private:
-  // The planned copies into seq's device blocks, removed from `planned` (dst -> src).
-  std::unordered_map<BlockId, BlockId> take_copies_into(SeqId seq,
-                                                        std::vector<BlockCopy>& planned) const;
+  // Removes the planned copies into seq's device blocks from `planned`.
+  void drop_copies_into(SeqId seq, std::vector<BlockOp>& planned) const;
 
-  // The first table entry of group g of a sequence with m quantized groups.
-  int64_t group_entry(int64_t m, int64_t g) const {
-    return g <= m ? g : m + (g - m) * blocks_per_group_;
-  }
-  // The group (block position) of table entry e, and the groups a table holds.
-  int64_t group_of_entry(int64_t m, int64_t e) const {
-    return e < m ? e : m + (e - m) / blocks_per_group_;
-  }
+  // The groups (block positions) seq's table holds.
   int64_t groups_in(SeqId seq, const std::vector<BlockId>& table) const {
-    const int64_t m = quantized_groups(seq);
-    return group_of_entry(m, static_cast<int64_t>(table.size()) + blocks_per_group_ - 1);
+    return layout_of(seq).group_of_entry(static_cast<int64_t>(table.size()) +
+                                         layout_.blocks_per_group - 1);
   }
   // Whether `block` is cached as block k of the group (KIVI) or the block (k = 0) with chain hash
   // group_hash.
   bool cached_as(BlockId block, const BlockHash& group_hash, int64_t k) const;
 
-  int64_t block_size_;
+  // The geometry every table shares (quantized_groups 0; layout_of adds a sequence's).
+  backend::KvTableLayout layout_;
   bool prefix_caching_;
   bool kivi_ = false;
-  int64_t rows_per_block_ = block_size_;
-  int64_t blocks_per_group_ = 1;
   int64_t kivi_residual_ = 0;
   // KIVI: each sequence's quantized groups (kept across swap-out).
   std::unordered_map<SeqId, int64_t> quantized_;

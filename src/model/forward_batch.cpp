@@ -27,15 +27,13 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
       depth = parents[i] < 0 ? 0 : positions[first_row + parents[i]] - start_pos + 1;
     }
     const int32_t slot_pos = start_pos + static_cast<int32_t>(i);
-    const int64_t block_index = layout.entry(slot_pos);
-    VESPER_CHECK(slot_pos >= layout.quantized_groups * layout.block_size &&
-                     block_index < static_cast<int64_t>(table.size()),
-                 "block table too short for position %d, or the position is quantized", slot_pos);
+    VESPER_CHECK(
+        layout.written_row(slot_pos) && layout.entry(slot_pos) < static_cast<int64_t>(table.size()),
+        "block table too short for position %d, or the position is quantized", slot_pos);
     token_ids.push_back(tokens[i]);
     positions.push_back(start_pos + depth);
     token_seq.push_back(seq);
-    slot_mapping.push_back(int64_t{table[block_index]} * layout.rows_per_block +
-                           layout.row(slot_pos));
+    slot_mapping.push_back(layout.slot(table, slot_pos));
     if (tree)
       tree_parents.push_back(parents[i]);
     else if (!tree_parents.empty())

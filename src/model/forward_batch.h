@@ -15,47 +15,13 @@
 #include <vector>
 
 #include "backend/kv_cache_spec.h"
+#include "backend/kv_table_layout.h"
 #include "backend/paged_attention.h"
 
 namespace vesper::model {
 
-// How a sequence's block table maps positions to KV slots. Without KIVI: block_size tokens per
-// block, position p in slot table[p / block_size] * block_size + p % block_size (constructible
-// from the block size alone). KIVI (backend/kv_cache_spec.h, kv/kv_cache_manager.h): the table
-// starts with quantized_groups quantized groups, one entry each; every later group's rows take
-// blocks_per_group entries of rows_per_block rows each. Tokens are written only after the
-// quantized groups.
-struct KvTableLayout {
-  KvTableLayout(int64_t block_size)  // NOLINT(google-explicit-constructor): the common case
-      : block_size(block_size), rows_per_block(block_size) {}
-  explicit KvTableLayout(const backend::KvCacheSpec& spec)
-      : block_size(spec.block_size),
-        rows_per_block(spec.residual_rows_per_block()),
-        blocks_per_group(spec.residual_blocks_per_group()) {}
-  int64_t block_size;
-  int64_t rows_per_block;
-  int64_t blocks_per_group = 1;
-  int64_t quantized_groups = 0;
-
-  // Table entries covering positions [0, num_tokens).
-  int64_t entries_for(int64_t num_tokens) const {
-    const int64_t groups = (num_tokens + block_size - 1) / block_size;
-    return groups <= quantized_groups
-               ? groups
-               : quantized_groups + (groups - quantized_groups) * blocks_per_group;
-  }
-  // The table index and row holding the residual row of position `pos` (past the quantized
-  // groups).
-  int64_t entry(int64_t pos) const {
-    return quantized_groups + (pos / block_size - quantized_groups) * blocks_per_group +
-           pos % block_size / rows_per_block;
-  }
-  int64_t row(int64_t pos) const { return pos % block_size % rows_per_block; }
-  // The KV slot of the row of position `pos` in `table` (past the quantized groups).
-  int64_t slot(std::span<const int32_t> table, int64_t pos) const {
-    return int64_t{table[static_cast<size_t>(entry(pos))]} * rows_per_block + row(pos);
-  }
-};
+// How a sequence's block table maps positions to KV slots (backend/kv_table_layout.h).
+using backend::KvTableLayout;
 
 // tree_parents value for the rows of sequences without a tree description.
 inline constexpr int32_t kNoTree = backend::kNotInTree;

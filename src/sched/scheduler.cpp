@@ -1,6 +1,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/check.h"
 
@@ -14,6 +15,11 @@ namespace {
 const std::shared_ptr<const sample::SamplingParams>& default_params() {
   static const auto params = std::make_shared<const sample::SamplingParams>();
   return params;
+}
+
+// An allocation's copy-on-write copies, appended to the plan's ops.
+void add_copies(const kv::KvAllocation& granted, SchedulerOutput& out) {
+  for (const kv::BlockCopy& c : granted.copies()) out.block_ops.push_back(kv::BlockOp::copy(c));
 }
 }  // namespace
 
@@ -143,16 +149,16 @@ void Scheduler::preempt(Sequence& victim, SchedulerOutput& out) {
   ++victim.num_preemptions;
   out.preempted.push_back(victim.id);
   release_from_runner(victim.id);
-  // The KV manager drops the copies planned into the victim's blocks (and has a swap-out read
-  // such a block from the copy's source).
+  // A swap-out reads the victim's blocks after the copies planned into them (the plan's ops run
+  // in order); freeing drops those copies.
   if (config_.preemption_mode == PreemptionMode::kSwap && kv_.can_swap_out(victim.id)) {
-    auto moves = kv_.swap_out(victim.id, &out.block_copies);
-    out.swap_out.insert(out.swap_out.end(), moves.begin(), moves.end());
+    for (const kv::SwapMapping& m : kv_.swap_out(victim.id))
+      out.block_ops.push_back(kv::BlockOp::swap_out(m));
     victim.status = SeqStatus::kSwapped;
     ++totals_.num_swap_outs;
     return;
   }
-  kv_.free(victim.id, &out.block_copies);
+  kv_.free(victim.id, &out.block_ops);
   victim.num_computed_tokens = 0;
   victim.companion_rows = 0;  // a draft's rows went with the blocks
   victim.status = SeqStatus::kWaiting;
@@ -166,8 +172,7 @@ bool Scheduler::allocate_or_preempt(Sequence& seq, int64_t num_new, int64_t& num
     auto granted = kv_.allocate_slots(seq.id, seq.num_computed_tokens, num_new + num_spec,
                                       config_.num_lookahead_slots);
     if (granted) {
-      out.block_copies.insert(out.block_copies.end(), granted->copies().begin(),
-                              granted->copies().end());
+      add_copies(*granted, out);
       return true;
     }
     // Speculation is optional: without room for the proposals, the sequence computes its own
@@ -217,7 +222,7 @@ void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec
 
 void Scheduler::fail(Sequence& seq, std::string message, SchedulerOutput& out) {
   const SeqId id = seq.id;
-  kv_.free(id, &out.block_copies);
+  kv_.free(id, &out.block_ops);
   if (runner_.count(id) != 0) {
     runner_.erase(id);
     tables_changed_.erase(id);
@@ -252,21 +257,17 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   out.finished = std::move(pending_finished_);
   pending_finished_.clear();
-  // KIVI: running sequences' groups that their next queries read quantized become quantized
-  // blocks, first (their residual blocks free up for this step's allocations).
-  if (kv_.kivi())
-    for (SeqId id : ordered(SeqStatus::kRunning)) {
-      const Sequence& seq = get(id);
-      std::vector<kv::GroupQuantization> q =
-          config_.compaction_waits_for_companion
-              ? kv_.compact(id, seq.num_computed_tokens, seq.companion_rows)
-              : kv_.compact(id, seq.num_computed_tokens);
-      if (q.empty()) continue;
+  // Running sequences' tables take the shape their KV layout wants before anything is
+  // allocated (KIVI: groups their next queries read quantized become quantized blocks), so the
+  // blocks this frees serve this step's allocations.
+  for (SeqId id : ordered(SeqStatus::kRunning)) {
+    const Sequence& seq = get(id);
+    const int64_t written = config_.compaction_waits_for_companion
+                                ? seq.companion_rows
+                                : std::numeric_limits<int64_t>::max();
+    if (kv_.prepare_step(id, seq.num_computed_tokens, written, out.block_ops))
       tables_changed_.insert(id);
-      out.group_quantizations.insert(out.group_quantizations.end(),
-                                     std::make_move_iterator(q.begin()),
-                                     std::make_move_iterator(q.end()));
-    }
+  }
   const int64_t budget = config_.max_num_batched_tokens;
   auto room = [&] { return budget - out.num_batched_tokens; };
   auto seats = [&] { return static_cast<int64_t>(out.scheduled.size()) < config_.max_num_seqs; };
@@ -333,16 +334,15 @@ SchedulerOutput Scheduler::schedule() {
       if (!kv_.can_swap_in(id, seq.num_computed_tokens + num_new + config_.num_lookahead_slots))
         break;
       if (!bind_adapter(seq, out)) continue;
-      auto moves = kv_.swap_in(id);
-      out.swap_in.insert(out.swap_in.end(), moves.begin(), moves.end());
+      for (const kv::SwapMapping& m : kv_.swap_in(id))
+        out.block_ops.push_back(kv::BlockOp::swap_in(m));
       seq.status = SeqStatus::kRunning;
       note_adapter(seq);
       auto granted =
           kv_.allocate_slots(id, seq.num_computed_tokens, num_new, config_.num_lookahead_slots);
       VESPER_CHECK(granted.has_value(), "no blocks for swapped-in sequence %lld",
                    static_cast<long long>(id));
-      out.block_copies.insert(out.block_copies.end(), granted->copies().begin(),
-                              granted->copies().end());
+      add_copies(*granted, out);
       schedule_tokens(seq, num_new, 0, out);
     }
   }
@@ -372,8 +372,7 @@ SchedulerOutput Scheduler::schedule() {
       if (!config_.enable_chunked_prefill && num_new < uncomputed) break;
       auto granted = kv_.allocate_slots(id, start, num_new, config_.num_lookahead_slots, &match);
       if (!granted) break;
-      out.block_copies.insert(out.block_copies.end(), granted->copies().begin(),
-                              granted->copies().end());
+      add_copies(*granted, out);
       // Its adapter's file no longer reads: the blocks just granted go back, the request ends.
       if (!bind_adapter(seq, out)) continue;
       seq.num_computed_tokens = start;
@@ -411,8 +410,7 @@ void Scheduler::extend_to_multi_step(SchedulerOutput& out) {
                              seq.max_total_tokens - (seq.num_tokens_planned() - 1));
     for (; steps > 1; --steps)
       if (auto granted = kv_.allocate_slots(s.id, s.start, steps, config_.num_lookahead_slots)) {
-        out.block_copies.insert(out.block_copies.end(), granted->copies().begin(),
-                                granted->copies().end());
+        add_copies(*granted, out);
         break;
       }
     if (steps <= 1) continue;

@@ -7,7 +7,8 @@
 namespace vesper::sched {
 namespace {
 
-constexpr uint64_t kMagic = 0x56535034;  // "VSP4": the format's version (4: the runner samples)
+constexpr uint64_t kMagic =
+    0x56535035;  // "VSP5": the format's version (5: one ordered list of block ops)
 
 #define VESPER_READ(var, expr)                    \
   auto var##_result = (expr);                     \
@@ -19,25 +20,6 @@ Status check_blocks(std::span<const int32_t> ids) {
   for (const int32_t id : ids)
     if (id < 0) return make_error("a negative block id (" + std::to_string(id) + ")");
   return {};
-}
-
-Status read_mappings(ByteReader& r, std::vector<kv::SwapMapping>& out) {
-  std::vector<int32_t> flat;
-  VESPER_TRY(r.ints(flat));
-  VESPER_TRY(check_blocks(flat));
-  if (flat.size() % 2 != 0) return make_error("an odd number of swap mapping ids");
-  for (size_t i = 0; i < flat.size(); i += 2) out.push_back({flat[i], flat[i + 1]});
-  return {};
-}
-
-void write_mappings(ByteWriter& w, const std::vector<kv::SwapMapping>& m) {
-  std::vector<int32_t> flat;
-  flat.reserve(m.size() * 2);
-  for (const auto& x : m) {
-    flat.push_back(x.device);
-    flat.push_back(x.host);
-  }
-  w.ints<int32_t>(flat);
 }
 
 }  // namespace
@@ -81,19 +63,13 @@ std::vector<uint8_t> SchedulerOutput::serialize() const {
     w.i64(f.child);
     w.u64(f.seed);
   }
-  w.u64(group_quantizations.size());
-  for (const auto& q : group_quantizations) {
-    w.ints<kv::BlockId>(q.rows);
-    w.i64(q.dst);
+  w.u64(block_ops.size());
+  for (const kv::BlockOp& op : block_ops) {
+    w.u64(static_cast<uint64_t>(op.kind));
+    w.i64(op.src);
+    w.i64(op.dst);
+    w.ints<kv::BlockId>(op.rows);
   }
-  write_mappings(w, swap_out);
-  write_mappings(w, swap_in);
-  std::vector<int32_t> copies;
-  for (const auto& c : block_copies) {
-    copies.push_back(c.src);
-    copies.push_back(c.dst);
-  }
-  w.ints<int32_t>(copies);
   w.u64(scheduled.size());
   for (const auto& s : scheduled) {
     w.i64(s.id);
@@ -194,23 +170,23 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     if (parent == child) return make_error("sequence " + std::to_string(parent) + " forks itself");
     f = {parent, child, seed};
   }
-  VESPER_READ(num_quantizations, r.count());
-  out.group_quantizations.resize(num_quantizations);
-  for (auto& q : out.group_quantizations) {
-    VESPER_TRY(r.ints(q.rows));
-    VESPER_TRY(check_blocks(q.rows));
+  VESPER_READ(num_ops, r.count());
+  out.block_ops.resize(num_ops);
+  for (kv::BlockOp& op : out.block_ops) {
+    VESPER_READ(kind, r.u64());
+    VESPER_READ(src, r.i64());
     VESPER_READ(dst, r.i64());
-    if (dst < 0 || dst > INT32_MAX || q.rows.empty()) return make_error("a bad group quantization");
-    q.dst = static_cast<kv::BlockId>(dst);
+    VESPER_TRY(r.ints(op.rows));
+    VESPER_TRY(check_blocks(op.rows));
+    if (kind > static_cast<uint64_t>(kv::BlockOp::Kind::kQuantizeGroup))
+      return make_error("a block op of unknown kind " + std::to_string(kind));
+    op.kind = static_cast<kv::BlockOp::Kind>(kind);
+    const bool quantize = op.kind == kv::BlockOp::Kind::kQuantizeGroup;
+    if (src < 0 || src > INT32_MAX || dst < 0 || dst > INT32_MAX || quantize == op.rows.empty())
+      return make_error("a bad block op");
+    op.src = static_cast<kv::BlockId>(src);
+    op.dst = static_cast<kv::BlockId>(dst);
   }
-  VESPER_TRY(read_mappings(r, out.swap_out));
-  VESPER_TRY(read_mappings(r, out.swap_in));
-  std::vector<int32_t> copies;
-  VESPER_TRY(r.ints(copies));
-  VESPER_TRY(check_blocks(copies));
-  if (copies.size() % 2 != 0) return make_error("an odd number of block copy ids");
-  for (size_t i = 0; i < copies.size(); i += 2)
-    out.block_copies.push_back({copies[i], copies[i + 1]});
   VESPER_READ(num_scheduled, r.count());
   out.scheduled.resize(num_scheduled);
   for (auto& s : out.scheduled) {
@@ -292,24 +268,11 @@ bool operator==(const ScheduledSequence& a, const ScheduledSequence& b) {
 bool operator==(const FailedSequence& a, const FailedSequence& b) {
   return a.id == b.id && a.adapter_id == b.adapter_id && a.message == b.message;
 }
-static bool same_mappings(const std::vector<kv::SwapMapping>& a,
-                          const std::vector<kv::SwapMapping>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].device != b[i].device || a[i].host != b[i].host) return false;
-  return true;
-}
 bool operator==(const SchedulerOutput& a, const SchedulerOutput& b) {
-  if (a.block_copies.size() != b.block_copies.size()) return false;
-  for (size_t i = 0; i < a.block_copies.size(); ++i)
-    if (a.block_copies[i].src != b.block_copies[i].src ||
-        a.block_copies[i].dst != b.block_copies[i].dst)
-      return false;
   return a.finished == b.finished && a.preempted == b.preempted && a.recomputed == b.recomputed &&
          a.new_sequences == b.new_sequences && a.cached_sequences == b.cached_sequences &&
-         a.forks == b.forks && a.group_quantizations == b.group_quantizations &&
-         same_mappings(a.swap_out, b.swap_out) && same_mappings(a.swap_in, b.swap_in) &&
-         a.scheduled == b.scheduled && a.num_batched_tokens == b.num_batched_tokens &&
+         a.forks == b.forks && a.block_ops == b.block_ops && a.scheduled == b.scheduled &&
+         a.num_batched_tokens == b.num_batched_tokens &&
          a.num_running_or_waiting == b.num_running_or_waiting && a.failed == b.failed;
 }
 

@@ -20,8 +20,8 @@
 //  5. `forks`: n > 1 parallel samples created from a sequence whose prompt this step completes:
 //     the child starts as a copy of the parent (tokens, table, parameters) with its own random
 //     seed, and samples its first token from the parent's logits row.
-//  6. memory traffic before the forward pass: `group_quantizations` (KIVI), then `swap_out`
-//     (device -> host), then `swap_in` (host -> device), then `block_copies` (copy-on-write).
+//  6. memory traffic before the forward pass: `block_ops` (copy-on-write copies, swaps, KIVI
+//     group quantizations; kv/block_op.h), one after another in the order the plan lists them.
 //  7. `scheduled`: the forward pass, one entry per sequence in batch order; each entry whose step
 //     reaches the sequence's last token samples (or verifies its proposals).
 #pragma once
@@ -133,12 +133,9 @@ struct SchedulerOutput {
   std::vector<NewSequenceData> new_sequences;
   std::vector<CachedSequenceData> cached_sequences;
   std::vector<ForkData> forks;
-  // KIVI groups quantized into blocks (kv::GroupQuantization), before all other memory traffic:
-  // the blocks their rows held may be reused by anything later in the step.
-  std::vector<kv::GroupQuantization> group_quantizations;
-  std::vector<kv::SwapMapping> swap_out;    // device -> host, before anything else
-  std::vector<kv::SwapMapping> swap_in;     // host -> device, after swap-out
-  std::vector<kv::BlockCopy> block_copies;  // copy-on-write, after swaps
+  // The step's block operations, in the order the scheduler decided them, which is the order
+  // they run in (kv/block_op.h says why that order is always valid).
+  std::vector<kv::BlockOp> block_ops;
   std::vector<ScheduledSequence> scheduled;
   int64_t num_batched_tokens = 0;
   // Sequences running or waiting after this plan (what --speculative-disable-by-batch-size

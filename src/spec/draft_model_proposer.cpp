@@ -89,8 +89,7 @@ void DraftModelProposer::propose(std::span<const ProposalRequest> requests,
     if (e == nullptr || !e->resident || q.k <= 0) continue;
     const auto length = static_cast<int64_t>(e->tokens.size());
     const int64_t k = q.k;
-    model::KvTableLayout layout = layout_;
-    layout.quantized_groups = e->quantized_groups;
+    const model::KvTableLayout layout = layout_.with_quantized(e->quantized_groups);
     // The draft writes positions length - 1 .. length + k - 2: they must be in the table, and in
     // blocks of this sequence's own (a block still shared after a fork holds a sibling's K/V
     // there).

@@ -95,9 +95,7 @@ class DraftModelProposer : public Proposer {
   };
   void propose_for(std::span<const Request> requests, std::vector<Proposal>& out);
   model::KvTableLayout layout_of(const Request& r) const {
-    model::KvTableLayout layout = layout_;
-    layout.quantized_groups = r.quantized_groups;
-    return layout;
+    return layout_.with_quantized(r.quantized_groups);
   }
 
   backend::Backend* backend_ = nullptr;

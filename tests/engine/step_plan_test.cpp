@@ -108,8 +108,9 @@ TEST(StepPlan, ARunnerWithNoSchedulerReplaysSerializedPlansBitForBit) {
     ASSERT_TRUE(copy.ok()) << copy.error().message;
     const Status ran = remote.runner->execute(*copy, remote_out);
     ASSERT_TRUE(ran.ok()) << ran.error().message;
-    swaps += static_cast<int64_t>(plan.swap_out.size() + plan.swap_in.size());
-    copies += static_cast<int64_t>(plan.block_copies.size());
+    swaps += kv::count_block_ops(plan.block_ops, kv::BlockOp::Kind::kSwapOut) +
+             kv::count_block_ops(plan.block_ops, kv::BlockOp::Kind::kSwapIn);
+    copies += kv::count_block_ops(plan.block_ops, kv::BlockOp::Kind::kCopy);
 
     for (size_t i = 0; i < plan.scheduled.size(); ++i) {
       const sched::ScheduledSequence& s = plan.scheduled[i];
@@ -194,8 +195,10 @@ TEST(StepPlan, CorruptOrTruncatedBytesAreErrorsNotCrashes) {
   plan.new_sequences.push_back({7, {1, 2, 3, 4, 5}, 4, {3, 9}, 2, 0, {params, 77}});
   plan.cached_sequences.push_back({8, false, 12, 3, {{1, 11}}, {12}, 0, -1});
   plan.forks.push_back({7, 21, 78});
-  plan.swap_out.push_back({4, 5});
-  plan.block_copies.push_back({1, 2});
+  plan.block_ops.push_back(kv::BlockOp::swap_out({4, 5}));
+  plan.block_ops.push_back(kv::BlockOp::copy({1, 2}));
+  plan.block_ops.push_back(kv::BlockOp::quantize({{6, 7}, 8}));
+  plan.block_ops.push_back(kv::BlockOp::swap_in({9, 3}));
   plan.scheduled.push_back({7, 0, 5, 0, 1, {}, {}});
   plan.scheduled.push_back({8, 9, 3, 2, 3, {100, 101}, {-1, -1}});
   plan.finished = {3};

@@ -68,19 +68,33 @@ class KvContentModel {
   // Runs one step's memory traffic and forward pass from the plan and the runner's mirror (already
   // updated with the plan); returns "" or what went wrong.
   std::string run_step(const SchedulerOutput& out, const SequenceMirror& mirror) {
-    for (const auto& m : out.swap_out) copy_block(device_, m.device, host_, m.host);
-    for (const auto& m : out.swap_in) copy_block(host_, m.host, device_, m.device);
     {
       std::set<kv::BlockId> srcs, dsts;
-      for (const auto& c : out.block_copies) {
-        srcs.insert(c.src);
-        if (!dsts.insert(c.dst).second) return "two copies into block " + std::to_string(c.dst);
+      for (const kv::BlockOp& op : out.block_ops) {
+        if (op.kind != kv::BlockOp::Kind::kCopy) continue;
+        srcs.insert(op.src);
+        if (!dsts.insert(op.dst).second) return "two copies into block " + std::to_string(op.dst);
       }
       for (kv::BlockId b : dsts)
         if (srcs.count(b))
           return "block " + std::to_string(b) + " is both a copy's source and a copy's destination";
     }
-    for (const auto& c : out.block_copies) copy_block(device_, c.src, device_, c.dst);
+    // In the plan's order, as a runner runs them.
+    for (const kv::BlockOp& op : out.block_ops) {
+      switch (op.kind) {
+        case kv::BlockOp::Kind::kCopy:
+          copy_block(device_, op.src, device_, op.dst);
+          break;
+        case kv::BlockOp::Kind::kSwapOut:
+          copy_block(device_, op.src, host_, op.dst);
+          break;
+        case kv::BlockOp::Kind::kSwapIn:
+          copy_block(host_, op.src, device_, op.dst);
+          break;
+        case kv::BlockOp::Kind::kQuantizeGroup:
+          return "a group quantization in a cache without KIVI";
+      }
+    }
     // The forward pass writes every token's K/V of a layer before any attention of that layer
     // reads (the model's contract), so a step's writes land before its reads are checked.
     for (const auto& s : out.scheduled) {
@@ -304,8 +318,7 @@ class Driver {
     // The engine runs nothing for a plan that schedules nothing (Engine::step returns early), so
     // such a plan must carry no memory traffic and no preemption either.
     if (out.scheduled.empty()) {
-      EXPECT_TRUE(out.swap_out.empty() && out.swap_in.empty() && out.block_copies.empty() &&
-                  out.preempted.empty())
+      EXPECT_TRUE(out.block_ops.empty() && out.preempted.empty())
           << at << "an empty plan with swaps, copies or preemptions";
     }
     const bool full = out.num_batched_tokens == cfg.max_num_batched_tokens ||
@@ -362,10 +375,11 @@ class Driver {
     EXPECT_EQ(stats_after.num_swap_outs + stats_after.num_recomputes, stats_after.num_preemptions)
         << at;
     if (!out.preempted.empty()) {
-      EXPECT_TRUE(out.swap_in.empty()) << at << "swap-in in a step that preempted";
+      EXPECT_EQ(kv::count_block_ops(out.block_ops, kv::BlockOp::Kind::kSwapIn), 0)
+          << at << "swap-in in a step that preempted";
     }
     if (cfg.preemption_mode == PreemptionMode::kRecompute) {
-      EXPECT_TRUE(out.swap_out.empty()) << at;
+      EXPECT_EQ(kv::count_block_ops(out.block_ops, kv::BlockOp::Kind::kSwapOut), 0) << at;
     }
 
     // Everything else: unchanged, or swapped in; skipped running sequences only in a full step.

@@ -328,7 +328,7 @@ TEST(Scheduler, RecomputePreemptionTakesTheLowestPriorityLatestArrivalFirst) {
   ASSERT_EQ(out.scheduled.size(), 2u);
   EXPECT_EQ(out.scheduled[0].id, 1);
   EXPECT_EQ(out.scheduled[1].id, 4);
-  EXPECT_TRUE(out.swap_out.empty());
+  EXPECT_EQ(kv::count_block_ops(out.block_ops, kv::BlockOp::Kind::kSwapOut), 0);
   for (SeqId id : {2, 3}) {
     const Sequence* s = d.sched().find(id);
     EXPECT_EQ(s->status, SeqStatus::kWaiting);
@@ -396,7 +396,7 @@ TEST(Scheduler, SwapPreemptionSwapsOutAndBackInWithoutRecompute) {
   fill_four(d);
   auto out = d.step();
   EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 2}));
-  ASSERT_EQ(out.swap_out.size(), 2u);
+  ASSERT_EQ(kv::count_block_ops(out.block_ops, kv::BlockOp::Kind::kSwapOut), 2);
   for (SeqId id : {2, 3}) {
     const Sequence* s = d.sched().find(id);
     EXPECT_EQ(s->status, SeqStatus::kSwapped);
@@ -415,7 +415,8 @@ TEST(Scheduler, SwapPreemptionSwapsOutAndBackInWithoutRecompute) {
       if (const auto* s = find_scheduled(d.history()[i], id)) {
         EXPECT_EQ(s->start, 4) << id;
         EXPECT_EQ(s->num_new_tokens, 1) << id;
-        EXPECT_FALSE(d.history()[i].swap_in.empty()) << id;
+        EXPECT_GT(kv::count_block_ops(d.history()[i].block_ops, kv::BlockOp::Kind::kSwapIn), 0)
+            << id;
         back[id] = i;
         break;
       }
@@ -432,7 +433,7 @@ TEST(Scheduler, SwapFallsBackToRecomputeWhenTheHostPoolIsFull) {
   fill_four(d);
   auto out = d.step();
   EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 2}));
-  EXPECT_EQ(out.swap_out.size(), 1u);
+  EXPECT_EQ(kv::count_block_ops(out.block_ops, kv::BlockOp::Kind::kSwapOut), 1);
   EXPECT_EQ(d.sched().find(3)->status, SeqStatus::kSwapped);
   EXPECT_EQ(d.sched().find(2)->status, SeqStatus::kWaiting);
   EXPECT_EQ(d.sched().find(2)->num_computed_tokens, 0);
@@ -448,7 +449,7 @@ TEST(Scheduler, SwapWithoutAHostPoolAlwaysRecomputes) {
   fill_four(d);
   auto out = d.step();
   EXPECT_EQ(out.preempted, (std::vector<SeqId>{3, 2}));
-  EXPECT_TRUE(out.swap_out.empty());
+  EXPECT_EQ(kv::count_block_ops(out.block_ops, kv::BlockOp::Kind::kSwapOut), 0);
   EXPECT_EQ(d.sched().stats().num_recomputes, 2);
   ASSERT_TRUE(d.run_to_completion(200));
   d.expect_all_free();
@@ -490,7 +491,7 @@ TEST(Scheduler, SwapsInOnlyWhenTheNextTokensFitToo) {
   auto out = d.step();  // S (2) swaps itself out: 2 blocks free, S needs 3 to continue
   ASSERT_EQ(out.preempted, (std::vector<SeqId>{2}));
   out = d.step();
-  EXPECT_TRUE(out.swap_in.empty());
+  EXPECT_EQ(kv::count_block_ops(out.block_ops, kv::BlockOp::Kind::kSwapIn), 0);
   EXPECT_EQ(d.sched().find(2)->status, SeqStatus::kSwapped);
   ASSERT_TRUE(d.run_to_completion(200));
   EXPECT_EQ(d.sched().stats().num_swap_outs, 1);
@@ -593,12 +594,13 @@ TEST(Scheduler, ForkSharesThePromptAndCopiesThePartialBlockOnWrite) {
 
   auto out = d.step();
   ASSERT_EQ(out.scheduled.size(), 2u);
-  ASSERT_EQ(out.block_copies.size(), 1u);  // only the first writer copies
-  EXPECT_EQ(out.block_copies[0].src, shared[1]);
+  ASSERT_EQ(out.block_ops.size(), 1u);  // only the first writer copies
+  EXPECT_EQ(out.block_ops[0].kind, kv::BlockOp::Kind::kCopy);
+  EXPECT_EQ(out.block_ops[0].src, shared[1]);
   EXPECT_EQ(d.kv().block_table(1)[0], shared[0]);  // the full prompt block stays shared
   EXPECT_EQ(d.kv().block_table(2)[0], shared[0]);
   EXPECT_EQ(d.kv().device_pool().ref_count(shared[0]), 2);
-  EXPECT_EQ(d.kv().block_table(1)[1], out.block_copies[0].dst);
+  EXPECT_EQ(d.kv().block_table(1)[1], out.block_ops[0].dst);
   EXPECT_EQ(d.kv().block_table(2)[1], shared[1]);
   // The driver's KV model checks both children read their own tokens from here on.
   ASSERT_TRUE(d.run_to_completion(100));

@@ -26,6 +26,7 @@
 
 #include "backend/cpu/attention_kernel.h"
 #include "backend/kv_codec.h"
+#include "backend/kv_table_layout.h"
 #include "core/check.h"
 
 namespace vesper::backend::cpu {
@@ -399,8 +400,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
                       const std::vector<int64_t>* path, int64_t context, float* scratch) {
   const KvCacheSpec& spec = args.cache->spec();
   const int64_t head_dim = spec.head_dim, bs = spec.block_size, group = args.group;
-  const int64_t rows_per = spec.residual_rows_per_block();
-  const int64_t per_group = spec.residual_blocks_per_group();
+  const KvTableLayout layout = KvTableLayout(spec).with_quantized(quantized);
+  const int64_t per_group = layout.blocks_per_group;
   const KvDtype k_row_type = kv_row_dtype(spec.dtypes.k), v_row_type = kv_row_dtype(spec.dtypes.v);
   const KvDtypes row_types{k_row_type, v_row_type};
   bool in_place = false;  // this tile's rows are read where they lie (tile_in_place)
@@ -484,9 +485,7 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   // The slot of position j's residual row.
   auto residual_slot = [&](int64_t j) -> int64_t {
     if (path != nullptr && j >= context) return (*path)[static_cast<size_t>(j - context)];
-    const int64_t gi = j / bs, r = j % bs;
-    return int64_t{table[quantized + (gi - quantized) * per_group + r / rows_per]} * rows_per +
-           r % rows_per;
+    return int64_t{table[layout.entry(j)]} * layout.rows_per_block + layout.row(j);
   };
   int64_t max_ctx = 0;
   for (int64_t t = t_begin; t < t_end; ++t)
@@ -520,8 +519,8 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
     } else {
       if (path == nullptr) {
         // The group's residual blocks in order, rows_per rows each.
-        tile_rows(*args.cache, args.layer, g, table + quantized + (gi - quantized) * per_group,
-                  rows_per, j0 % bs, tile_keys, k_src, v_src);
+        tile_rows(*args.cache, args.layer, g, layout.group_rows(table, gi), layout.rows_per_block,
+                  j0 % bs, tile_keys, k_src, v_src);
       } else {
         for (int64_t i = 0; i < tile_keys; ++i) {
           const int64_t slot = residual_slot(j0 + i);
@@ -536,7 +535,7 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
         load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
       }
       if (read_quantized) {
-        const int32_t* rows = table + quantized + (gi - quantized) * per_group;
+        const int32_t* rows = layout.group_rows(table, gi);
         const uint64_t key = static_cast<uint64_t>(rows[0]) << 24 | static_cast<uint64_t>(g);
         auto [it, fresh] = made.at.try_emplace(key, made.bytes.size());
         if (fresh) {
