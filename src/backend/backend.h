@@ -125,6 +125,9 @@ struct AttentionInputs {
   // KIVI caches only: [num_seqs] groups stored quantized at the front of each table; no buffer
   // otherwise (none stored quantized).
   Tensor quantized_groups;
+  // Sinks + window only: [num_tokens] each row's gap (paged_attention.h); no buffer otherwise.
+  Tensor gap_begin;
+  Tensor gap_end;
 };
 
 // Rotary embedding, with llama3's per-pair frequency divisors as an optional device vector.

@@ -347,6 +347,10 @@ AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
     b.query_start = ptr<int32_t>(in.query_start);
   }
   if (in.quantized_groups.buffer.valid()) b.quantized_groups = ptr<int32_t>(in.quantized_groups);
+  if (in.gap_begin.buffer.valid()) {
+    b.gap_begin = ptr<int32_t>(in.gap_begin);
+    b.gap_end = ptr<int32_t>(in.gap_end);
+  }
   return b;
 }
 

@@ -7,7 +7,8 @@ namespace vesper::model {
 void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_pos,
                                 std::span<const int32_t> table, KvTableLayout layout,
                                 int64_t num_logits_rows, int32_t adapter,
-                                std::span<const int32_t> parents) {
+                                std::span<const int32_t> parents,
+                                const backend::AttentionWindow& window) {
   if (query_start.empty()) query_start.push_back(0);
   if (table_offsets.empty()) table_offsets.push_back(0);
   const bool tree = !parents.empty();
@@ -16,7 +17,14 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
   VESPER_CHECK(num_logits_rows >= 0 && num_logits_rows <= static_cast<int64_t>(tokens.size()),
                "%lld logits rows of %zu tokens", static_cast<long long>(num_logits_rows),
                tokens.size());
+  VESPER_CHECK(!tree || !window.enabled(), "a tree with a KV window");
   if (tree && tree_parents.empty()) tree_parents.assign(token_ids.size(), kNoTree);
+  // Rows before the first with a gap have none.
+  if (window.enabled() && gap_begin.empty() &&
+      window.gap_end(start_pos + static_cast<int64_t>(tokens.size()) - 1) > window.gap_begin()) {
+    gap_begin.assign(token_ids.size(), 0);
+    gap_end.assign(token_ids.size(), 0);
+  }
   const int32_t seq = static_cast<int32_t>(num_seqs());
   const size_t first_row = token_ids.size();
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -38,6 +46,10 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
       tree_parents.push_back(parents[i]);
     else if (!tree_parents.empty())
       tree_parents.push_back(kNoTree);
+    if (!gap_begin.empty()) {
+      gap_begin.push_back(static_cast<int32_t>(window.gap_begin()));
+      gap_end.push_back(static_cast<int32_t>(window.gap_end(start_pos + depth)));
+    }
   }
   // Sequences before the first with quantized groups have none.
   if (layout.quantized_groups > 0 || !quantized_groups.empty()) {

@@ -251,7 +251,9 @@ void Model::release_activations() {
                              &logits_rows_,
                              &tree_parents_,
                              &query_start_,
-                             &quantized_groups_})
+                             &quantized_groups_,
+                             &gap_begin_,
+                             &gap_end_})
     if (t->buffer.valid()) backend_.release(t->buffer);
 }
 
@@ -295,6 +297,8 @@ void Model::reserve(const StepCapacity& want) {
   tree_parents_ = i32(n);
   query_start_ = i32(cap.seqs + 1);
   quantized_groups_ = i32(cap.seqs + 1);
+  gap_begin_ = i32(n);
+  gap_end_ = i32(n);
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHandle kv) {
@@ -331,6 +335,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   if (!batch.quantized_groups.empty()) {
     in.quantized_groups = quantized_groups_.rows_view(0, batch.num_seqs());
     b.copy_to_device(in.quantized_groups, batch.quantized_groups.data());
+  }
+  if (!batch.gap_begin.empty()) {
+    in.gap_begin = gap_begin_.rows_view(0, n);
+    in.gap_end = gap_end_.rows_view(0, n);
+    b.copy_to_device(in.gap_begin, batch.gap_begin.data());
+    b.copy_to_device(in.gap_end, batch.gap_end.data());
   }
 
   const backend::Tensor x = x_.rows_view(0, n), xn = xn_.rows_view(0, n),

@@ -93,10 +93,13 @@ class Fixture {
     return queries_[seq].data() + pos * n_heads_ * head_dim_;
   }
 
-  // Runs the spans as one batch on layer 1; returns [tokens][n_heads][head_dim].
-  std::vector<float> run(const std::vector<Span>& spans, Isa isa, ThreadPool& pool,
-                         float scale) const {
-    std::vector<int32_t> positions, token_seq;
+  // Runs the spans as one batch on layer 1; returns [tokens][n_heads][head_dim]. With `window`
+  // on (its dense_from for every sequence), each row skips its gap, and the table entries that lie
+  // wholly inside the gap of every row of their sequence in the batch are replaced by -1 (freed
+  // blocks: reading one would fault or fail the sanitizers).
+  std::vector<float> run(const std::vector<Span>& spans, Isa isa, ThreadPool& pool, float scale,
+                         const AttentionWindow& window = {}) const {
+    std::vector<int32_t> positions, token_seq, gap_begin, gap_end;
     std::vector<int64_t> slots;
     std::vector<float> q;
     for (const Span& s : spans)
@@ -106,21 +109,46 @@ class Fixture {
         slots.push_back(slot(s.seq, s.first + i));
         const float* qv = query(s.seq, s.first + i);
         q.insert(q.end(), qv, qv + n_heads_ * head_dim_);
+        gap_begin.push_back(static_cast<int32_t>(window.gap_begin()));
+        gap_end.push_back(static_cast<int32_t>(window.gap_end(s.first + i)));
       }
+    std::vector<int32_t> tables = tables_;
+    if (window.enabled()) {
+      const int64_t bs = cache_->spec().block_size;
+      for (int64_t seq = 0; seq + 1 < static_cast<int64_t>(table_offsets_.size()); ++seq) {
+        int64_t gap_end_all = INT64_MAX;  // the smallest gap end of the sequence's rows
+        bool any = false;
+        for (size_t t = 0; t < positions.size(); ++t)
+          if (token_seq[t] == seq) {
+            any = true;
+            gap_end_all = std::min<int64_t>(gap_end_all, gap_end[t]);
+          }
+        if (!any) continue;
+        for (int64_t e = table_offsets_[seq]; e < table_offsets_[seq + 1]; ++e) {
+          const int64_t b = e - table_offsets_[seq];
+          if (b * bs >= window.gap_begin() && (b + 1) * bs <= gap_end_all) tables[e] = -1;
+        }
+      }
+    }
     AttentionBatch b;
     b.num_tokens = static_cast<int64_t>(positions.size());
     b.positions = positions.data();
     b.token_seq = token_seq.data();
     b.slot_mapping = slots.data();
-    b.block_tables = tables_.data();
+    b.block_tables = tables.data();
     b.table_offsets = table_offsets_.data();
+    if (window.enabled()) {
+      b.gap_begin = gap_begin.data();
+      b.gap_end = gap_end.data();
+    }
     // Poisoned output: every element must be written.
     std::vector<float> out(q.size(), std::nanf(""));
     cpu::paged_attention_with_isa(isa, *cache_, 1, b, q.data(), n_heads_, scale, out.data(), pool);
     return out;
   }
 
-  std::vector<double> reference(int64_t seq, int64_t pos, double scale) const {
+  std::vector<double> reference(int64_t seq, int64_t pos, double scale,
+                                const AttentionWindow& window = {}) const {
     // The reference takes each position's heads side by side, as the model produces them.
     const int64_t n_kv = cache_->spec().n_kv_heads;
     std::vector<std::vector<float>> k_slots, v_slots;
@@ -140,6 +168,7 @@ class Fixture {
       }
     }
     for (int64_t j = 0; j <= pos; ++j) {
+      if (j >= window.gap_begin() && j < window.gap_end(pos)) continue;  // outside sinks + window
       k.push_back(k_slots[j].data());
       v.push_back(v_slots[j].data());
     }
@@ -312,6 +341,83 @@ TEST(PagedAttention, OutputInvariantToBlockSizeAndTableLayout) {
             << "kv " << dtypes.describe() << " block size " << bs << " isa " << cpu::isa_name(isa);
       }
     }
+}
+
+}  // namespace
+}  // namespace vesper::backend
+
+namespace vesper::backend {
+namespace {
+
+// Sinks + window (StreamingLLM): each row attends only its sinks and its window, against the f64
+// reference restricted to them, for every KV type, grouped-query heads, odd head sizes and block
+// sizes, windows that start inside a tile or a block; the gap's table entries are freed (-1) and
+// never read. Rows before dense_from, and rows whose window reaches the sinks, attend everything.
+TEST(PagedAttentionWindow, MatchesTheReferenceOverSinksAndWindow) {
+  ThreadPool pool(2);
+  uint64_t seed = 300;
+  const AttentionWindow windows[] = {{4, 20, 0}, {0, 16, 0}, {5, 33, 40}, {1, 7, 0}};
+  // Under a sanitizer (VESPER_SANITIZED), one odd head size.
+  const bool sanitized = std::getenv("VESPER_SANITIZED") != nullptr;
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}})
+      for (int64_t hd : {8, 37, 64})
+        for (int64_t bs : {16, 5}) {
+          if (sanitized && hd != 37) continue;
+          Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, 4.0f, dtypes);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          for (const AttentionWindow& w : windows)
+            for (Isa isa : cpu::available_isas()) {
+              const std::vector<float> out = f.run(kMixed, isa, pool, scale, w);
+              size_t row = 0;
+              for (const Span& s : kMixed)
+                for (int32_t i = 0; i < s.count; ++i, ++row) {
+                  const std::vector<double> ref = f.reference(s.seq, s.first + i, scale, w);
+                  for (size_t e = 0; e < ref.size(); ++e)
+                    ASSERT_LT(std::abs(out[row * ref.size() + e] - ref[e]), 4e-6)
+                        << "kv " << dtypes.describe() << " head_dim " << hd << " block " << bs
+                        << " window " << w.sink_tokens << "+" << w.window << " from "
+                        << w.dense_from << " isa " << cpu::isa_name(isa) << " seq " << s.seq
+                        << " pos " << s.first + i << " element " << e;
+                }
+            }
+        }
+}
+
+// A row with a gap gives the same bits alone, in any batch, in a prompt chunk of any split and at
+// any thread count (it is walked on its own, its tiles starting where its ranges start), and a
+// row without a gap gives exactly the dense result.
+TEST(PagedAttentionWindow, OutputInvariantToBatchChunkingAndThreadsAndDenseWithoutAGap) {
+  ThreadPool pool1(1), pool3(3);
+  const AttentionWindow w{4, 20, 0};
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (Isa isa : cpu::available_isas())
+      for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}}) {
+        const int64_t hd = 37;
+        Fixture f(g.n_heads, g.n_kv_heads, hd, 16, kSeqLens, 77, 4.0f, dtypes);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        const int64_t row_floats = g.n_heads * hd;
+        auto check = [&](const std::vector<Span>& spans, ThreadPool& pool, const char* what) {
+          const std::vector<float> out = f.run(spans, isa, pool, scale, w);
+          size_t row = 0;
+          for (const Span& s : spans)
+            for (int32_t i = 0; i < s.count; ++i, ++row) {
+              const int32_t pos = s.first + i;
+              const bool gap = w.gap_end(pos) > w.gap_begin();
+              const std::vector<float> want = gap ? f.run({{s.seq, pos, 1}}, isa, pool1, scale, w)
+                                                  : f.run({{s.seq, pos, 1}}, isa, pool1, scale);
+              ASSERT_EQ(0, std::memcmp(out.data() + row * row_floats, want.data(),
+                                       row_floats * sizeof(float)))
+                  << what << " kv " << dtypes.describe() << " isa " << cpu::isa_name(isa)
+                  << " heads " << g.n_heads << "/" << g.n_kv_heads << " seq " << s.seq << " pos "
+                  << pos;
+            }
+        };
+        check(kMixed, pool1, "mixed batch, 1 thread");
+        check(kMixed, pool3, "mixed batch, 3 threads");
+        check({{1, 0, 1}, {1, 1, 3}, {1, 4, 17}, {1, 21, 50}}, pool3, "chunked prompt");
+        check({{1, 0, 71}}, pool1, "whole prompt");
+      }
 }
 
 }  // namespace

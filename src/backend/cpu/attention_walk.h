@@ -332,6 +332,37 @@ auto kivi_queries(const KiviTile& kt, float scale, float* scores) {
   }
 }
 
+// The key positions a run reads, as at most two ranges, each walked in tiles from its start:
+// [0, max_ctx) for a run without a gap (every query clips to its own context), and for a row with
+// a gap (sinks + window, paged_attention.h; always a run of its own) [0, gap_begin) and
+// [gap_end, its position]. The tiles of a range start at the range's start, so a row's reduction
+// depends on its position and gap alone, whatever the batch.
+struct KeyRanges {
+  int64_t begin[2] = {0, 0};
+  int64_t end[2] = {0, 0};
+  int n = 0;
+};
+
+inline bool has_gap(const AttentionBatch& batch, int64_t t) {
+  return batch.gap_begin != nullptr && batch.gap_begin[t] < batch.gap_end[t];
+}
+
+inline KeyRanges key_ranges(const AttentionBatch& batch, int64_t run_begin, int64_t run_end,
+                            int64_t max_ctx) {
+  KeyRanges r;
+  if (run_end - run_begin == 1 && has_gap(batch, run_begin)) {
+    r.begin[0] = 0;
+    r.end[0] = batch.gap_begin[run_begin];
+    r.begin[1] = batch.gap_end[run_begin];
+    r.end[1] = max_ctx;
+    r.n = 2;
+  } else {
+    r.end[0] = max_ctx;
+    r.n = 1;
+  }
+  return r;
+}
+
 // The slots of tree row t's path from the root, by depth (positions context.. of its sequence).
 inline void tree_path(const AttentionBatch& batch, int64_t t, std::vector<int64_t>& path) {
   const int64_t first_row = batch.query_start[batch.token_seq[t]];
@@ -618,34 +649,38 @@ void attend_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, i
   ws.reset((run_end - run_begin) * group, head_dim);
 
   const bool kivi = shape.kivi();
+  const KeyRanges ranges = key_ranges(batch, run_begin, run_end, max_ctx);
+  VESPER_CHECK(ranges.n == 1 || (!kivi && !tree), "a gap in a KIVI cache or a tree row");
   if (kivi)
     attend_kivi_run<Tile>(args, run_begin, run_end, g, table, tree, scratch);
   else if (tree)
     attend_tree_run<Tile>(args, run_begin, run_end, g, table, scratch);
-  for (int64_t j0 = 0; !tree && !kivi && j0 < max_ctx; j0 += kAttentionTile) {
-    const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0);
-    // The next tile, for a run of one token (a decode step with grouped-query heads, from
-    // memory) only: a prompt chunk's token blocks read the same tiles one after another, so
-    // theirs come from L2, and prefetching lines already there (256 a tile at f32, head size 64)
-    // took 9% of a 512-token prefill's attention.
-    if (run_end - run_begin == 1 && j0 + kAttentionTile < max_ctx)
-      prefetch_tile(*args.cache, args.layer, g, table, j0 + kAttentionTile,
-                    std::min(j0 + 2 * kAttentionTile, max_ctx));
-    tile_rows(*args.cache, args.layer, g, table, bs, j0, tile_keys, k_src, v_src);
-    load_tile<Tile>(shape, k_src, v_src, tile_keys, k_rows, v_rows, ws.k_tile, ws.v_tile);
-    auto queries = tile_queries<Tile>(k_rows, v_rows, head_dim, args.scale, ws.scores);
-    for (int64_t t = run_begin; t < run_end; ++t) {
-      const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
-      if (n_ctx <= j0) continue;  // causal: this query's keys ended in an earlier tile
-      const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
-      const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
-      const int64_t first = (t - run_begin) * group;
-      for (int64_t h = 0; h < group; ++h)
-        queries.add(q + h * head_dim, nt, ws.acc + (first + h) * head_dim, ws.run_max[first + h],
-                    ws.run_sum[first + h]);
+  for (int r = 0; !tree && !kivi && r < ranges.n; ++r)
+    for (int64_t j0 = ranges.begin[r], range_end = ranges.end[r]; j0 < range_end;
+         j0 += kAttentionTile) {
+      const int64_t tile_keys = std::min(kAttentionTile, range_end - j0);
+      // The next tile, for a run of one token (a decode step with grouped-query heads, from
+      // memory) only: a prompt chunk's token blocks read the same tiles one after another, so
+      // theirs come from L2, and prefetching lines already there (256 a tile at f32, head size 64)
+      // took 9% of a 512-token prefill's attention.
+      if (run_end - run_begin == 1 && j0 + kAttentionTile < range_end)
+        prefetch_tile(*args.cache, args.layer, g, table, j0 + kAttentionTile,
+                      std::min(j0 + 2 * kAttentionTile, range_end));
+      tile_rows(*args.cache, args.layer, g, table, bs, j0, tile_keys, k_src, v_src);
+      load_tile<Tile>(shape, k_src, v_src, tile_keys, k_rows, v_rows, ws.k_tile, ws.v_tile);
+      auto queries = tile_queries<Tile>(k_rows, v_rows, head_dim, args.scale, ws.scores);
+      for (int64_t t = run_begin; t < run_end; ++t) {
+        const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
+        if (n_ctx <= j0) continue;  // causal: this query's keys ended in an earlier tile
+        const int64_t nt = std::min(tile_keys, n_ctx - j0);
+        const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
+        const int64_t first = (t - run_begin) * group;
+        for (int64_t h = 0; h < group; ++h)
+          queries.add(q + h * head_dim, nt, ws.acc + (first + h) * head_dim, ws.run_max[first + h],
+                      ws.run_sum[first + h]);
+      }
+      queries.flush();
     }
-    queries.flush();
-  }
 
   for (int64_t t = run_begin; t < run_end; ++t) {
     float* out = args.out + (t * args.n_heads + g * group) * head_dim;
@@ -677,20 +712,22 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
   const int64_t n_ctx = int64_t{args.batch.positions[t]} + 1;
   ws.reset((g_end - g_begin) * group, head_dim);
   const float* q = args.q + t * args.n_heads * head_dim;
-  for (int64_t j0 = 0; j0 < n_ctx; j0 += kAttentionTile) {
-    const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
-    for (int64_t g = g_begin; g < g_end; ++g) {
-      tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
-      const int64_t first = (g - g_begin) * group;
-      // Grouped-query heads two at a time where the kernel can (Tile::tile2_in_place).
-      auto queries =
-          in_place_queries<Tile>(shape.dtypes, head_dim, k_src, v_src, args.scale, ws.scores);
-      for (int64_t h = 0; h < group; ++h)
-        queries.add(q + (g * group + h) * head_dim, nt, ws.acc + (first + h) * head_dim,
-                    ws.run_max[first + h], ws.run_sum[first + h]);
-      queries.flush();
+  const KeyRanges ranges = key_ranges(args.batch, t, t + 1, n_ctx);
+  for (int r = 0; r < ranges.n; ++r)
+    for (int64_t j0 = ranges.begin[r]; j0 < ranges.end[r]; j0 += kAttentionTile) {
+      const int64_t nt = std::min(kAttentionTile, ranges.end[r] - j0);
+      for (int64_t g = g_begin; g < g_end; ++g) {
+        tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
+        const int64_t first = (g - g_begin) * group;
+        // Grouped-query heads two at a time where the kernel can (Tile::tile2_in_place).
+        auto queries =
+            in_place_queries<Tile>(shape.dtypes, head_dim, k_src, v_src, args.scale, ws.scores);
+        for (int64_t h = 0; h < group; ++h)
+          queries.add(q + (g * group + h) * head_dim, nt, ws.acc + (first + h) * head_dim,
+                      ws.run_max[first + h], ws.run_sum[first + h]);
+        queries.flush();
+      }
     }
-  }
   for (int64_t g = g_begin; g < g_end; ++g) {
     const int64_t first = (g - g_begin) * group;
     for (int64_t h = 0; h < group; ++h)
@@ -713,8 +750,11 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
     for (int64_t run_begin = block_begin, run_end; run_begin < block_end; run_begin = run_end) {
       // A run: consecutive tokens of one sequence (one block table).
       const int32_t seq = batch.token_seq[run_begin];
+      // A row with a gap (sinks + window) reads keys of its own: a run of its own.
       run_end = run_begin + 1;
-      while (run_end < block_end && batch.token_seq[run_end] == seq) ++run_end;
+      if (!has_gap(batch, run_begin))
+        while (run_end < block_end && batch.token_seq[run_end] == seq && !has_gap(batch, run_end))
+          ++run_end;
       const int32_t* table = batch.block_tables + batch.table_offsets[seq];
       const bool tree =
           batch.tree_parents != nullptr && batch.tree_parents[run_begin] != kNotInTree;
