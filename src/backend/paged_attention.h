@@ -14,9 +14,9 @@
 // plain decoding would.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
+#include "backend/attention_window.h"
 #include "backend/kv_cache.h"
 #include "core/thread_pool.h"
 
@@ -47,7 +47,7 @@ struct AttentionBatch {
   // must lie before kivi_quantized_tokens of each of the sequence's queries, and tree rows past
   // the context must lie after it.
   const int32_t* quantized_groups = nullptr;
-  // Sinks + window (StreamingLLM; AttentionWindow below), else null: [num_tokens] the positions
+  // Sinks + window (StreamingLLM; attention_window.h), else null: [num_tokens] the positions
   // [gap_begin[t], gap_end[t]) row t does not attend (none where gap_begin >= gap_end). A row
   // with a gap attends [0, gap_begin) and [gap_end, its position], each range in tiles from its
   // start, so its result depends on its position and gap alone (the same bits in any batch);
@@ -55,25 +55,6 @@ struct AttentionBatch {
   // are neither tree rows nor rows of a KIVI cache.
   const int32_t* gap_begin = nullptr;
   const int32_t* gap_end = nullptr;
-};
-
-// StreamingLLM's attention sinks and window (Xiao et al., ICLR 2024; --kv-sink-tokens,
-// --kv-window): a query at position p attends the first sink_tokens positions and the last
-// `window` ones up to its own, except queries at positions before `dense_from` (a prompt's,
-// whose prefill stays dense), which attend everything. window 0: off.
-struct AttentionWindow {
-  int64_t sink_tokens = 0;
-  int64_t window = 0;
-  int64_t dense_from = 0;  // per sequence: its prompt's length
-
-  bool enabled() const { return window > 0; }
-  // The first position a query at `position` skips, and the one after its last skipped; equal
-  // when it skips none.
-  int64_t gap_begin() const { return sink_tokens; }
-  int64_t gap_end(int64_t position) const {
-    if (!enabled() || position < dense_from) return sink_tokens;
-    return std::max(sink_tokens, position + 1 - window);
-  }
 };
 
 // Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot, encoded

@@ -41,6 +41,20 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
                   "--kivi-group-size 32, 96 to 127, within the KIVI paper's 128 f16 tokens")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-window", f.kv_window,
+                  "KV sparsity, StreamingLLM: a generated token attends the --kv-sink-tokens "
+                  "first tokens and the last W tokens up to its own, and the KV blocks between "
+                  "them are freed as a sequence decodes, so its memory stays bounded and an "
+                  "output longer than the cache keeps going (prompts are prefilled densely). At "
+                  "least one block; 0: dense attention. Not with KIVI caches, Medusa or a draft "
+                  "model. A request opts out with \"kv_sparsity\": \"none\"")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-sink-tokens", f.kv_sink_tokens,
+                  "With --kv-window: the first tokens every generated token keeps attending (the "
+                  "attention sinks; StreamingLLM uses 4)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
@@ -451,6 +465,8 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   VESPER_ASSIGN_OR_RETURN(c.cache.kv_dtypes, parse_kv_dtypes(f));
   VESPER_TRY(check_calculate_kv_scales(f, c.cache.kv_dtypes));
   c.cache.calculate_kv_scales = f.calculate_kv_scales;
+  c.cache.kv_sink_tokens = f.kv_sink_tokens;
+  c.cache.kv_window = f.kv_window;
   if (kv_is_kivi(c.cache.kv_dtypes.k) || kv_is_kivi(c.cache.kv_dtypes.v)) {
     // A KIVI block is one group.
     c.cache.block_size = f.kivi_group_size;

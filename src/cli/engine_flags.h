@@ -36,6 +36,8 @@ struct EngineFlags {
   int64_t kivi_group_size = 32;         // --kivi-group-size
   int64_t kivi_residual_length = 96;    // --kivi-residual-length
   bool calculate_kv_scales = false;     // --calculate-kv-scales
+  int64_t kv_sink_tokens = 0;           // --kv-sink-tokens
+  int64_t kv_window = 0;                // --kv-window (0: dense)
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;

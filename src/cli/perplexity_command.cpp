@@ -175,6 +175,20 @@ int run_perplexity(const PerplexityOptions& o) {
   }
   const model::KvTableLayout layout(spec);
   const int64_t blocks = layout.entries_for(o.ctx);
+  // --kv-window: every scored row attends as a generated token would (dense_from 0): its sinks
+  // and its window (the blocks stay: a chunk's rows are computed together).
+  backend::AttentionWindow window;
+  if (o.engine.kv_window > 0 || o.engine.kv_sink_tokens > 0) {
+    if (o.engine.kv_window == 0)
+      return fail("--kv-sink-tokens " + std::to_string(o.engine.kv_sink_tokens) +
+                  " needs --kv-window (the window of recent tokens kept beside the sinks)");
+    if (o.engine.kv_window < spec.block_size)
+      return fail("--kv-window " + std::to_string(o.engine.kv_window) +
+                  " is below one KV block (--block-size " + std::to_string(spec.block_size) + ")");
+    if (spec.kivi()) return fail("--kv-window: not with a KIVI cache (--kv-cache-dtype)");
+    window.sink_tokens = o.engine.kv_sink_tokens;
+    window.window = o.engine.kv_window;
+  }
   const backend::KvHandle kv = backend.create_kv(spec, blocks, backend::MemoryKind::kDevice);
   // Calibrated fp8 scales: fixed by the first chunk's rows, then kept for every chunk.
   if (o.engine.calculate_kv_scales) backend.calibrate_kv_scales(kv);
@@ -184,13 +198,17 @@ int run_perplexity(const PerplexityOptions& o) {
   m.reserve(model::StepCapacity{pass_rows, pass_rows, 1, blocks});
   std::fprintf(stderr,
                "perplexity: %lld chunks of %lld tokens, scoring the second half of each; KV cache "
-               "%s (%lld bytes/token%s)\n",
+               "%s (%lld bytes/token%s)%s\n",
                static_cast<long long>(n_chunks), static_cast<long long>(o.ctx),
                dtypes->describe().c_str(), static_cast<long long>(spec.bytes_per_token()),
                spec.kivi() ? (", group " + std::to_string(spec.block_size) + ", residual " +
                               std::to_string(spec.kivi_residual_length))
                                  .c_str()
-                           : "");
+                           : "",
+               window.enabled() ? (", attending " + std::to_string(window.sink_tokens) +
+                                   " sink tokens + a window of " + std::to_string(window.window))
+                                      .c_str()
+                                : "");
 
   const int64_t first = o.ctx / 2;
   MeanStats nll, kl_stats, base_nll;
@@ -209,7 +227,7 @@ int run_perplexity(const PerplexityOptions& o) {
       batch.clear();
       batch.add_sequence(std::span<const int32_t>(chunk).subspan(static_cast<size_t>(start),
                                                                  static_cast<size_t>(rows)),
-                         static_cast<int32_t>(start), table, layout, n_scored);
+                         static_cast<int32_t>(start), table, layout, n_scored, -1, {}, window);
       const std::span<const float> logits = m.forward(batch, kv);
       for (int64_t r = 0; r < n_scored; ++r) {
         const int64_t pos = scored_from + r;

@@ -78,6 +78,35 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                         ": Medusa's candidate trees here are " + std::to_string(depth) +
                         " deep, and need a longer residual window");
   }
+  // Sinks + window: the window holds at least one block; its rows are plain rows (a KIVI group
+  // is quantized as a whole, and a draft model's cache or Medusa's trees read the table past the
+  // window's edge).
+  if (config.cache.kv_window < 0 || config.cache.kv_sink_tokens < 0)
+    return make_error("--kv-window and --kv-sink-tokens must not be negative");
+  if (config.cache.kv_sink_tokens > 0 && config.cache.kv_window == 0)
+    return make_error("--kv-sink-tokens " + std::to_string(config.cache.kv_sink_tokens) +
+                      " needs --kv-window (the window of recent tokens kept beside the sinks)");
+  if (config.cache.kv_window > 0) {
+    if (config.cache.kv_window < config.cache.block_size)
+      return make_error("--kv-window " + std::to_string(config.cache.kv_window) +
+                        " is below one KV block (--block-size " +
+                        std::to_string(config.cache.block_size) + ")");
+    if (kivi)
+      return make_error(
+          "--kv-window: not with a KIVI cache (--kv-cache-dtype " +
+          std::string(backend::kv_dtype_name(kv_is_kivi(kv_dtypes.k) ? kv_dtypes.k : kv_dtypes.v)) +
+          "): a group is quantized whole, and the window frees blocks");
+    if (spec.method == SpeculativeConfig::Method::kDraftModel ||
+        spec.method == SpeculativeConfig::Method::kMedusa)
+      return make_error(std::string("--kv-window: not with ") +
+                        (spec.method == SpeculativeConfig::Method::kMedusa
+                             ? "Medusa heads (their candidate trees)"
+                             : "a draft model (--speculative-model: its cache follows the "
+                               "target's blocks)") +
+                        "; n-gram speculation works with it");
+    sc.kv_window.window = config.cache.kv_window;
+    sc.kv_window.sink_tokens = config.cache.kv_sink_tokens;
+  }
   model::StepCapacity capacity;
   capacity.tokens = sc.max_num_batched_tokens;
   capacity.seqs = std::min(sc.max_num_seqs, sc.max_num_batched_tokens);
@@ -141,6 +170,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   rc.eog_ids = e->tokenizer_->eog_ids();
   rc.speculative = spec;
   rc.prefetch_grammar_masks = config.prefetch_grammar_masks;
+  rc.kv_window = sc.kv_window;
   e->runner_ =
       std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                     e->plan_.num_swap_blocks, std::move(rc), std::move(proposer));

@@ -30,6 +30,9 @@
 namespace vesper::kv {
 
 using BlockId = int32_t;
+// A block-table entry whose block was freed while later entries stay (the positions between a
+// sequence's attention sinks and its window): it holds no block and is never read.
+inline constexpr BlockId kNoBlock = -1;
 
 class BlockPool {
  public:

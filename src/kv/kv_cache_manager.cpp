@@ -89,11 +89,41 @@ std::vector<GroupQuantization> KvCacheManager::compact(SeqId seq, int64_t num_co
 }
 
 bool KvCacheManager::prepare_step(SeqId seq, int64_t num_computed, int64_t written,
+                                  const backend::AttentionWindow& window,
                                   std::vector<BlockOp>& ops) {
-  if (!kivi_) return false;
-  std::vector<GroupQuantization> quantized = compact(seq, num_computed, written);
-  for (GroupQuantization& q : quantized) ops.push_back(BlockOp::quantize(std::move(q)));
-  return !quantized.empty();
+  if (kivi_) {
+    std::vector<GroupQuantization> quantized = compact(seq, num_computed, written);
+    for (GroupQuantization& q : quantized) ops.push_back(BlockOp::quantize(std::move(q)));
+    return !quantized.empty();
+  }
+  auto it = device_tables_.find(seq);
+  if (!window.enabled() || it == device_tables_.end()) return false;
+  // A query's gap only grows with its position: what the query at num_computed skips, no later
+  // one reads. The blocks wholly inside it go back to the pool (a cached one stays findable:
+  // only blocks of dense rows are cached, cache_full_blocks).
+  std::vector<BlockId>& table = it->second;
+  const int64_t bs = layout_.block_size;
+  const int64_t first = (window.gap_begin() + bs - 1) / bs;
+  const int64_t end =
+      std::min<int64_t>(window.gap_end(num_computed) / bs, static_cast<int64_t>(table.size()));
+  bool changed = false;
+  for (int64_t e = first; e < end; ++e) {
+    if (table[e] == kNoBlock) continue;
+    device_.release(table[e]);
+    table[e] = kNoBlock;
+    changed = true;
+  }
+  return changed;
+}
+
+int64_t KvCacheManager::num_live_blocks(SeqId seq) const {
+  auto d = device_tables_.find(seq);
+  const std::vector<BlockId>* table =
+      d != device_tables_.end() ? &d->second
+                                : (host_tables_.count(seq) ? &host_tables_.at(seq) : nullptr);
+  if (table == nullptr) return 0;
+  return static_cast<int64_t>(
+      std::count_if(table->begin(), table->end(), [](BlockId b) { return b != kNoBlock; }));
 }
 
 std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t num_computed,
@@ -135,14 +165,14 @@ std::optional<KvAllocation> KvCacheManager::allocate_slots(SeqId seq, int64_t nu
       num_new == 0 ? first_block : std::min(have, entries_for(seq, written_end));
   int64_t need_cow = 0;
   for (int64_t b = first_block; b < last_block; ++b)
-    if (device_.ref_count(table[b]) > 1) ++need_cow;
+    if (table[b] != kNoBlock && device_.ref_count(table[b]) > 1) ++need_cow;
   if (need_new + need_cow > device_.num_free()) {
     if (table.empty()) device_tables_.erase(seq);
     return std::nullopt;
   }
   KvAllocation granted;
   for (int64_t b = first_block; b < last_block; ++b) {
-    if (device_.ref_count(table[b]) <= 1) continue;
+    if (table[b] == kNoBlock || device_.ref_count(table[b]) <= 1) continue;
     const BlockId fresh = (*device_.allocate(1))[0];
     granted.copies_.push_back({table[b], fresh});
     device_.release(table[b]);
@@ -166,7 +196,7 @@ void KvCacheManager::truncate(SeqId seq, int64_t num_tokens) {
   const auto keep = static_cast<size_t>(entries_for(seq, num_tokens));
   // Last blocks first, as free() releases them.
   while (table.size() > keep) {
-    device_.release(table.back());
+    if (table.back() != kNoBlock) device_.release(table.back());
     table.pop_back();
   }
 }
@@ -177,7 +207,8 @@ void KvCacheManager::fork(SeqId parent, SeqId child) {
                static_cast<long long>(parent));
   VESPER_CHECK(device_tables_.count(child) == 0, "fork into existing sequence %lld",
                static_cast<long long>(child));
-  for (BlockId b : it->second) device_.add_ref(b);
+  for (BlockId b : it->second)
+    if (b != kNoBlock) device_.add_ref(b);
   device_tables_[child] = it->second;
   if (auto h = hashes_.find(parent); h != hashes_.end()) hashes_[child] = h->second;
   if (auto q = quantized_.find(parent); q != quantized_.end()) quantized_[child] = q->second;
@@ -197,11 +228,13 @@ void KvCacheManager::free(SeqId seq, std::vector<BlockOp>* planned_ops) {
   if (planned_ops != nullptr) drop_copies_into(seq, *planned_ops);
   if (auto it = device_tables_.find(seq); it != device_tables_.end()) {
     // Release in reverse so a sequence's last blocks are reused first, its first blocks last.
-    for (auto b = it->second.rbegin(); b != it->second.rend(); ++b) device_.release(*b);
+    for (auto b = it->second.rbegin(); b != it->second.rend(); ++b)
+      if (*b != kNoBlock) device_.release(*b);
     device_tables_.erase(it);
   }
   if (auto it = host_tables_.find(seq); it != host_tables_.end()) {
-    for (BlockId b : it->second) host_.release(b);
+    for (BlockId b : it->second)
+      if (b != kNoBlock) host_.release(b);
     host_tables_.erase(it);
   }
   hashes_.erase(seq);
@@ -259,7 +292,7 @@ void KvCacheManager::cache_full_blocks(SeqId seq, std::span<const int32_t> token
     // False when the same content is already cached in another block (computed twice, e.g. by
     // two sequences admitted before either finished it): this copy simply stays private.
     if (!kivi_) {
-      device_.register_block(table[i], parent, h, block);
+      if (table[i] != kNoBlock) device_.register_block(table[i], parent, h, block);
       continue;
     }
     // KIVI: a group already quantized has no residual rows left to cache.
@@ -284,7 +317,8 @@ void KvCacheManager::uncache_blocks_from(SeqId seq, int64_t num_valid_tokens) {
         if (!layout.written_row(i * layout.block_size)) break;  // quantized: never cached
         const int64_t e = layout.group_entry(i) + k;
         if (e >= static_cast<int64_t>(table.size())) break;
-        if (cached_as(table[e], hashes[i], k)) device_.unregister_block(table[e]);
+        if (table[e] != kNoBlock && cached_as(table[e], hashes[i], k))
+          device_.unregister_block(table[e]);
       }
     }
   }
@@ -305,20 +339,23 @@ const std::vector<BlockId>& KvCacheManager::block_table(SeqId seq) const {
 
 bool KvCacheManager::can_swap_out(SeqId seq) const {
   auto it = device_tables_.find(seq);
-  return it != device_tables_.end() && static_cast<int64_t>(it->second.size()) <= host_.num_free();
+  return it != device_tables_.end() && num_live_blocks(seq) <= host_.num_free();
 }
 
 std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq) {
   VESPER_CHECK(can_swap_out(seq), "swap_out of sequence %lld without room",
                static_cast<long long>(seq));
   std::vector<BlockId>& table = device_tables_[seq];
-  auto host_blocks = *host_.allocate(static_cast<int64_t>(table.size()));
+  const auto fresh = *host_.allocate(num_live_blocks(seq));
+  std::vector<BlockId> host_table(table.size(), kNoBlock);  // freed entries stay freed
   std::vector<SwapMapping> moves;
-  for (size_t i = 0; i < table.size(); ++i) {
-    moves.push_back({table[i], host_blocks[i]});
+  for (size_t i = 0, next = 0; i < table.size(); ++i) {
+    if (table[i] == kNoBlock) continue;
+    host_table[i] = fresh[next++];
+    moves.push_back({table[i], host_table[i]});
     device_.release(table[i]);
   }
-  host_tables_[seq] = std::move(host_blocks);
+  host_tables_[seq] = std::move(host_table);
   device_tables_.erase(seq);
   return moves;
 }
@@ -326,22 +363,25 @@ std::vector<SwapMapping> KvCacheManager::swap_out(SeqId seq) {
 bool KvCacheManager::can_swap_in(SeqId seq, int64_t num_tokens) const {
   auto it = host_tables_.find(seq);
   if (it == host_tables_.end()) return false;
-  const int64_t blocks =
-      std::max<int64_t>(static_cast<int64_t>(it->second.size()), entries_for(seq, num_tokens));
-  return blocks <= device_.num_free();
+  const int64_t grow =
+      std::max<int64_t>(0, entries_for(seq, num_tokens) - static_cast<int64_t>(it->second.size()));
+  return num_live_blocks(seq) + grow <= device_.num_free();
 }
 
 std::vector<SwapMapping> KvCacheManager::swap_in(SeqId seq) {
   VESPER_CHECK(can_swap_in(seq), "swap_in of sequence %lld without room",
                static_cast<long long>(seq));
   std::vector<BlockId>& host_blocks = host_tables_[seq];
-  auto device_blocks = *device_.allocate(static_cast<int64_t>(host_blocks.size()));
+  const auto fresh = *device_.allocate(num_live_blocks(seq));
+  std::vector<BlockId> device_table(host_blocks.size(), kNoBlock);
   std::vector<SwapMapping> moves;
-  for (size_t i = 0; i < host_blocks.size(); ++i) {
-    moves.push_back({device_blocks[i], host_blocks[i]});
+  for (size_t i = 0, next = 0; i < host_blocks.size(); ++i) {
+    if (host_blocks[i] == kNoBlock) continue;
+    device_table[i] = fresh[next++];
+    moves.push_back({device_table[i], host_blocks[i]});
     host_.release(host_blocks[i]);
   }
-  device_tables_[seq] = std::move(device_blocks);
+  device_tables_[seq] = std::move(device_table);
   host_tables_.erase(seq);
   return moves;
 }
@@ -355,6 +395,7 @@ void KvCacheManager::check_sequence(SeqId seq, std::span<const int32_t> tokens,
                "sequence %lld has hashed blocks past its committed tokens",
                static_cast<long long>(seq));
   for (size_t e = 0; e < table.size(); ++e) {
+    if (table[e] == kNoBlock) continue;
     const std::span<const int32_t> cached = device_.tokens_of(table[e]);
     if (cached.empty()) continue;
     const int64_t i = layout.group_of_entry(static_cast<int64_t>(e));  // the block (group) position
@@ -372,7 +413,8 @@ void KvCacheManager::check_invariants() const {
   for (const auto& [seq, table] : device_tables_) {
     VESPER_CHECK(host_tables_.count(seq) == 0, "sequence %lld is on both device and host",
                  static_cast<long long>(seq));
-    for (BlockId b : table) ++device_refs[b];
+    for (BlockId b : table)
+      if (b != kNoBlock) ++device_refs[b];
     const std::span<const BlockHash> hashes = block_hashes(seq);
     const int64_t groups = groups_in(seq, table);
     VESPER_CHECK(static_cast<int64_t>(hashes.size()) <= groups,
@@ -380,7 +422,7 @@ void KvCacheManager::check_invariants() const {
                  hashes.size(), static_cast<long long>(groups));
     const backend::KvTableLayout layout = layout_of(seq);
     for (size_t e = 0; e < table.size(); ++e) {
-      if (device_.hash_of(table[e]) == nullptr) continue;
+      if (table[e] == kNoBlock || device_.hash_of(table[e]) == nullptr) continue;
       const auto at = static_cast<int64_t>(e);
       const int64_t i = layout.group_of_entry(at);
       // Quantized groups are never cached; a residual group's blocks are, each as its k-th.
@@ -407,7 +449,8 @@ void KvCacheManager::check_invariants() const {
                  "block hashes kept for sequence %lld, which holds no blocks",
                  static_cast<long long>(seq));
   for (const auto& [seq, table] : host_tables_)
-    for (BlockId b : table) ++host_refs[b];
+    for (BlockId b : table)
+      if (b != kNoBlock) ++host_refs[b];
   for (BlockId b = 0; b < device_.num_blocks(); ++b)
     VESPER_CHECK(device_refs[b] == device_.ref_count(b),
                  "device block %d: %d table entries, ref_count %d", b, device_refs[b],

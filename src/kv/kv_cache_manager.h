@@ -38,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/attention_window.h"
 #include "backend/kv_table_layout.h"
 #include "kv/block_op.h"
 #include "kv/block_pool.h"
@@ -98,8 +99,13 @@ class KvCacheManager {
                                          int64_t written = std::numeric_limits<int64_t>::max());
   // Brings seq's table into the shape its layout wants before a step that computes from
   // position num_computed, appending the block ops the step must run first to `ops`: KIVI
-  // compacts (above, with `written`); plain tables need nothing. Whether the table changed.
-  bool prepare_step(SeqId seq, int64_t num_computed, int64_t written, std::vector<BlockOp>& ops);
+  // compacts (above, with `written`); with `window` on (the sequence's sinks + window,
+  // backend::AttentionWindow), the blocks that no query from num_computed on reads are freed,
+  // their entries left as kNoBlock. Whether the table changed.
+  bool prepare_step(SeqId seq, int64_t num_computed, int64_t written,
+                    const backend::AttentionWindow& window, std::vector<BlockOp>& ops);
+  // Blocks seq holds (its table's entries less its freed ones).
+  int64_t num_live_blocks(SeqId seq) const;
   // Table entries seq needs to cover num_tokens tokens (blocks_for(num_tokens) without KIVI).
   int64_t entries_for(SeqId seq, int64_t num_tokens) const;
 

@@ -19,9 +19,12 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
                tokens.size());
   VESPER_CHECK(!tree || !window.enabled(), "a tree with a KV window");
   if (tree && tree_parents.empty()) tree_parents.assign(token_ids.size(), kNoTree);
-  // Rows before the first with a gap have none.
-  if (window.enabled() && gap_begin.empty() &&
-      window.gap_end(start_pos + static_cast<int64_t>(tokens.size()) - 1) > window.gap_begin()) {
+  // Gaps grow with the position: whether the last row has one says whether any does. Rows
+  // before the batch's first row with a gap have none.
+  const bool gaps =
+      window.enabled() &&
+      window.gap_end(start_pos + static_cast<int64_t>(tokens.size()) - 1) > window.gap_begin();
+  if (gaps && gap_begin.empty()) {
     gap_begin.assign(token_ids.size(), 0);
     gap_end.assign(token_ids.size(), 0);
   }
@@ -46,7 +49,7 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
       tree_parents.push_back(parents[i]);
     else if (!tree_parents.empty())
       tree_parents.push_back(kNoTree);
-    if (!gap_begin.empty()) {
+    if (gaps || !gap_begin.empty()) {
       gap_begin.push_back(static_cast<int32_t>(window.gap_begin()));
       gap_end.push_back(static_cast<int32_t>(window.gap_end(start_pos + depth)));
     }

@@ -53,6 +53,9 @@ struct SamplingParams {
   // Prefix caching (request options that travel with the sampling parameters, as in vLLM).
   bool skip_reading_prefix_cache = false;  // compute the whole prompt (its blocks are still cached)
   std::string cache_salt;                  // requests share cached KV only with equal salts
+  // "kv_sparsity": "none": this request attends densely and keeps all its KV blocks, whatever
+  // KV sparsity the server runs (--kv-window).
+  bool kv_dense = false;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
 

@@ -75,6 +75,7 @@ void write_sampling_params(ByteWriter& w, const SamplingParams& p) {
   w.boolean(p.return_tokens_as_token_ids);
   w.boolean(p.skip_reading_prefix_cache);
   w.str(p.cache_salt);
+  w.boolean(p.kv_dense);
 }
 
 Status read_sampling_params(ByteReader& r, SamplingParams& p, const GrammarCompiler& compile) {
@@ -126,6 +127,7 @@ Status read_sampling_params(ByteReader& r, SamplingParams& p, const GrammarCompi
   VESPER_READ_INTO(p.return_tokens_as_token_ids, r.boolean());
   VESPER_READ_INTO(p.skip_reading_prefix_cache, r.boolean());
   VESPER_TRY(r.str(p.cache_salt));
+  VESPER_READ_INTO(p.kv_dense, r.boolean());
   return p.validate();
 }
 

@@ -36,8 +36,16 @@ Status Scheduler::add(Sequence seq) {
                       std::to_string(seq.max_total_tokens - n) + ") is " +
                       std::to_string(seq.max_total_tokens) + " tokens, more than --max-model-len " +
                       std::to_string(config_.max_model_len));
-  // Lookahead slots (a draft model's proposals) come on top of the sequence's own tokens.
-  const int64_t blocks = kv_.blocks_for(seq.max_total_tokens + config_.num_lookahead_slots);
+  // Lookahead slots (a draft model's proposals) come on top of the sequence's own tokens. With
+  // sinks + window, a sequence holds at most its prompt's blocks (prefilled densely), or its
+  // sinks', its window's and a step's chunk of output (chunk_limit: at most a window) beside
+  // them.
+  int64_t peak_tokens = seq.max_total_tokens;
+  if (const backend::AttentionWindow w = window_of(seq);
+      w.enabled() && config_.enable_chunked_prefill)
+    peak_tokens =
+        std::min(peak_tokens, std::max(n, w.sink_tokens + 2 * w.window + 2 * kv_.block_size()));
+  const int64_t blocks = kv_.blocks_for(peak_tokens + config_.num_lookahead_slots);
   if (blocks > kv_.num_device_blocks())
     return make_error("the request needs up to " + std::to_string(seq.max_total_tokens) +
                       " tokens (" + std::to_string(blocks) +
@@ -216,8 +224,22 @@ void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec
   out.num_batched_tokens += s.num_new_tokens;
   out.scheduled.push_back(std::move(s));
   // Only committed tokens enter the prefix cache (and placeholders once update() knows them).
-  kv_.cache_full_blocks(seq.id, seq.tokens, std::min(seq.num_computed_tokens, seq.num_tokens()),
-                        seq.prefix_root);
+  // With sinks + window only the prompt's: an output's K/V come from windowed attention, which a
+  // later request computing the same tokens as its prompt (densely) would not give.
+  int64_t cacheable = std::min(seq.num_computed_tokens, seq.num_tokens());
+  if (window_of(seq).enabled()) cacheable = std::min(cacheable, seq.num_prompt_tokens);
+  kv_.cache_full_blocks(seq.id, seq.tokens, cacheable, seq.prefix_root);
+}
+
+int64_t Scheduler::chunk_limit(const Sequence& seq, int64_t start) const {
+  const backend::AttentionWindow w = window_of(seq);
+  if (!w.enabled() || !config_.enable_chunked_prefill) return std::numeric_limits<int64_t>::max();
+  return start < seq.num_prompt_tokens ? seq.num_prompt_tokens - start : w.window;
+}
+
+backend::AttentionWindow Scheduler::window_of(const Sequence& seq) const {
+  return config_.kv_window.for_sequence(seq.num_prompt_tokens,
+                                        seq.sampling.params && seq.sampling.params->kv_dense);
 }
 
 void Scheduler::fail(Sequence& seq, std::string message, SchedulerOutput& out) {
@@ -265,7 +287,7 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t written = config_.compaction_waits_for_companion
                                 ? seq.companion_rows
                                 : std::numeric_limits<int64_t>::max();
-    if (kv_.prepare_step(id, seq.num_computed_tokens, written, out.block_ops))
+    if (kv_.prepare_step(id, seq.num_computed_tokens, written, window_of(seq), out.block_ops))
       tables_changed_.insert(id);
   }
   const int64_t budget = config_.max_num_batched_tokens;
@@ -285,7 +307,8 @@ SchedulerOutput Scheduler::schedule() {
       if (std::any_of(out.scheduled.begin(), out.scheduled.end(),
                       [&](const auto& s) { return s.id == id; }))
         continue;
-      const int64_t num_new = std::min(uncomputed, room());
+      const int64_t num_new =
+          std::min({uncomputed, room(), chunk_limit(seq, seq.num_computed_tokens)});
       if (!config_.enable_chunked_prefill && num_new < uncomputed) continue;
       if (num_new <= 0 || !seats()) continue;
       // Proposals follow the committed tokens: none while a sampled token is still unknown.
@@ -326,7 +349,8 @@ SchedulerOutput Scheduler::schedule() {
       // not have been read yet).
       if (!adapter_fits(seq) || seq.num_output_placeholders > 0) break;
       if (!adapter_ready(seq)) break;
-      const int64_t num_new = std::min(seq.num_uncomputed(), room());
+      const int64_t num_new =
+          std::min({seq.num_uncomputed(), room(), chunk_limit(seq, seq.num_computed_tokens)});
       if (num_new <= 0 || !seats()) break;
       if (!config_.enable_chunked_prefill && num_new < seq.num_uncomputed()) break;
       // Room for its blocks and for the tokens it computes now: swapped in without the latter, it
@@ -367,7 +391,7 @@ SchedulerOutput Scheduler::schedule() {
       if (!seq.skip_prefix_cache_read) match = kv_.match_prefix(seq.tokens, seq.prefix_root);
       const int64_t start = match.num_tokens;
       const int64_t uncomputed = seq.num_tokens() - start;
-      const int64_t num_new = std::min(uncomputed, room());
+      const int64_t num_new = std::min({uncomputed, room(), chunk_limit(seq, start)});
       if (num_new <= 0 || !seats()) break;
       if (!config_.enable_chunked_prefill && num_new < uncomputed) break;
       auto granted = kv_.allocate_slots(id, start, num_new, config_.num_lookahead_slots, &match);

@@ -73,6 +73,10 @@ struct SchedulerConfig {
   // (Sequence::companion_rows, from the runner's outputs): the draft cannot catch up into a
   // quantized group.
   bool compaction_waits_for_companion = false;
+  // --kv-sink-tokens / --kv-window (StreamingLLM): each sequence's blocks between its attention
+  // sinks and the window of its next query are freed as it decodes (its dense_from is the
+  // sequence's prompt length; a request with SamplingParams::kv_dense keeps all). Off: window 0.
+  backend::AttentionWindow kv_window;
   // Plans the runner may be running or holding when the next one is made: 1 when each plan runs
   // before the next is made, 2 with async scheduling. An adapter copy is unpinned only once no
   // such plan reads it.
@@ -174,6 +178,13 @@ class Scheduler {
   std::vector<SeqId> ordered(SeqStatus status) const;
   // The runner stops reading `id`'s KV (preempted): its table and adapter pin go.
   void release_from_runner(SeqId id);
+  // The sinks + window `seq` attends with (off for a request that opted out).
+  backend::AttentionWindow window_of(const Sequence& seq) const;
+  // The most tokens a step may compute of `seq` from position `start`: with a window (and
+  // chunked prefill), a chunk stops at the prompt's end, and a chunk of its output (recomputed
+  // after preemption) spans at most the window, so a sequence never holds more than its prompt's
+  // blocks or its sinks' and two windows' (what add() admits it by). Unlimited otherwise.
+  int64_t chunk_limit(const Sequence& seq, int64_t start) const;
   // The runner forgets `id` (finished, aborted): told in the next plan's `finished`.
   void forget_in_runner(SeqId id);
   // Unpins the adapter slots no plan still in flight reads.

@@ -15,10 +15,12 @@ constexpr uint64_t kMagic =
   if (!var##_result) return var##_result.error(); \
   const auto var = *var##_result
 
-// Block ids index storage: a negative one is corrupt.
-Status check_blocks(std::span<const int32_t> ids) {
+// Block ids index storage: a negative one is corrupt, except, in a table, kv::kNoBlock (an entry
+// whose block was freed).
+Status check_blocks(std::span<const int32_t> ids, bool table = false) {
   for (const int32_t id : ids)
-    if (id < 0) return make_error("a negative block id (" + std::to_string(id) + ")");
+    if (id < 0 && !(table && id == kv::kNoBlock))
+      return make_error("a negative block id (" + std::to_string(id) + ")");
   return {};
 }
 
@@ -114,7 +116,7 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
                         std::to_string(n.token_ids.size()) + " tokens");
     n.num_prompt_tokens = num_prompt;
     VESPER_TRY(r.ints(n.block_table));
-    VESPER_TRY(check_blocks(n.block_table));
+    VESPER_TRY(check_blocks(n.block_table, true));
     VESPER_READ(adapter, r.i64());
     if (adapter < -1 || adapter > INT32_MAX) return make_error("adapter slot out of range");
     n.adapter = static_cast<int32_t>(adapter);
@@ -143,12 +145,12 @@ Result<SchedulerOutput> SchedulerOutput::deserialize(std::span<const uint8_t> by
     c.num_blocks = num_blocks;
     std::vector<int32_t> replaced;
     VESPER_TRY(r.ints(replaced));
-    VESPER_TRY(check_blocks(replaced));
+    VESPER_TRY(check_blocks(replaced, true));
     if (replaced.size() % 2 != 0) return make_error("an odd number of replaced block ids");
     for (size_t i = 0; i < replaced.size(); i += 2)
       c.replaced_blocks.push_back({replaced[i], replaced[i + 1]});
     VESPER_TRY(r.ints(c.new_block_ids));
-    VESPER_TRY(check_blocks(c.new_block_ids));
+    VESPER_TRY(check_blocks(c.new_block_ids, true));
     if (c.num_blocks < static_cast<int64_t>(c.new_block_ids.size()) ||
         (c.resumed && c.num_blocks != static_cast<int64_t>(c.new_block_ids.size())))
       return make_error("a table of " + std::to_string(c.num_blocks) + " blocks with " +

@@ -9,6 +9,7 @@ namespace vesper::sched {
 
 void SequenceMirror::count(const std::vector<kv::BlockId>& table, int32_t delta) {
   for (const kv::BlockId b : table) {
+    if (b == kv::kNoBlock) continue;
     const auto i = static_cast<size_t>(b);
     if (i >= refs_.size()) refs_.resize(i + 1, 0);
     refs_[i] += delta;
@@ -17,7 +18,7 @@ void SequenceMirror::count(const std::vector<kv::BlockId>& table, int32_t delta)
 
 Status SequenceMirror::check_blocks(SeqId id, std::span<const kv::BlockId> blocks) const {
   for (const kv::BlockId b : blocks)
-    if (b < 0 || (num_blocks_ > 0 && b >= num_blocks_))
+    if (b != kv::kNoBlock && (b < 0 || (num_blocks_ > 0 && b >= num_blocks_)))
       return make_error("the plan gives sequence " + std::to_string(id) + " block " +
                         std::to_string(b) + ", outside the " + std::to_string(num_blocks_) +
                         " blocks of storage");

@@ -80,6 +80,17 @@ std::optional<ApiError> parse_sampling(const JsonFields& f, const ProtocolLimits
   VESPER_FIELD(f.string("cache_salt", p.cache_salt));
   if (f.has("cache_salt") && p.cache_salt.empty())
     return bad_request("'cache_salt' must be a non-empty string", "cache_salt");
+  if (f.has("kv_sparsity")) {
+    std::string sparsity;
+    VESPER_FIELD(f.string("kv_sparsity", sparsity));
+    if (sparsity != "none" && sparsity != "auto")
+      return bad_request(
+          "'kv_sparsity' must be \"none\" (attend densely) or \"auto\" (the "
+          "server's --kv-window), got \"" +
+              sparsity + "\"",
+          "kv_sparsity");
+    p.kv_dense = sparsity == "none";
+  }
   VESPER_FIELD(f.integer("priority", priority, -kMaxInt, kMaxInt));
   VESPER_FIELD(f.boolean("stream", stream));
   if (f.has("seed")) {

@@ -475,5 +475,49 @@ TEST(KvCacheManager, KiviPrefixHitsAreRunsOfCachedResidualGroups) {
   kv.check_invariants();
 }
 
+// Sinks + window: before the prompt's end nothing is freed; after it, the blocks wholly between
+// the sinks and the window of the next query are, their entries left as kNoBlock. Holes survive
+// forks, swap-out and swap-in (only live blocks move), and freeing leaks nothing.
+TEST(KvCacheManager, WindowFreesTheBlocksBetweenSinksAndWindow) {
+  KvCacheManager kv(32, 16, 4);
+  backend::AttentionWindow w{4, 8, 20};
+  std::vector<BlockOp> ops;
+  ASSERT_TRUE(kv.allocate_slots(1, 0, 40).has_value());
+  EXPECT_FALSE(kv.prepare_step(1, 10, INT64_MAX, w, ops)) << "inside the prompt: dense";
+  EXPECT_EQ(kv.num_live_blocks(1), 10);
+  // The query at 40 skips [4, 33): blocks 1..7 (positions 4..31).
+  EXPECT_TRUE(kv.prepare_step(1, 40, INT64_MAX, w, ops));
+  EXPECT_TRUE(ops.empty());
+  const std::vector<BlockId>& t = kv.block_table(1);
+  ASSERT_EQ(t.size(), 10u);
+  for (size_t e = 0; e < t.size(); ++e) EXPECT_EQ(t[e] == kNoBlock, e >= 1 && e < 8) << e;
+  EXPECT_EQ(kv.num_live_blocks(1), 3);
+  EXPECT_EQ(kv.num_free_device_blocks(), 29);
+  EXPECT_FALSE(kv.prepare_step(1, 40, INT64_MAX, w, ops)) << "nothing more at the same position";
+  kv.check_invariants();
+
+  kv.fork(1, 2);
+  ASSERT_TRUE(kv.allocate_slots(1, 40, 1).has_value());
+  ASSERT_TRUE(kv.can_swap_out(1));
+  const std::vector<SwapMapping> out = kv.swap_out(1);
+  EXPECT_EQ(out.size(), 4u) << "only live blocks move";
+  EXPECT_EQ(kv.host_pool().num_free(), 12);
+  kv.check_invariants();
+  ASSERT_TRUE(kv.can_swap_in(1, 41));
+  const std::vector<SwapMapping> in = kv.swap_in(1);
+  EXPECT_EQ(in.size(), 4u);
+  const std::vector<BlockId>& back = kv.block_table(1);
+  ASSERT_EQ(back.size(), 11u);
+  for (size_t e = 0; e < back.size(); ++e) EXPECT_EQ(back[e] == kNoBlock, e >= 1 && e < 8) << e;
+  kv.check_invariants();
+  kv.truncate(1, 20);  // back into the holes: the freed entries are dropped, nothing released twice
+  kv.check_invariants();
+  kv.free(1);
+  kv.free(2);
+  kv.check_invariants();
+  EXPECT_EQ(kv.num_free_device_blocks(), 32);
+  EXPECT_EQ(kv.host_pool().num_free(), 16);
+}
+
 }  // namespace
 }  // namespace vesper::kv
