@@ -128,6 +128,8 @@ struct AttentionInputs {
   // Sinks + window only: [num_tokens] each row's gap (paged_attention.h); no buffer otherwise.
   Tensor gap_begin;
   Tensor gap_end;
+  // Quest only: [num_tokens] each row's block budget (paged_attention.h); no buffer otherwise.
+  Tensor block_budget;
 };
 
 // Rotary embedding, with llama3's per-pair frequency divisors as an optional device vector.

@@ -351,6 +351,7 @@ AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {
     b.gap_begin = ptr<int32_t>(in.gap_begin);
     b.gap_end = ptr<int32_t>(in.gap_end);
   }
+  if (in.block_budget.buffer.valid()) b.block_budget = ptr<int32_t>(in.block_budget);
   return b;
 }
 

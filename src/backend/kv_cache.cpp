@@ -33,6 +33,29 @@ KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
     VESPER_CHECK(k_.back() != nullptr && v_.back() != nullptr,
                  "KV cache: cannot allocate %zu bytes per layer", k_bytes + v_bytes);
   }
+  VESPER_CHECK(!spec.key_bounds || !spec.kivi(), "key bounds (Quest) with a KIVI cache");
+  if (spec.key_bounds)
+    bounds_.assign(
+        static_cast<size_t>(spec.n_layers),
+        std::vector<float>(static_cast<size_t>(n_blocks * spec.n_kv_heads * 2 * spec.head_dim)));
+}
+
+void KvCache::update_key_bounds(int64_t layer, int64_t block, int64_t last_row) {
+  const int64_t hd = spec_.head_dim;
+  std::vector<float> row(static_cast<size_t>(hd));
+  for (int64_t h = 0; h < spec_.n_kv_heads; ++h) {
+    float* lo =
+        bounds_[static_cast<size_t>(layer)].data() + (block * spec_.n_kv_heads + h) * 2 * hd;
+    float* hi = lo + hd;
+    for (int64_t r = 0; r <= last_row; ++r) {
+      decode_kv_row(spec_.dtypes.k, key_row(layer, block * rows_per_block_ + r, h), hd, row.data());
+      for (int64_t c = 0; c < hd; ++c) {
+        const float x = row[static_cast<size_t>(c)];
+        lo[c] = r == 0 ? x : std::min(lo[c], x);
+        hi[c] = r == 0 ? x : std::max(hi[c], x);
+      }
+    }
+  }
 }
 
 namespace {
@@ -157,7 +180,7 @@ void KvCache::copy_block_from(const KvCache& other, int64_t src, int64_t dst) {
   const KvCacheSpec& o = other.spec_;
   VESPER_CHECK(o.n_layers == spec_.n_layers && o.block_size == spec_.block_size &&
                    o.dtypes == spec_.dtypes && o.n_kv_heads == spec_.n_kv_heads &&
-                   o.head_dim == spec_.head_dim,
+                   o.head_dim == spec_.head_dim && o.key_bounds == spec_.key_bounds,
                "copy between caches of different specs");
   VESPER_CHECK(src >= 0 && src < other.n_blocks_ && dst >= 0 && dst < n_blocks_,
                "block copy %lld -> %lld out of range", static_cast<long long>(src),
@@ -166,6 +189,11 @@ void KvCache::copy_block_from(const KvCache& other, int64_t src, int64_t dst) {
   for (int64_t l = 0; l < spec_.n_layers; ++l) {
     std::memcpy(k_[l].get() + dst * nk, other.k_[l].get() + src * nk, static_cast<size_t>(nk));
     std::memcpy(v_[l].get() + dst * nv, other.v_[l].get() + src * nv, static_cast<size_t>(nv));
+    if (!bounds_.empty()) {
+      const int64_t nb = spec_.n_kv_heads * 2 * spec_.head_dim;
+      std::copy_n(other.bounds_[static_cast<size_t>(l)].begin() + src * nb, nb,
+                  bounds_[static_cast<size_t>(l)].begin() + dst * nb);
+    }
   }
 }
 
@@ -178,6 +206,9 @@ void KvCache::copy_slot(int64_t src, int64_t dst) {
       std::memcpy(key_row(l, dst, h), key_row(l, src, h), static_cast<size_t>(k_row_));
       std::memcpy(value_row(l, dst, h), value_row(l, src, h), static_cast<size_t>(v_row_));
     }
+  if (!bounds_.empty())
+    for (int64_t l = 0; l < spec_.n_layers; ++l)
+      update_key_bounds(l, dst / rows_per_block_, dst % rows_per_block_);
 }
 
 }  // namespace vesper::backend

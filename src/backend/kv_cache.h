@@ -105,8 +105,19 @@ class KvCache {
                           std::byte* k_unit, std::byte* v_unit) const;
 
   // Copies every layer's K and V rows of slot `src` into slot `dst` (an accepted speculative tree
-  // path moved to its positions), metadata included.
+  // path moved to its positions), metadata included (and dst's block's key bounds recomputed).
   void copy_slot(int64_t src, int64_t dst);
+
+  // Quest (spec().key_bounds): head `head`'s key bounds of `block` in `layer`: head_dim channel
+  // minima, then head_dim maxima, over the block's rows 0..r as stored (decoded), r the row
+  // written last. A block's bounds thus depend on its rows alone, whatever the chunking or
+  // batch, and once a block is full (its last row written last) only on its committed keys.
+  const float* key_bounds(int64_t layer, int64_t block, int64_t head) const {
+    return bounds_[static_cast<size_t>(layer)].data() +
+           (block * spec_.n_kv_heads + head) * 2 * spec_.head_dim;
+  }
+  // Recomputes every head's key bounds of `block` in `layer` over its rows 0..last_row.
+  void update_key_bounds(int64_t layer, int64_t block, int64_t last_row);
 
   // Bytes of storage (K and V, all layers).
   int64_t bytes() const { return n_blocks_ * spec_.bytes_per_block(); }
@@ -124,6 +135,8 @@ class KvCache {
   // (core/large_buffer.h): attention reads scattered 4-8 KiB runs of it, a TLB miss each on small
   // pages.
   std::vector<Storage> k_, v_;
+  // Quest's key bounds per layer ([block][head][2][head_dim]; empty without them).
+  std::vector<std::vector<float>> bounds_;
   // Calibrated fp8 scales (empty: every row its own): per layer whether fixed, and the f16 bits
   // per layer and head.
   std::vector<uint8_t> layer_calibrated_;

@@ -108,6 +108,10 @@ struct KvCacheSpec {
   // model's cache follows the target's block tables, so it takes the target's count, and its
   // units grow to hold that many of its own rows where they need to.
   int64_t residual_rows = 0;
+  // Quest (query-aware block selection): each block keeps, per layer and KV head, every key
+  // channel's minimum and maximum over its written rows (f32), from which attention bounds q.k
+  // (KvCache::key_bounds). Not with KIVI.
+  bool key_bounds = false;
 
   bool kivi() const { return kv_is_kivi(dtypes.k) || kv_is_kivi(dtypes.v); }
   // Tokens a query at `position` reads in quantized form: whole groups before
@@ -159,9 +163,14 @@ struct KvCacheSpec {
   // Bytes of one block's keys (values) in one layer.
   int64_t key_block_bytes_per_layer() const { return n_kv_heads * key_unit_bytes(); }
   int64_t value_block_bytes_per_layer() const { return n_kv_heads * value_unit_bytes(); }
-  // Bytes of one block, K and V, every layer.
+  // Bytes of one block's key bounds in one layer (0 without them).
+  int64_t key_bounds_bytes_per_layer() const {
+    return key_bounds ? n_kv_heads * 2 * head_dim * static_cast<int64_t>(sizeof(float)) : 0;
+  }
+  // Bytes of one block, K and V (and key bounds), every layer.
   int64_t bytes_per_block() const {
-    return n_layers * (key_block_bytes_per_layer() + value_block_bytes_per_layer());
+    return n_layers * (key_block_bytes_per_layer() + value_block_bytes_per_layer() +
+                       key_bounds_bytes_per_layer());
   }
   // Bytes per token of capacity: a block's bytes over its tokens (rounded up); for KIVI, of
   // quantized tokens (the residual rows of the newest tokens take more).

@@ -29,10 +29,27 @@ void write_tokens(KvCache& cache, int64_t layer, const AttentionBatch& batch, co
   }
 }
 
+// Quest: each block the batch wrote gets its key bounds over its rows up to the highest one
+// written (rows of a block are written in order within a call: one sequence's positions).
+void update_key_bounds(KvCache& cache, int64_t layer, const AttentionBatch& batch) {
+  const int64_t rows = cache.spec().residual_rows_per_block();
+  thread_local std::vector<std::pair<int64_t, int64_t>> last;  // (block, row)
+  last.clear();
+  for (int64_t t = 0; t < batch.num_tokens; ++t)
+    last.emplace_back(batch.slot_mapping[t] / rows, batch.slot_mapping[t] % rows);
+  std::sort(last.begin(), last.end());
+  for (size_t i = 0; i < last.size(); ++i)
+    if (i + 1 == last.size() || last[i + 1].first != last[i].first)
+      cache.update_key_bounds(layer, last[i].first, last[i].second);
+}
+
 }  // namespace
 
-void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
-              const float* v, ThreadPool& pool) {
+namespace {
+
+// write_kv's rows, over the pool's threads.
+void write_rows(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
+                const float* v, ThreadPool& pool) {
   for (int64_t t = 0; t < batch.num_tokens; ++t) {
     const int64_t slot = batch.slot_mapping[t];
     VESPER_CHECK(slot >= 0 && slot < cache.num_slots(), "slot %lld out of range",
@@ -60,6 +77,14 @@ void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const 
     write_tokens(*job.cache, job.layer, *job.batch, job.k, job.v, tokens * thread / n_threads,
                  tokens * (thread + 1) / n_threads);
   });
+}
+
+}  // namespace
+
+void write_kv(KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* k,
+              const float* v, ThreadPool& pool) {
+  write_rows(cache, layer, batch, k, v, pool);
+  if (cache.spec().key_bounds) update_key_bounds(cache, layer, batch);
 }
 
 namespace cpu {
@@ -109,6 +134,58 @@ Split cost_split(const AttentionBatch& batch, int64_t n_kv, int64_t total, int t
 
 }  // namespace
 
+// Quest's choice (AttentionBatch::block_budget) for every row whose context exceeds its budget
+// and every KV head, into offsets / blocks as AttentionArgs lays them out. Plain f32 arithmetic
+// in this one translation unit, so every instruction set walks the same blocks.
+void select_blocks(const KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* q,
+                   int64_t n_heads, std::vector<int32_t>& offsets, std::vector<int32_t>& blocks) {
+  const KvCacheSpec& spec = cache.spec();
+  VESPER_CHECK(spec.key_bounds && !spec.kivi(), "Quest needs a cache with key bounds, not KIVI");
+  const int64_t n_kv = spec.n_kv_heads, hd = spec.head_dim, bs = spec.block_size;
+  const int64_t group = n_heads / n_kv;
+  offsets.assign(static_cast<size_t>(batch.num_tokens * n_kv + 1), 0);
+  blocks.clear();
+  thread_local std::vector<std::pair<float, int32_t>> scored;
+  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+    const int64_t pos = batch.positions[t], budget = batch.block_budget[t];
+    const bool sparse = budget > 0 && pos + 1 > budget;
+    VESPER_CHECK(!sparse || batch.gap_begin == nullptr || batch.gap_begin[t] >= batch.gap_end[t],
+                 "a row with both a gap and a block budget");
+    const int32_t* table = batch.block_tables + batch.table_offsets[batch.token_seq[t]];
+    const int64_t own = pos / bs;
+    const int64_t keep = std::max<int64_t>(0, budget / bs - 2);
+    for (int64_t g = 0; g < n_kv; ++g) {
+      if (sparse) {
+        scored.clear();
+        for (int64_t b = 1; b < own; ++b) {
+          const float* lo = cache.key_bounds(layer, table[b], g);
+          const float* hi = lo + hd;
+          float score = 0.0f;
+          for (int64_t h = 0; h < group; ++h) {
+            const float* qh = q + (t * n_heads + g * group + h) * hd;
+            for (int64_t c = 0; c < hd; ++c) score += std::max(qh[c] * lo[c], qh[c] * hi[c]);
+          }
+          scored.emplace_back(score, static_cast<int32_t>(b));
+        }
+        const auto first = [](const std::pair<float, int32_t>& x,
+                              const std::pair<float, int32_t>& y) {
+          return x.first > y.first || (x.first == y.first && x.second < y.second);
+        };
+        const auto kept =
+            static_cast<size_t>(std::min<int64_t>(keep, static_cast<int64_t>(scored.size())));
+        std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(kept),
+                          scored.end(), first);
+        std::sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(kept),
+                  [](const auto& x, const auto& y) { return x.second < y.second; });
+        blocks.push_back(0);
+        for (size_t i = 0; i < kept; ++i) blocks.push_back(scored[i].second);
+        if (own > 0) blocks.push_back(static_cast<int32_t>(own));
+      }
+      offsets[static_cast<size_t>(t * n_kv + g + 1)] = static_cast<int32_t>(blocks.size());
+    }
+  }
+}
+
 void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
                               const AttentionBatch& batch, const float* q, int64_t n_heads,
                               float scale, float* out, ThreadPool& pool) {
@@ -123,7 +200,14 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
   const AttentionKernel kernel =
       isa == Isa::kScalar ? paged_attention_scalar : paged_attention_avx2;
   static std::atomic<uint64_t> calls{0};
-  const AttentionArgs args{&cache, layer, batch, q, n_heads, group, scale, out, ++calls};
+  AttentionArgs args{&cache, layer, batch,   q,       n_heads, group,
+                     scale,  out,   ++calls, nullptr, nullptr};
+  thread_local std::vector<int32_t> sel_offsets, sel_blocks;
+  if (batch.block_budget != nullptr) {
+    select_blocks(cache, layer, batch, q, n_heads, sel_offsets, sel_blocks);
+    args.sel_offsets = sel_offsets.data();
+    args.sel_blocks = sel_blocks.data();
+  }
 
   int64_t keys = 0;  // key rows visited per KV head, summed over tokens
   for (int64_t t = 0; t < batch.num_tokens; ++t) keys += int64_t{batch.positions[t]} + 1;

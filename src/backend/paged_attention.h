@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "backend/attention_window.h"
 #include "backend/kv_cache.h"
+#include "backend/kv_sparsity.h"
 #include "core/thread_pool.h"
 
 namespace vesper::backend {
@@ -47,7 +47,7 @@ struct AttentionBatch {
   // must lie before kivi_quantized_tokens of each of the sequence's queries, and tree rows past
   // the context must lie after it.
   const int32_t* quantized_groups = nullptr;
-  // Sinks + window (StreamingLLM; attention_window.h), else null: [num_tokens] the positions
+  // Sinks + window (StreamingLLM; kv_sparsity.h), else null: [num_tokens] the positions
   // [gap_begin[t], gap_end[t]) row t does not attend (none where gap_begin >= gap_end). A row
   // with a gap attends [0, gap_begin) and [gap_end, its position], each range in tiles from its
   // start, so its result depends on its position and gap alone (the same bits in any batch);
@@ -55,6 +55,16 @@ struct AttentionBatch {
   // are neither tree rows nor rows of a KIVI cache.
   const int32_t* gap_begin = nullptr;
   const int32_t* gap_end = nullptr;
+  // Quest (query-aware block selection, Tang et al., ICML 2024), else null: [num_tokens] each
+  // row's budget in tokens (0: dense). A row whose context exceeds its budget reads, through each
+  // KV head, its sequence's first block, its own block (up to itself) and the
+  // budget / block_size - 2 other blocks with the largest upper bound on q.k: per block, the sum
+  // over the head's query heads and channels of max(q * key minimum, q * key maximum)
+  // (KvCache::key_bounds), ties to the earlier block. Its blocks are walked in ascending order,
+  // each run of adjacent ones in tiles from its start, so its result depends on its query and the
+  // blocks' keys alone. Needs a cache with key bounds; rows with a budget have no gap, are not
+  // tree rows, and the cache is not KIVI.
+  const int32_t* block_budget = nullptr;
 };
 
 // Stores each token's K and V rows ([num_tokens x n_kv_heads*head_dim]) into its slot, encoded

@@ -50,6 +50,19 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
                   "model. A request opts out with \"kv_sparsity\": \"none\"")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-sparsity", f.kv_sparsity,
+                  "KV sparsity by query-aware block selection: quest (Tang et al., ICML 2024): a "
+                  "generated token reads, per KV head, --kv-sparse-budget tokens' worth of KV "
+                  "blocks: the first, its own, and those whose keys can give the largest q.k "
+                  "(each block keeps its keys' per-channel minima and maxima). Nothing is freed; "
+                  "prompts are prefilled densely. Not with KIVI caches or Medusa. A request opts "
+                  "out with \"kv_sparsity\": \"none\"")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "quest"}));
+  cmd->add_option("--kv-sparse-budget", f.kv_sparse_budget,
+                  "With --kv-sparsity quest: the tokens of KV a generated token reads (at least "
+                  "two blocks)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--kv-sink-tokens", f.kv_sink_tokens,
                   "With --kv-window: the first tokens every generated token keeps attending (the "
                   "attention sinks; StreamingLLM uses 4)")
@@ -467,6 +480,14 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.calculate_kv_scales = f.calculate_kv_scales;
   c.cache.kv_sink_tokens = f.kv_sink_tokens;
   c.cache.kv_window = f.kv_window;
+  if (f.kv_sparsity == "quest" && f.kv_sparse_budget == 0)
+    return make_error(
+        "--kv-sparsity quest needs --kv-sparse-budget (the tokens of KV a generated "
+        "token reads)");
+  if (f.kv_sparsity != "quest" && f.kv_sparse_budget > 0)
+    return make_error("--kv-sparse-budget " + std::to_string(f.kv_sparse_budget) +
+                      " needs --kv-sparsity quest");
+  c.cache.kv_sparse_budget = f.kv_sparse_budget;
   if (kv_is_kivi(c.cache.kv_dtypes.k) || kv_is_kivi(c.cache.kv_dtypes.v)) {
     // A KIVI block is one group.
     c.cache.block_size = f.kivi_group_size;

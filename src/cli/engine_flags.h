@@ -38,6 +38,8 @@ struct EngineFlags {
   bool calculate_kv_scales = false;     // --calculate-kv-scales
   int64_t kv_sink_tokens = 0;           // --kv-sink-tokens
   int64_t kv_window = 0;                // --kv-window (0: dense)
+  std::string kv_sparsity = "none";     // --kv-sparsity none|quest
+  int64_t kv_sparse_budget = 0;         // --kv-sparse-budget (Quest)
   std::string preemption_mode = "recompute";
   bool enable_chunked_prefill = true;
   bool enable_prefix_caching = true;

@@ -175,9 +175,11 @@ int run_perplexity(const PerplexityOptions& o) {
   }
   const model::KvTableLayout layout(spec);
   const int64_t blocks = layout.entries_for(o.ctx);
-  // --kv-window: every scored row attends as a generated token would (dense_from 0): its sinks
-  // and its window (the blocks stay: a chunk's rows are computed together).
-  backend::AttentionWindow window;
+  // --kv-window, --kv-sparsity quest: every scored row reads as a generated token would
+  // (dense_from 0): its sinks and its window (the blocks stay: a chunk's rows are computed
+  // together), or its Quest budget (a block's key bounds, once the block lies before a row's own,
+  // are those of all its rows, as in decoding).
+  backend::KvSparsity window;
   if (o.engine.kv_window > 0 || o.engine.kv_sink_tokens > 0) {
     if (o.engine.kv_window == 0)
       return fail("--kv-sink-tokens " + std::to_string(o.engine.kv_sink_tokens) +
@@ -188,6 +190,18 @@ int run_perplexity(const PerplexityOptions& o) {
     if (spec.kivi()) return fail("--kv-window: not with a KIVI cache (--kv-cache-dtype)");
     window.sink_tokens = o.engine.kv_sink_tokens;
     window.window = o.engine.kv_window;
+  }
+  if (o.engine.kv_sparsity == "quest" || o.engine.kv_sparse_budget > 0) {
+    if (o.engine.kv_sparsity != "quest" || o.engine.kv_sparse_budget == 0)
+      return fail("--kv-sparsity quest and --kv-sparse-budget go together");
+    if (window.windowed())
+      return fail("--kv-sparsity quest and --kv-window: one KV sparsity method at a time");
+    if (o.engine.kv_sparse_budget < 2 * spec.block_size)
+      return fail("--kv-sparse-budget " + std::to_string(o.engine.kv_sparse_budget) +
+                  " is below two KV blocks (--block-size " + std::to_string(spec.block_size) + ")");
+    if (spec.kivi()) return fail("--kv-sparsity quest: not with a KIVI cache (--kv-cache-dtype)");
+    window.block_budget = o.engine.kv_sparse_budget;
+    spec.key_bounds = true;
   }
   const backend::KvHandle kv = backend.create_kv(spec, blocks, backend::MemoryKind::kDevice);
   // Calibrated fp8 scales: fixed by the first chunk's rows, then kept for every chunk.
@@ -205,8 +219,11 @@ int run_perplexity(const PerplexityOptions& o) {
                               std::to_string(spec.kivi_residual_length))
                                  .c_str()
                            : "",
-               window.enabled() ? (", attending " + std::to_string(window.sink_tokens) +
-                                   " sink tokens + a window of " + std::to_string(window.window))
+               window.windowed() ? (", attending " + std::to_string(window.sink_tokens) +
+                                    " sink tokens + a window of " + std::to_string(window.window))
+                                       .c_str()
+               : window.quest() ? (", reading a Quest budget of " +
+                                   std::to_string(window.block_budget) + " tokens")
                                       .c_str()
                                 : "");
 

@@ -33,11 +33,14 @@ struct CacheConfig {
   // --[no-]enable-prefix-caching: reuse the KV of full blocks whose token prefix was already
   // computed; unreferenced cached blocks live in the block budget, evicted least recently used.
   bool enable_prefix_caching = true;
-  // --kv-window / --kv-sink-tokens: StreamingLLM's KV sparsity (backend::AttentionWindow): a
+  // --kv-window / --kv-sink-tokens: StreamingLLM's KV sparsity (backend::KvSparsity): a
   // generated token attends the first kv_sink_tokens tokens and the last kv_window ones; the
   // blocks between are freed as a sequence decodes. 0: dense.
   int64_t kv_window = 0;
   int64_t kv_sink_tokens = 0;
+  // --kv-sparsity quest --kv-sparse-budget N: Quest's query-aware block selection
+  // (backend::KvSparsity): a generated token reads N tokens' worth of blocks. 0: off.
+  int64_t kv_sparse_budget = 0;
 };
 
 // Speculative decoding's settings (spec/speculative_config.h).

@@ -104,8 +104,28 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                              : "a draft model (--speculative-model: its cache follows the "
                                "target's blocks)") +
                         "; n-gram speculation works with it");
-    sc.kv_window.window = config.cache.kv_window;
-    sc.kv_window.sink_tokens = config.cache.kv_sink_tokens;
+    sc.kv_sparsity.window = config.cache.kv_window;
+    sc.kv_sparsity.sink_tokens = config.cache.kv_sink_tokens;
+  }
+  // Quest: each block keeps its keys' bounds; a query reads at least its first and its own block.
+  if (config.cache.kv_sparse_budget > 0) {
+    if (config.cache.kv_window > 0)
+      return make_error("--kv-sparsity quest and --kv-window: one KV sparsity method at a time");
+    if (config.cache.kv_sparse_budget < 2 * config.cache.block_size)
+      return make_error("--kv-sparse-budget " + std::to_string(config.cache.kv_sparse_budget) +
+                        " is below two KV blocks (--block-size " +
+                        std::to_string(config.cache.block_size) +
+                        "): a query always reads its first block and its own");
+    if (kivi)
+      return make_error(
+          "--kv-sparsity quest: not with a KIVI cache (--kv-cache-dtype " +
+          std::string(backend::kv_dtype_name(kv_is_kivi(kv_dtypes.k) ? kv_dtypes.k : kv_dtypes.v)) +
+          ") yet");
+    if (spec.method == SpeculativeConfig::Method::kMedusa)
+      return make_error(
+          "--kv-sparsity quest: not with Medusa heads (their candidate trees); "
+          "n-gram and draft-model speculation work with it");
+    sc.kv_sparsity.block_budget = config.cache.kv_sparse_budget;
   }
   model::StepCapacity capacity;
   capacity.tokens = sc.max_num_batched_tokens;
@@ -128,6 +148,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     sc.compaction_waits_for_companion = kivi;
   }
   if (proposer) activation_bytes += proposer->activation_bytes(capacity);
+  // Quest's key bounds live beside the target's blocks (the draft's cache needs none).
+  kv_specs[0].key_bounds = sc.kv_sparsity.quest();
   const int64_t adapter_bytes = e->adapters_ ? e->adapters_->budget_bytes() : 0;
   VESPER_ASSIGN_OR_RETURN(
       e->plan_, plan_memory(kv_specs, weight_bytes + adapter_bytes, activation_bytes, config.cache,
@@ -170,7 +192,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   rc.eog_ids = e->tokenizer_->eog_ids();
   rc.speculative = spec;
   rc.prefetch_grammar_masks = config.prefetch_grammar_masks;
-  rc.kv_window = sc.kv_window;
+  rc.kv_sparsity = sc.kv_sparsity;
   e->runner_ =
       std::make_unique<ModelRunner>(*e->model_, kv_specs[0], e->plan_.num_blocks,
                                     e->plan_.num_swap_blocks, std::move(rc), std::move(proposer));

@@ -114,9 +114,9 @@ void ModelRunner::move_memory(const sched::SchedulerOutput& plan) {
   for (const auto& [device, host] : companions_) run_ops(device, host);
 }
 
-backend::AttentionWindow ModelRunner::window_of(const sched::SequenceMirror::Entry& e) const {
-  return config_.kv_window.for_sequence(e.num_prompt_tokens,
-                                        e.sampling.params && e.sampling.params->kv_dense);
+backend::KvSparsity ModelRunner::sparsity_of(const sched::SequenceMirror::Entry& e) const {
+  return config_.kv_sparsity.for_sequence(e.num_prompt_tokens,
+                                          e.sampling.params && e.sampling.params->kv_dense);
 }
 
 void ModelRunner::build_batch(const sched::SchedulerOutput& plan) {
@@ -145,7 +145,7 @@ void ModelRunner::build_batch(const sched::SchedulerOutput& plan) {
     }
     batch_.add_sequence(tokens_, static_cast<int32_t>(s.start), e.block_table,
                         layout_.with_quantized(e.quantized_groups), s.num_logits_rows, e.adapter,
-                        parents_, window_of(e));
+                        parents_, sparsity_of(e));
     first_logits_row_.push_back(s.num_logits_rows > 0 ? logits_rows : -1);
     logits_rows += static_cast<int32_t>(s.num_logits_rows);
   }

@@ -56,9 +56,9 @@ struct RunnerConfig {
   spec::SpeculativeConfig speculative;
   // EngineConfig::prefetch_grammar_masks.
   bool prefetch_grammar_masks = true;
-  // --kv-sink-tokens / --kv-window: the sinks + window every sequence attends with from its
-  // prompt's end (sched::SchedulerConfig::kv_window), unless its request opted out.
-  backend::AttentionWindow kv_window;
+  // KV sparsity (sinks + window, or Quest) every sequence reads with from its prompt's end
+  // (sched::SchedulerConfig::kv_sparsity), unless its request opted out.
+  backend::KvSparsity kv_sparsity;
 };
 
 class ModelRunner {
@@ -133,9 +133,9 @@ class ModelRunner {
   backend::Backend& backend_;
   RunnerConfig config_;
   model::KvTableLayout layout_;  // how block tables map positions to slots
-  // The sinks + window a sequence's rows attend with (RunnerConfig::kv_window, from its prompt's
-  // end; off for a request with SamplingParams::kv_dense).
-  backend::AttentionWindow window_of(const sched::SequenceMirror::Entry& e) const;
+  // The KV sparsity a sequence's rows read with (RunnerConfig::kv_sparsity, from its prompt's
+  // end; none for a request with SamplingParams::kv_dense).
+  backend::KvSparsity sparsity_of(const sched::SequenceMirror::Entry& e) const;
   int64_t n_vocab_;
   int64_t num_blocks_;
   backend::KvHandle device_;

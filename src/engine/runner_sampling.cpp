@@ -107,7 +107,7 @@ void ModelRunner::run_further_passes(const sched::SchedulerOutput& plan,
       tokens_.assign(1, e.tokens[static_cast<size_t>(pos)]);
       batch_.add_sequence(tokens_, static_cast<int32_t>(pos), e.block_table,
                           layout_.with_quantized(e.quantized_groups), 1, e.adapter, {},
-                          window_of(e));
+                          sparsity_of(e));
       e.num_computed = pos + 1;
       row_output_.push_back(index);
     }

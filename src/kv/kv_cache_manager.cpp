@@ -89,15 +89,14 @@ std::vector<GroupQuantization> KvCacheManager::compact(SeqId seq, int64_t num_co
 }
 
 bool KvCacheManager::prepare_step(SeqId seq, int64_t num_computed, int64_t written,
-                                  const backend::AttentionWindow& window,
-                                  std::vector<BlockOp>& ops) {
+                                  const backend::KvSparsity& window, std::vector<BlockOp>& ops) {
   if (kivi_) {
     std::vector<GroupQuantization> quantized = compact(seq, num_computed, written);
     for (GroupQuantization& q : quantized) ops.push_back(BlockOp::quantize(std::move(q)));
     return !quantized.empty();
   }
   auto it = device_tables_.find(seq);
-  if (!window.enabled() || it == device_tables_.end()) return false;
+  if (!window.windowed() || it == device_tables_.end()) return false;
   // A query's gap only grows with its position: what the query at num_computed skips, no later
   // one reads. The blocks wholly inside it go back to the pool (a cached one stays findable:
   // only blocks of dense rows are cached, cache_full_blocks).

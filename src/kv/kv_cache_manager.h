@@ -38,7 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backend/attention_window.h"
+#include "backend/kv_sparsity.h"
 #include "backend/kv_table_layout.h"
 #include "kv/block_op.h"
 #include "kv/block_pool.h"
@@ -100,10 +100,10 @@ class KvCacheManager {
   // Brings seq's table into the shape its layout wants before a step that computes from
   // position num_computed, appending the block ops the step must run first to `ops`: KIVI
   // compacts (above, with `written`); with `window` on (the sequence's sinks + window,
-  // backend::AttentionWindow), the blocks that no query from num_computed on reads are freed,
+  // backend::KvSparsity), the blocks that no query from num_computed on reads are freed,
   // their entries left as kNoBlock. Whether the table changed.
   bool prepare_step(SeqId seq, int64_t num_computed, int64_t written,
-                    const backend::AttentionWindow& window, std::vector<BlockOp>& ops);
+                    const backend::KvSparsity& window, std::vector<BlockOp>& ops);
   // Blocks seq holds (its table's entries less its freed ones).
   int64_t num_live_blocks(SeqId seq) const;
   // Table entries seq needs to cover num_tokens tokens (blocks_for(num_tokens) without KIVI).

@@ -8,7 +8,7 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
                                 std::span<const int32_t> table, KvTableLayout layout,
                                 int64_t num_logits_rows, int32_t adapter,
                                 std::span<const int32_t> parents,
-                                const backend::AttentionWindow& window) {
+                                const backend::KvSparsity& sparsity) {
   if (query_start.empty()) query_start.push_back(0);
   if (table_offsets.empty()) table_offsets.push_back(0);
   const bool tree = !parents.empty();
@@ -17,17 +17,18 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
   VESPER_CHECK(num_logits_rows >= 0 && num_logits_rows <= static_cast<int64_t>(tokens.size()),
                "%lld logits rows of %zu tokens", static_cast<long long>(num_logits_rows),
                tokens.size());
-  VESPER_CHECK(!tree || !window.enabled(), "a tree with a KV window");
+  VESPER_CHECK(!tree || !sparsity.enabled(), "a tree with KV sparsity");
   if (tree && tree_parents.empty()) tree_parents.assign(token_ids.size(), kNoTree);
-  // Gaps grow with the position: whether the last row has one says whether any does. Rows
-  // before the batch's first row with a gap have none.
-  const bool gaps =
-      window.enabled() &&
-      window.gap_end(start_pos + static_cast<int64_t>(tokens.size()) - 1) > window.gap_begin();
+  // Gaps and budgets only start as positions grow: whether the last row has one says whether any
+  // does. Rows before the batch's first row with one have none.
+  const int64_t last = start_pos + static_cast<int64_t>(tokens.size()) - 1;
+  const bool gaps = sparsity.gap_end(last) > sparsity.gap_begin();
+  const bool budgets = sparsity.budget(last) > 0;
   if (gaps && gap_begin.empty()) {
     gap_begin.assign(token_ids.size(), 0);
     gap_end.assign(token_ids.size(), 0);
   }
+  if (budgets && block_budget.empty()) block_budget.assign(token_ids.size(), 0);
   const int32_t seq = static_cast<int32_t>(num_seqs());
   const size_t first_row = token_ids.size();
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -50,9 +51,11 @@ void ForwardBatch::add_sequence(std::span<const int32_t> tokens, int32_t start_p
     else if (!tree_parents.empty())
       tree_parents.push_back(kNoTree);
     if (gaps || !gap_begin.empty()) {
-      gap_begin.push_back(static_cast<int32_t>(window.gap_begin()));
-      gap_end.push_back(static_cast<int32_t>(window.gap_end(start_pos + depth)));
+      gap_begin.push_back(static_cast<int32_t>(sparsity.gap_begin()));
+      gap_end.push_back(static_cast<int32_t>(sparsity.gap_end(start_pos + depth)));
     }
+    if (budgets || !block_budget.empty())
+      block_budget.push_back(static_cast<int32_t>(sparsity.budget(start_pos + depth)));
   }
   // Sequences before the first with quantized groups have none.
   if (layout.quantized_groups > 0 || !quantized_groups.empty()) {

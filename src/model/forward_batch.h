@@ -43,10 +43,13 @@ struct ForwardBatch {
   std::vector<int32_t> tree_parents;
   // Empty when no sequence has a quantized KIVI group; else [num_seqs] each one's count.
   std::vector<int32_t> quantized_groups;
-  // Empty when no row skips positions (sinks + window, backend::AttentionWindow); else
+  // Empty when no row skips positions (sinks + window, backend::KvSparsity); else
   // [num_tokens] the positions [gap_begin, gap_end) each row does not attend.
   std::vector<int32_t> gap_begin;
   std::vector<int32_t> gap_end;
+  // Empty when no row has a Quest budget (backend::KvSparsity); else [num_tokens] each row's
+  // budget in tokens (0: it reads everything).
+  std::vector<int32_t> block_budget;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const {
@@ -68,6 +71,7 @@ struct ForwardBatch {
     quantized_groups.clear();
     gap_begin.clear();
     gap_end.clear();
+    block_budget.clear();
   }
 
   // The batch builder (runners and tests alike): appends a run of `tokens` of one sequence
@@ -76,12 +80,12 @@ struct ForwardBatch {
   // `adapter` is the sequence's adapter slot. With `tree_parents` (one per token: the parent's
   // offset among these tokens, -1 for the root, parents before children), the tokens form a tree: a
   // row's position is start_pos plus its depth, and its K/V slot is that of position start_pos +
-  // its offset. With `window` on, rows at positions from window.dense_from skip the positions
-  // between the sinks and their window (table entries there may be freed).
+  // its offset. With `sparsity`, rows at positions from its dense_from skip the positions between
+  // the sinks and their window (table entries there may be freed), or read their Quest budget.
   void add_sequence(std::span<const int32_t> tokens, int32_t start_pos,
                     std::span<const int32_t> table, KvTableLayout layout, int64_t num_logits_rows,
                     int32_t adapter = -1, std::span<const int32_t> tree_parents = {},
-                    const backend::AttentionWindow& window = {});
+                    const backend::KvSparsity& sparsity = {});
 };
 
 }  // namespace vesper::model

@@ -253,7 +253,8 @@ void Model::release_activations() {
                              &query_start_,
                              &quantized_groups_,
                              &gap_begin_,
-                             &gap_end_})
+                             &gap_end_,
+                             &block_budget_})
     if (t->buffer.valid()) backend_.release(t->buffer);
 }
 
@@ -299,6 +300,7 @@ void Model::reserve(const StepCapacity& want) {
   quantized_groups_ = i32(cap.seqs + 1);
   gap_begin_ = i32(n);
   gap_end_ = i32(n);
+  block_budget_ = i32(n);
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHandle kv) {
@@ -341,6 +343,10 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     in.gap_end = gap_end_.rows_view(0, n);
     b.copy_to_device(in.gap_begin, batch.gap_begin.data());
     b.copy_to_device(in.gap_end, batch.gap_end.data());
+  }
+  if (!batch.block_budget.empty()) {
+    in.block_budget = block_budget_.rows_view(0, n);
+    b.copy_to_device(in.block_budget, batch.block_budget.data());
   }
 
   const backend::Tensor x = x_.rows_view(0, n), xn = xn_.rows_view(0, n),

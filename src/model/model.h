@@ -141,7 +141,8 @@ class Model {
   backend::Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, last_, logits_;
   backend::Tensor token_ids_, positions_, token_seq_, slot_mapping_, block_tables_, table_offsets_,
       logits_rows_;
-  backend::Tensor tree_parents_, query_start_, quantized_groups_, gap_begin_, gap_end_;
+  backend::Tensor tree_parents_, query_start_, quantized_groups_, gap_begin_, gap_end_,
+      block_budget_;
   std::span<const float> hidden_;
   backend::Tensor hidden_states_;
 

@@ -41,8 +41,8 @@ Status Scheduler::add(Sequence seq) {
   // sinks', its window's and a step's chunk of output (chunk_limit: at most a window) beside
   // them.
   int64_t peak_tokens = seq.max_total_tokens;
-  if (const backend::AttentionWindow w = window_of(seq);
-      w.enabled() && config_.enable_chunked_prefill)
+  if (const backend::KvSparsity w = sparsity_of(seq);
+      w.windowed() && config_.enable_chunked_prefill)
     peak_tokens =
         std::min(peak_tokens, std::max(n, w.sink_tokens + 2 * w.window + 2 * kv_.block_size()));
   const int64_t blocks = kv_.blocks_for(peak_tokens + config_.num_lookahead_slots);
@@ -227,19 +227,19 @@ void Scheduler::schedule_tokens(Sequence& seq, int64_t num_new, int64_t num_spec
   // With sinks + window only the prompt's: an output's K/V come from windowed attention, which a
   // later request computing the same tokens as its prompt (densely) would not give.
   int64_t cacheable = std::min(seq.num_computed_tokens, seq.num_tokens());
-  if (window_of(seq).enabled()) cacheable = std::min(cacheable, seq.num_prompt_tokens);
+  if (sparsity_of(seq).enabled()) cacheable = std::min(cacheable, seq.num_prompt_tokens);
   kv_.cache_full_blocks(seq.id, seq.tokens, cacheable, seq.prefix_root);
 }
 
 int64_t Scheduler::chunk_limit(const Sequence& seq, int64_t start) const {
-  const backend::AttentionWindow w = window_of(seq);
-  if (!w.enabled() || !config_.enable_chunked_prefill) return std::numeric_limits<int64_t>::max();
+  const backend::KvSparsity w = sparsity_of(seq);
+  if (!w.windowed() || !config_.enable_chunked_prefill) return std::numeric_limits<int64_t>::max();
   return start < seq.num_prompt_tokens ? seq.num_prompt_tokens - start : w.window;
 }
 
-backend::AttentionWindow Scheduler::window_of(const Sequence& seq) const {
-  return config_.kv_window.for_sequence(seq.num_prompt_tokens,
-                                        seq.sampling.params && seq.sampling.params->kv_dense);
+backend::KvSparsity Scheduler::sparsity_of(const Sequence& seq) const {
+  return config_.kv_sparsity.for_sequence(seq.num_prompt_tokens,
+                                          seq.sampling.params && seq.sampling.params->kv_dense);
 }
 
 void Scheduler::fail(Sequence& seq, std::string message, SchedulerOutput& out) {
@@ -287,7 +287,7 @@ SchedulerOutput Scheduler::schedule() {
     const int64_t written = config_.compaction_waits_for_companion
                                 ? seq.companion_rows
                                 : std::numeric_limits<int64_t>::max();
-    if (kv_.prepare_step(id, seq.num_computed_tokens, written, window_of(seq), out.block_ops))
+    if (kv_.prepare_step(id, seq.num_computed_tokens, written, sparsity_of(seq), out.block_ops))
       tables_changed_.insert(id);
   }
   const int64_t budget = config_.max_num_batched_tokens;

@@ -73,10 +73,11 @@ struct SchedulerConfig {
   // (Sequence::companion_rows, from the runner's outputs): the draft cannot catch up into a
   // quantized group.
   bool compaction_waits_for_companion = false;
-  // --kv-sink-tokens / --kv-window (StreamingLLM): each sequence's blocks between its attention
-  // sinks and the window of its next query are freed as it decodes (its dense_from is the
-  // sequence's prompt length; a request with SamplingParams::kv_dense keeps all). Off: window 0.
-  backend::AttentionWindow kv_window;
+  // KV sparsity (backend/kv_sparsity.h), from each sequence's prompt end (a request with
+  // SamplingParams::kv_dense has none). Sinks + window (--kv-sink-tokens / --kv-window): the
+  // blocks between a sequence's sinks and the window of its next query are freed as it decodes.
+  // Quest (--kv-sparsity quest): nothing is freed; only prompt blocks enter the prefix cache.
+  backend::KvSparsity kv_sparsity;
   // Plans the runner may be running or holding when the next one is made: 1 when each plan runs
   // before the next is made, 2 with async scheduling. An adapter copy is unpinned only once no
   // such plan reads it.
@@ -178,8 +179,8 @@ class Scheduler {
   std::vector<SeqId> ordered(SeqStatus status) const;
   // The runner stops reading `id`'s KV (preempted): its table and adapter pin go.
   void release_from_runner(SeqId id);
-  // The sinks + window `seq` attends with (off for a request that opted out).
-  backend::AttentionWindow window_of(const Sequence& seq) const;
+  // The KV sparsity `seq` reads with (none for a request that opted out).
+  backend::KvSparsity sparsity_of(const Sequence& seq) const;
   // The most tokens a step may compute of `seq` from position `start`: with a window (and
   // chunked prefill), a chunk stops at the prompt's end, and a chunk of its output (recomputed
   // after preemption) spans at most the window, so a sequence never holds more than its prompt's

@@ -37,13 +37,14 @@ class Fixture {
  public:
   Fixture(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t block_size,
           const std::vector<int64_t>& seq_lens, uint64_t seed, float q_range = 1.0f,
-          KvDtypes dtypes = {KvDtype::kF32, KvDtype::kF32})
+          KvDtypes dtypes = {KvDtype::kF32, KvDtype::kF32}, bool key_bounds = false)
       : n_heads_(n_heads), head_dim_(head_dim), seq_lens_(seq_lens), rng_(seed) {
     int64_t blocks = 0;
     for (int64_t len : seq_lens) blocks += (len + block_size - 1) / block_size;
     const int64_t pool_blocks = blocks + 5;
-    cache_ = std::make_unique<KvCache>(KvCacheSpec{dtypes, 2, block_size, n_kv_heads, head_dim},
-                                       pool_blocks);
+    KvCacheSpec spec{dtypes, 2, block_size, n_kv_heads, head_dim};
+    spec.key_bounds = key_bounds;
+    cache_ = std::make_unique<KvCache>(spec, pool_blocks);
     std::vector<int32_t> free(pool_blocks);
     std::iota(free.begin(), free.end(), 0);
     std::shuffle(free.begin(), free.end(), rng_);
@@ -59,6 +60,11 @@ class Fixture {
     for (int64_t layer = 0; layer < 2; ++layer)
       for (int64_t s = 0; s < cache_->num_slots(); ++s)
         for (int64_t h = 0; h < cache_->spec().n_kv_heads; ++h) write_slot(layer, s, h, u);
+    // Every block written whole (Quest's bounds over all its rows).
+    if (key_bounds)
+      for (int64_t layer = 0; layer < 2; ++layer)
+        for (int64_t b = 0; b < pool_blocks; ++b)
+          cache_->update_key_bounds(layer, b, block_size - 1);
     // One query vector per (sequence, position), so a query is the same in every batch.
     std::uniform_real_distribution<float> uq(-q_range, q_range);
     for (int64_t len : seq_lens) {
@@ -98,8 +104,8 @@ class Fixture {
   // wholly inside the gap of every row of their sequence in the batch are replaced by -1 (freed
   // blocks: reading one would fault or fail the sanitizers).
   std::vector<float> run(const std::vector<Span>& spans, Isa isa, ThreadPool& pool, float scale,
-                         const AttentionWindow& window = {}) const {
-    std::vector<int32_t> positions, token_seq, gap_begin, gap_end;
+                         const KvSparsity& window = {}, int32_t budget = 0) const {
+    std::vector<int32_t> positions, token_seq, gap_begin, gap_end, budgets;
     std::vector<int64_t> slots;
     std::vector<float> q;
     for (const Span& s : spans)
@@ -109,6 +115,7 @@ class Fixture {
         slots.push_back(slot(s.seq, s.first + i));
         const float* qv = query(s.seq, s.first + i);
         q.insert(q.end(), qv, qv + n_heads_ * head_dim_);
+        budgets.push_back(budget);
         gap_begin.push_back(static_cast<int32_t>(window.gap_begin()));
         gap_end.push_back(static_cast<int32_t>(window.gap_end(s.first + i)));
       }
@@ -141,14 +148,84 @@ class Fixture {
       b.gap_begin = gap_begin.data();
       b.gap_end = gap_end.data();
     }
+    if (budget > 0) b.block_budget = budgets.data();
     // Poisoned output: every element must be written.
     std::vector<float> out(q.size(), std::nanf(""));
     cpu::paged_attention_with_isa(isa, *cache_, 1, b, q.data(), n_heads_, scale, out.data(), pool);
     return out;
   }
 
+  // Quest's selection in f64 from the stored keys: per KV head, the positions row (seq, pos) reads
+  // with a budget of `budget` tokens (every position up to pos when its context fits).
+  std::vector<std::vector<bool>> quest_reads(int64_t seq, int64_t pos, int64_t budget) const {
+    const int64_t n_kv = cache_->spec().n_kv_heads, bs = cache_->spec().block_size;
+    const int64_t group = n_heads_ / n_kv;
+    std::vector<std::vector<bool>> reads(n_kv, std::vector<bool>(pos + 1, true));
+    if (budget <= 0 || pos + 1 <= budget) return reads;
+    const int64_t own = pos / bs, keep = std::max<int64_t>(0, budget / bs - 2);
+    for (int64_t g = 0; g < n_kv; ++g) {
+      std::vector<std::pair<double, int64_t>> scored;
+      for (int64_t b = 1; b < own; ++b) {
+        std::vector<double> lo(head_dim_, INFINITY), hi(head_dim_, -INFINITY);
+        for (int64_t r = 0; r < bs; ++r) {
+          const std::vector<double> k = reference::decode_kv_row(
+              cache_->spec().dtypes.k, cache_->key_row(1, slot(seq, b * bs + r), g), head_dim_);
+          for (int64_t c = 0; c < head_dim_; ++c) {
+            lo[c] = std::min(lo[c], k[c]);
+            hi[c] = std::max(hi[c], k[c]);
+          }
+        }
+        double score = 0;
+        for (int64_t h = 0; h < group; ++h) {
+          const float* qh = query(seq, pos) + (g * group + h) * head_dim_;
+          for (int64_t c = 0; c < head_dim_; ++c) score += std::max(qh[c] * lo[c], qh[c] * hi[c]);
+        }
+        scored.emplace_back(-score, b);
+      }
+      std::sort(scored.begin(), scored.end());
+      std::vector<bool> kept_block(own + 1, false);
+      kept_block[0] = kept_block[own] = true;
+      for (int64_t i = 0; i < std::min<int64_t>(keep, static_cast<int64_t>(scored.size())); ++i)
+        kept_block[scored[i].second] = true;
+      for (int64_t j = 0; j <= pos; ++j) reads[g][j] = kept_block[j / bs];
+    }
+    return reads;
+  }
+
+  std::vector<double> reference_quest(int64_t seq, int64_t pos, double scale,
+                                      int64_t budget) const {
+    if (budget > 0 && pos + 1 > budget) {
+      // Each KV head's query heads over that head's selected positions.
+      const int64_t n_kv = cache_->spec().n_kv_heads, group = n_heads_ / n_kv;
+      const auto reads = quest_reads(seq, pos, budget);
+      std::vector<double> out(n_heads_ * head_dim_);
+      for (int64_t g = 0; g < n_kv; ++g) {
+        std::vector<std::vector<float>> ks, vs;
+        for (int64_t j = 0; j <= pos; ++j) {
+          if (!reads[g][j]) continue;
+          const std::vector<double> k = reference::decode_kv_row(
+              cache_->spec().dtypes.k, cache_->key_row(1, slot(seq, j), g), head_dim_);
+          const std::vector<double> v = reference::decode_kv_row(
+              cache_->spec().dtypes.v, cache_->value_row(1, slot(seq, j), g), head_dim_);
+          ks.emplace_back(k.begin(), k.end());
+          vs.emplace_back(v.begin(), v.end());
+        }
+        std::vector<const float*> kp, vp;
+        for (size_t i = 0; i < ks.size(); ++i) {
+          kp.push_back(ks[i].data());
+          vp.push_back(vs[i].data());
+        }
+        const std::vector<double> part = reference::attention(
+            query(seq, pos) + g * group * head_dim_, group, 1, head_dim_, kp, vp, scale);
+        std::copy(part.begin(), part.end(), out.begin() + g * group * head_dim_);
+      }
+      return out;
+    }
+    return reference(seq, pos, scale);
+  }
+
   std::vector<double> reference(int64_t seq, int64_t pos, double scale,
-                                const AttentionWindow& window = {}) const {
+                                const KvSparsity& window = {}) const {
     // The reference takes each position's heads side by side, as the model produces them.
     const int64_t n_kv = cache_->spec().n_kv_heads;
     std::vector<std::vector<float>> k_slots, v_slots;
@@ -353,10 +430,10 @@ namespace {
 // reference restricted to them, for every KV type, grouped-query heads, odd head sizes and block
 // sizes, windows that start inside a tile or a block; the gap's table entries are freed (-1) and
 // never read. Rows before dense_from, and rows whose window reaches the sinks, attend everything.
-TEST(PagedAttentionWindow, MatchesTheReferenceOverSinksAndWindow) {
+TEST(PagedKvSparsity, MatchesTheReferenceOverSinksAndWindow) {
   ThreadPool pool(2);
   uint64_t seed = 300;
-  const AttentionWindow windows[] = {{4, 20, 0}, {0, 16, 0}, {5, 33, 40}, {1, 7, 0}};
+  const KvSparsity windows[] = {{4, 20, 0}, {0, 16, 0}, {5, 33, 40}, {1, 7, 0}};
   // Under a sanitizer (VESPER_SANITIZED), one odd head size.
   const bool sanitized = std::getenv("VESPER_SANITIZED") != nullptr;
   for (const KvDtypes dtypes : all_kv_dtypes())
@@ -366,7 +443,7 @@ TEST(PagedAttentionWindow, MatchesTheReferenceOverSinksAndWindow) {
           if (sanitized && hd != 37) continue;
           Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, 4.0f, dtypes);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-          for (const AttentionWindow& w : windows)
+          for (const KvSparsity& w : windows)
             for (Isa isa : cpu::available_isas()) {
               const std::vector<float> out = f.run(kMixed, isa, pool, scale, w);
               size_t row = 0;
@@ -387,9 +464,9 @@ TEST(PagedAttentionWindow, MatchesTheReferenceOverSinksAndWindow) {
 // A row with a gap gives the same bits alone, in any batch, in a prompt chunk of any split and at
 // any thread count (it is walked on its own, its tiles starting where its ranges start), and a
 // row without a gap gives exactly the dense result.
-TEST(PagedAttentionWindow, OutputInvariantToBatchChunkingAndThreadsAndDenseWithoutAGap) {
+TEST(PagedKvSparsity, OutputInvariantToBatchChunkingAndThreadsAndDenseWithoutAGap) {
   ThreadPool pool1(1), pool3(3);
-  const AttentionWindow w{4, 20, 0};
+  const KvSparsity w{4, 20, 0};
   for (const KvDtypes dtypes : all_kv_dtypes())
     for (Isa isa : cpu::available_isas())
       for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}}) {
@@ -418,6 +495,80 @@ TEST(PagedAttentionWindow, OutputInvariantToBatchChunkingAndThreadsAndDenseWitho
         check({{1, 0, 1}, {1, 1, 3}, {1, 4, 17}, {1, 21, 50}}, pool3, "chunked prompt");
         check({{1, 0, 71}}, pool1, "whole prompt");
       }
+}
+
+}  // namespace
+}  // namespace vesper::backend
+
+namespace vesper::backend {
+namespace {
+
+// Quest: with key bounds kept per block, a row whose context exceeds its budget reads, per KV head,
+// the first block, its own and the best-bounded others, against an f64 reference that selects from
+// the stored keys on its own; for every row KV type, GQA, odd sizes and block sizes. A row within
+// its budget gives exactly the dense bits.
+TEST(PagedAttentionQuest, MatchesTheReferenceSelection) {
+  ThreadPool pool(2);
+  uint64_t seed = 500;
+  const bool sanitized = std::getenv("VESPER_SANITIZED") != nullptr;
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}})
+      for (int64_t hd : {8, 37, 64})
+        for (int64_t bs : {16, 5}) {
+          if (sanitized && hd != 37) continue;
+          Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, 4.0f, dtypes, true);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          for (const int32_t budget : {static_cast<int32_t>(3 * bs), static_cast<int32_t>(5 * bs)})
+            for (Isa isa : cpu::available_isas()) {
+              const std::vector<float> out = f.run(kMixed, isa, pool, scale, {}, budget);
+              const std::vector<float> dense = f.run(kMixed, isa, pool, scale);
+              size_t row = 0;
+              for (const Span& s : kMixed)
+                for (int32_t i = 0; i < s.count; ++i, ++row) {
+                  const int32_t pos = s.first + i;
+                  const std::vector<double> ref = f.reference_quest(s.seq, pos, scale, budget);
+                  for (size_t e = 0; e < ref.size(); ++e)
+                    ASSERT_LT(std::abs(out[row * ref.size() + e] - ref[e]), 4e-6)
+                        << "kv " << dtypes.describe() << " head_dim " << hd << " block " << bs
+                        << " budget " << budget << " isa " << cpu::isa_name(isa) << " seq " << s.seq
+                        << " pos " << pos << " element " << e;
+                  if (pos + 1 <= budget) {
+                    ASSERT_EQ(
+                        0, std::memcmp(out.data() + row * ref.size(),
+                                       dense.data() + row * ref.size(), ref.size() * sizeof(float)))
+                        << "within its budget, row " << pos << " is not dense";
+                  }
+                }
+            }
+        }
+}
+
+// A row with a selection gives the same bits alone, in any batch, chunked and on any thread count.
+TEST(PagedAttentionQuest, OutputInvariantToBatchChunkingAndThreads) {
+  ThreadPool pool1(1), pool3(3);
+  for (const KvDtypes dtypes : all_kv_dtypes())
+    for (Isa isa : cpu::available_isas()) {
+      const int64_t hd = 37;
+      Fixture f(8, 2, hd, 16, kSeqLens, 91, 4.0f, dtypes, true);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const int64_t row_floats = 8 * hd;
+      auto check = [&](const std::vector<Span>& spans, ThreadPool& pool, const char* what) {
+        const std::vector<float> out = f.run(spans, isa, pool, scale, {}, 48);
+        size_t row = 0;
+        for (const Span& s : spans)
+          for (int32_t i = 0; i < s.count; ++i, ++row) {
+            const std::vector<float> want =
+                f.run({{s.seq, s.first + i, 1}}, isa, pool1, scale, {}, 48);
+            ASSERT_EQ(0, std::memcmp(out.data() + row * row_floats, want.data(),
+                                     row_floats * sizeof(float)))
+                << what << " kv " << dtypes.describe() << " isa " << cpu::isa_name(isa) << " seq "
+                << s.seq << " pos " << s.first + i;
+          }
+      };
+      check(kMixed, pool1, "mixed batch, 1 thread");
+      check(kMixed, pool3, "mixed batch, 3 threads");
+      check({{1, 0, 1}, {1, 1, 3}, {1, 4, 17}, {1, 21, 50}}, pool3, "chunked prompt");
+    }
 }
 
 }  // namespace

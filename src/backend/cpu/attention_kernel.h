@@ -77,6 +77,11 @@ struct AttentionArgs {
   // Distinct for every call (KIVI: groups quantized on the fly are kept per thread for the call's
   // duration, and its K/V rows do not change during it).
   uint64_t call = 0;
+  // Quest (AttentionBatch::block_budget), else null: the blocks row t reads through KV head g
+  // are sel_blocks[sel_offsets[t * n_kv + g] .. sel_offsets[t * n_kv + g + 1]), table positions
+  // in ascending order; an empty list: every block (the row's context is within its budget).
+  const int32_t* sel_offsets = nullptr;
+  const int32_t* sel_blocks = nullptr;
 };
 
 // Computes items [begin, end). `scratch` holds attention_scratch_floats(group, head_dim,

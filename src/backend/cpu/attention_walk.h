@@ -332,35 +332,50 @@ auto kivi_queries(const KiviTile& kt, float scale, float* scores) {
   }
 }
 
-// The key positions a run reads, as at most two ranges, each walked in tiles from its start:
-// [0, max_ctx) for a run without a gap (every query clips to its own context), and for a row with
-// a gap (sinks + window, paged_attention.h; always a run of its own) [0, gap_begin) and
-// [gap_end, its position]. The tiles of a range start at the range's start, so a row's reduction
-// depends on its position and gap alone, whatever the batch.
-struct KeyRanges {
-  int64_t begin[2] = {0, 0};
-  int64_t end[2] = {0, 0};
-  int n = 0;
-};
+// The key positions a run reads through KV head g, as ranges walked in ascending order, each in
+// tiles from its start: [0, max_ctx) for an ordinary run (every query clips to its own context);
+// for a row with a gap (sinks + window, paged_attention.h; always a run of its own)
+// [0, gap_begin) and [gap_end, its position]; for a row with a block selection (Quest) the runs
+// of adjacent selected blocks, the last one cut at its position. A row's reduction thus depends on
+// its position, gap or selection alone, whatever the batch.
+using KeyRanges = std::vector<std::pair<int64_t, int64_t>>;
 
 inline bool has_gap(const AttentionBatch& batch, int64_t t) {
   return batch.gap_begin != nullptr && batch.gap_begin[t] < batch.gap_end[t];
 }
 
-inline KeyRanges key_ranges(const AttentionBatch& batch, int64_t run_begin, int64_t run_end,
-                            int64_t max_ctx) {
-  KeyRanges r;
-  if (run_end - run_begin == 1 && has_gap(batch, run_begin)) {
-    r.begin[0] = 0;
-    r.end[0] = batch.gap_begin[run_begin];
-    r.begin[1] = batch.gap_end[run_begin];
-    r.end[1] = max_ctx;
-    r.n = 2;
+inline bool has_selection(const AttentionArgs& args, int64_t t) {
+  if (args.sel_offsets == nullptr) return false;
+  const int64_t i = t * args.cache->spec().n_kv_heads;
+  return args.sel_offsets[i] < args.sel_offsets[i + 1];
+}
+
+// Whether row t is walked as a run of its own.
+inline bool walks_alone(const AttentionArgs& args, int64_t t) {
+  return has_gap(args.batch, t) || has_selection(args, t);
+}
+
+inline void key_ranges(const AttentionArgs& args, int64_t run_begin, int64_t run_end,
+                       int64_t max_ctx, int64_t g, KeyRanges& r) {
+  r.clear();
+  const AttentionBatch& batch = args.batch;
+  if (run_end - run_begin == 1 && has_selection(args, run_begin)) {
+    const int64_t bs = args.cache->spec().block_size;
+    const int64_t i = run_begin * args.cache->spec().n_kv_heads + g;
+    for (int32_t k = args.sel_offsets[i]; k < args.sel_offsets[i + 1]; ++k) {
+      const int64_t begin = int64_t{args.sel_blocks[k]} * bs;
+      const int64_t end = std::min(begin + bs, max_ctx);
+      if (!r.empty() && r.back().second == begin)
+        r.back().second = end;
+      else
+        r.emplace_back(begin, end);
+    }
+  } else if (run_end - run_begin == 1 && has_gap(batch, run_begin)) {
+    r.emplace_back(0, batch.gap_begin[run_begin]);
+    r.emplace_back(batch.gap_end[run_begin], max_ctx);
   } else {
-    r.end[0] = max_ctx;
-    r.n = 1;
+    r.emplace_back(0, max_ctx);
   }
-  return r;
 }
 
 // The slots of tree row t's path from the root, by depth (positions context.. of its sequence).
@@ -649,14 +664,16 @@ void attend_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, i
   ws.reset((run_end - run_begin) * group, head_dim);
 
   const bool kivi = shape.kivi();
-  const KeyRanges ranges = key_ranges(batch, run_begin, run_end, max_ctx);
-  VESPER_CHECK(ranges.n == 1 || (!kivi && !tree), "a gap in a KIVI cache or a tree row");
+  thread_local KeyRanges ranges;
+  key_ranges(args, run_begin, run_end, max_ctx, g, ranges);
+  VESPER_CHECK(!walks_alone(args, run_begin) || (!kivi && !tree),
+               "a gap or a block selection in a KIVI cache or a tree row");
   if (kivi)
     attend_kivi_run<Tile>(args, run_begin, run_end, g, table, tree, scratch);
   else if (tree)
     attend_tree_run<Tile>(args, run_begin, run_end, g, table, scratch);
-  for (int r = 0; !tree && !kivi && r < ranges.n; ++r)
-    for (int64_t j0 = ranges.begin[r], range_end = ranges.end[r]; j0 < range_end;
+  for (size_t r = 0; !tree && !kivi && r < ranges.size(); ++r)
+    for (int64_t j0 = ranges[r].first, range_end = ranges[r].second; j0 < range_end;
          j0 += kAttentionTile) {
       const int64_t tile_keys = std::min(kAttentionTile, range_end - j0);
       // The next tile, for a run of one token (a decode step with grouped-query heads, from
@@ -712,10 +729,12 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
   const int64_t n_ctx = int64_t{args.batch.positions[t]} + 1;
   ws.reset((g_end - g_begin) * group, head_dim);
   const float* q = args.q + t * args.n_heads * head_dim;
-  const KeyRanges ranges = key_ranges(args.batch, t, t + 1, n_ctx);
-  for (int r = 0; r < ranges.n; ++r)
-    for (int64_t j0 = ranges.begin[r]; j0 < ranges.end[r]; j0 += kAttentionTile) {
-      const int64_t nt = std::min(kAttentionTile, ranges.end[r] - j0);
+  thread_local KeyRanges ranges;
+  key_ranges(args, t, t + 1, n_ctx, g_begin, ranges);  // the same for every head (no selection)
+  VESPER_CHECK(!has_selection(args, t), "a row with a block selection walked head by head");
+  for (size_t r = 0; r < ranges.size(); ++r)
+    for (int64_t j0 = ranges[r].first; j0 < ranges[r].second; j0 += kAttentionTile) {
+      const int64_t nt = std::min(kAttentionTile, ranges[r].second - j0);
       for (int64_t g = g_begin; g < g_end; ++g) {
         tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
         const int64_t first = (g - g_begin) * group;
@@ -750,15 +769,17 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
     for (int64_t run_begin = block_begin, run_end; run_begin < block_end; run_begin = run_end) {
       // A run: consecutive tokens of one sequence (one block table).
       const int32_t seq = batch.token_seq[run_begin];
-      // A row with a gap (sinks + window) reads keys of its own: a run of its own.
+      // A row with a gap (sinks + window) or a block selection (Quest) reads keys of its own: a
+      // run of its own.
       run_end = run_begin + 1;
-      if (!has_gap(batch, run_begin))
-        while (run_end < block_end && batch.token_seq[run_end] == seq && !has_gap(batch, run_end))
+      if (!walks_alone(args, run_begin))
+        while (run_end < block_end && batch.token_seq[run_end] == seq &&
+               !walks_alone(args, run_end))
           ++run_end;
       const int32_t* table = batch.block_tables + batch.table_offsets[seq];
       const bool tree =
           batch.tree_parents != nullptr && batch.tree_parents[run_begin] != kNotInTree;
-      if (run_end - run_begin == 1 && !tree && !shape.kivi() &&
+      if (run_end - run_begin == 1 && !tree && !shape.kivi() && !has_selection(args, run_begin) &&
           reads_in_place<Tile>(shape.dtypes, args.group)) {
         attend_decode_heads<Tile>(args, run_begin, g_begin, g_end, table, scratch);
         continue;

@@ -1,8 +1,9 @@
-// Sinks + window (StreamingLLM, --kv-sink-tokens / --kv-window) through the engine on
-// stories260K: the outputs do not depend on batching, chunking or preemption (by recompute and by
-// swap); sequences whose window still reaches the sinks give exactly the dense result; the window
-// does change longer outputs; a request that opts out ("kv_sparsity": "none") is dense; and an
-// output longer than the whole KV cache completes, its blocks freed as it decodes.
+// KV sparsity through the engine on stories260K, for sinks + window (StreamingLLM,
+// --kv-sink-tokens / --kv-window) and Quest (--kv-sparsity quest --kv-sparse-budget): the outputs
+// do not depend on batching, chunking or preemption (by recompute and by swap); sequences within
+// the window or budget give exactly the dense result; the sparsity does change longer outputs; a
+// request that opts out ("kv_sparsity": "none") is dense; and, with a window, an output longer
+// than the whole KV cache completes, its blocks freed as it decodes.
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
@@ -20,12 +21,17 @@ EngineConfig window_config(int64_t sinks, int64_t window) {
   return c;
 }
 
+EngineConfig quest_config(int64_t budget) {
+  EngineConfig c = testing_util::stories_config();
+  c.cache.kv_sparse_budget = budget;
+  return c;
+}
+
 // Greedy, 48 tokens: the same tokens and logprob bits alone, all at once, with a 16-token budget,
 // and with 20 blocks (preempted by recompute, by swap, and swap falling back to recompute).
-TEST(KvWindow, SameTokensAndLogitsHoweverScheduled) {
+void check_invariance(const EngineConfig& base) {
   const int n = testing_util::sanitized() ? 16 : 48;
   const auto prompts = testing_util::varied_prompts(n);
-  const EngineConfig base = window_config(4, 16);
   EngineConfig one = base;
   one.scheduler.max_num_seqs = 1;
   one.cache.enable_prefix_caching = false;
@@ -64,6 +70,33 @@ TEST(KvWindow, SameTokensAndLogitsHoweverScheduled) {
   const RunResult mixed = testing_util::run_texts(both, prompts);
   EXPECT_GT(mixed.stats.num_swap_outs + mixed.stats.num_recomputes, 0);
   expect_same(alone, mixed, "small budget, swap with recompute fallback");
+}
+
+TEST(KvWindow, SameTokensAndLogitsHoweverScheduled) {
+  check_invariance(window_config(4, 16));
+}
+
+// A 48-token budget (three blocks: the first, one chosen, the query's own).
+TEST(KvQuest, SameTokensAndLogitsHoweverScheduled) {
+  check_invariance(quest_config(48));
+}
+
+// Within its budget a sequence is dense bit for bit; past it, Quest changes long outputs; a
+// request that opts out is dense.
+TEST(KvQuest, DenseWithinTheBudgetAppliedPastItAndOptOut) {
+  const auto prompts = testing_util::varied_prompts(12);
+  const RunResult dense = testing_util::run_texts(testing_util::stories_config(), prompts);
+  expect_same(dense, testing_util::run_texts(quest_config(256), prompts),
+              "a budget over every sequence");
+  const RunResult narrow = testing_util::run_texts(quest_config(32), prompts);
+  int differ = 0;
+  for (const auto& [id, out] : dense.outputs)
+    if (out.outputs[0].token_ids != narrow.outputs.at(id).outputs[0].token_ids) ++differ;
+  EXPECT_GT(differ, 0) << "a 32-token budget gave every output the dense result";
+  sample::SamplingParams opt_out = testing_util::greedy_params();
+  opt_out.kv_dense = true;
+  expect_same(dense, testing_util::run_texts(quest_config(32), prompts, opt_out),
+              "requests that opted out");
 }
 
 // A window that still reaches the sinks for every query changes nothing: bit for bit the dense

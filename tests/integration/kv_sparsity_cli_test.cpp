@@ -1,6 +1,7 @@
-// Sinks + window (--kv-sink-tokens, --kv-window) through the command line on stories260K: the
-// perplexity each window costs on held-out text, greedy ids that do not depend on batching or on
-// n-gram speculation, an output longer than the KV cache, and bad values named in the error.
+// KV sparsity through the command line on stories260K, sinks + window (--kv-sink-tokens,
+// --kv-window) and Quest (--kv-sparsity quest --kv-sparse-budget): the perplexity each costs on
+// held-out text, greedy ids that do not depend on batching or on n-gram speculation, an output
+// longer than the KV cache (window), and bad values named in the error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,6 +47,26 @@ TEST(CliKvWindow, PerplexityGrowsAsTheWindowShrinks) {
   EXPECT_LT(w60 / dense - 1, 0.05);
   EXPECT_GT(w32, w60);
   EXPECT_LT(w32 / dense - 1, 0.12);
+}
+
+// Quest over the same chunks: a 64-token budget (the first block, the query's own and the two
+// best-bounded others) within 3% of dense (measured +2.8%), 48 more, and 32 (the first block and
+// the query's own alone) far more (+70%); a budget over the whole context nothing.
+TEST(CliKvQuest, PerplexityAtEachBudget) {
+  const double dense = perplexity({});
+  auto quest = [](const char* budget) {
+    return perplexity({"--kv-sparsity", "quest", "--kv-sparse-budget", budget});
+  };
+  const double wide = quest("128"), b64 = quest("64"), b48 = quest("48"), b32 = quest("32");
+  std::printf(
+      "  dense %.4f, quest 128 %.4f, 64 %.4f (%+.2f%%), 48 %.4f (%+.2f%%), 32 %.4f (%+.2f%%)\n",
+      dense, wide, b64, 100 * (b64 / dense - 1), b48, 100 * (b48 / dense - 1), b32,
+      100 * (b32 / dense - 1));
+  EXPECT_EQ(wide, dense);
+  EXPECT_GT(b64, dense);
+  EXPECT_LT(b64 / dense - 1, 0.03);
+  EXPECT_GT(b48, b64);
+  EXPECT_GT(b32, b48);
 }
 
 std::vector<nlohmann::json> ids(const std::string& out) {
@@ -115,6 +136,30 @@ TEST(CliKvWindow, AnOutputLongerThanTheCacheRuns) {
   EXPECT_NE(refused.err.find("KV cache holds"), std::string::npos) << refused.err;
 }
 
+// Quest keeps greedy ids across batching and n-gram speculation too.
+TEST(CliKvQuest, GreedyIdsHoldAcrossBatchingAndSpeculation) {
+  const std::vector<std::string> quest = {"--kv-sparsity", "quest", "--kv-sparse-budget", "48"};
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"generate",     kModel,  "--prompt",      "Once upon a time",
+                                     "--max-tokens", "200",   "--temperature", "0",
+                                     "--ignore-eos", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = run_vesper(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return ids(r.out);
+  };
+  const auto alone = run(quest);
+  std::vector<std::string> batched = quest;
+  for (const char* a : {"--prompt", "Lily and Ben", "--max-num-batched-tokens", "8"})
+    batched.push_back(a);
+  EXPECT_EQ(alone[0], run(batched)[0]);
+  std::vector<std::string> speculated = quest;
+  for (const char* a : {"--speculative-model", "[ngram]", "--num-speculative-tokens", "4"})
+    speculated.push_back(a);
+  EXPECT_EQ(alone[0], run(speculated)[0]);
+  EXPECT_NE(alone[0], run({})[0]);
+}
+
 TEST(CliKvWindow, BadValuesAreErrorsNamingTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--kv-window", "8"}, "--kv-window 8 is below one KV block"},
@@ -123,6 +168,15 @@ TEST(CliKvWindow, BadValuesAreErrorsNamingTheFlag) {
       {{"--kv-window", "32", "--speculative-model", kModel, "--num-speculative-tokens", "2"},
        "--kv-window: not with a draft model"},
       {{"--kv-window", "-3"}, "--kv-window"},
+      {{"--kv-sparsity", "quest"}, "--kv-sparsity quest needs --kv-sparse-budget"},
+      {{"--kv-sparse-budget", "64"}, "--kv-sparse-budget 64 needs --kv-sparsity quest"},
+      {{"--kv-sparsity", "quest", "--kv-sparse-budget", "16"},
+       "--kv-sparse-budget 16 is below two KV blocks"},
+      {{"--kv-sparsity", "quest", "--kv-sparse-budget", "64", "--kv-window", "32"},
+       "one KV sparsity method at a time"},
+      {{"--kv-sparsity", "quest", "--kv-sparse-budget", "128", "--kv-cache-dtype", "kivi2"},
+       "--kv-sparsity quest: not with a KIVI cache"},
+      {{"--kv-sparsity", "sparse"}, "--kv-sparsity"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {"generate", kModel, "--prompt", "Once", "--max-tokens", "2"};
