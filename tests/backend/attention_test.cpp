@@ -430,10 +430,13 @@ namespace {
 // reference restricted to them, for every KV type, grouped-query heads, odd head sizes and block
 // sizes, windows that start inside a tile or a block; the gap's table entries are freed (-1) and
 // never read. Rows before dense_from, and rows whose window reaches the sinks, attend everything.
-TEST(PagedKvSparsity, MatchesTheReferenceOverSinksAndWindow) {
+TEST(PagedAttentionWindow, MatchesTheReferenceOverSinksAndWindow) {
   ThreadPool pool(2);
   uint64_t seed = 300;
-  const KvSparsity windows[] = {{4, 20, 0}, {0, 16, 0}, {5, 33, 40}, {1, 7, 0}};
+  const KvSparsity windows[] = {{.sink_tokens = 4, .window = 20},
+                                {.sink_tokens = 0, .window = 16},
+                                {.sink_tokens = 5, .window = 33, .dense_from = 40},
+                                {.sink_tokens = 1, .window = 7}};
   // Under a sanitizer (VESPER_SANITIZED), one odd head size.
   const bool sanitized = std::getenv("VESPER_SANITIZED") != nullptr;
   for (const KvDtypes dtypes : all_kv_dtypes())
@@ -464,9 +467,9 @@ TEST(PagedKvSparsity, MatchesTheReferenceOverSinksAndWindow) {
 // A row with a gap gives the same bits alone, in any batch, in a prompt chunk of any split and at
 // any thread count (it is walked on its own, its tiles starting where its ranges start), and a
 // row without a gap gives exactly the dense result.
-TEST(PagedKvSparsity, OutputInvariantToBatchChunkingAndThreadsAndDenseWithoutAGap) {
+TEST(PagedAttentionWindow, OutputInvariantToBatchChunkingAndThreadsAndDenseWithoutAGap) {
   ThreadPool pool1(1), pool3(3);
-  const KvSparsity w{4, 20, 0};
+  const KvSparsity w{.sink_tokens = 4, .window = 20};
   for (const KvDtypes dtypes : all_kv_dtypes())
     for (Isa isa : cpu::available_isas())
       for (const Grouping g : {Grouping{8, 2}, Grouping{4, 4}}) {

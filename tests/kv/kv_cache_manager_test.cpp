@@ -480,7 +480,7 @@ TEST(KvCacheManager, KiviPrefixHitsAreRunsOfCachedResidualGroups) {
 // forks, swap-out and swap-in (only live blocks move), and freeing leaks nothing.
 TEST(KvCacheManager, WindowFreesTheBlocksBetweenSinksAndWindow) {
   KvCacheManager kv(32, 16, 4);
-  backend::KvSparsity w{4, 8, 20};
+  backend::KvSparsity w{.sink_tokens = 4, .window = 8, .dense_from = 20};
   std::vector<BlockOp> ops;
   ASSERT_TRUE(kv.allocate_slots(1, 0, 40).has_value());
   EXPECT_FALSE(kv.prepare_step(1, 10, INT64_MAX, w, ops)) << "inside the prompt: dense";

@@ -730,23 +730,34 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
   ws.reset((g_end - g_begin) * group, head_dim);
   const float* q = args.q + t * args.n_heads * head_dim;
   thread_local KeyRanges ranges;
-  key_ranges(args, t, t + 1, n_ctx, g_begin, ranges);  // the same for every head (no selection)
-  VESPER_CHECK(!has_selection(args, t), "a row with a block selection walked head by head");
-  for (size_t r = 0; r < ranges.size(); ++r)
-    for (int64_t j0 = ranges[r].first; j0 < ranges[r].second; j0 += kAttentionTile) {
-      const int64_t nt = std::min(kAttentionTile, ranges[r].second - j0);
-      for (int64_t g = g_begin; g < g_end; ++g) {
-        tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
-        const int64_t first = (g - g_begin) * group;
-        // Grouped-query heads two at a time where the kernel can (Tile::tile2_in_place).
-        auto queries =
-            in_place_queries<Tile>(shape.dtypes, head_dim, k_src, v_src, args.scale, ws.scores);
-        for (int64_t h = 0; h < group; ++h)
-          queries.add(q + (g * group + h) * head_dim, nt, ws.acc + (first + h) * head_dim,
-                      ws.run_max[first + h], ws.run_sum[first + h]);
-        queries.flush();
-      }
+  // One tile of KV head g: keys [j0, j0 + nt).
+  auto tile = [&](int64_t g, int64_t j0, int64_t nt) {
+    tile_rows(*args.cache, args.layer, g, table, bs, j0, nt, k_src, v_src);
+    const int64_t first = (g - g_begin) * group;
+    // Grouped-query heads two at a time where the kernel can (Tile::tile2_in_place).
+    auto queries =
+        in_place_queries<Tile>(shape.dtypes, head_dim, k_src, v_src, args.scale, ws.scores);
+    for (int64_t h = 0; h < group; ++h)
+      queries.add(q + (g * group + h) * head_dim, nt, ws.acc + (first + h) * head_dim,
+                  ws.run_max[first + h], ws.run_sum[first + h]);
+    queries.flush();
+  };
+  if (has_selection(args, t)) {
+    // Quest: each KV head its own blocks, head after head (the same tiles, in the same order, as
+    // attend_run's).
+    for (int64_t g = g_begin; g < g_end; ++g) {
+      key_ranges(args, t, t + 1, n_ctx, g, ranges);
+      for (size_t r = 0; r < ranges.size(); ++r)
+        for (int64_t j0 = ranges[r].first; j0 < ranges[r].second; j0 += kAttentionTile)
+          tile(g, j0, std::min(kAttentionTile, ranges[r].second - j0));
     }
+  } else {
+    key_ranges(args, t, t + 1, n_ctx, g_begin, ranges);  // the same for every head
+    for (size_t r = 0; r < ranges.size(); ++r)
+      for (int64_t j0 = ranges[r].first; j0 < ranges[r].second; j0 += kAttentionTile)
+        for (int64_t g = g_begin; g < g_end; ++g)
+          tile(g, j0, std::min(kAttentionTile, ranges[r].second - j0));
+  }
   for (int64_t g = g_begin; g < g_end; ++g) {
     const int64_t first = (g - g_begin) * group;
     for (int64_t h = 0; h < group; ++h)
@@ -779,7 +790,7 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
       const int32_t* table = batch.block_tables + batch.table_offsets[seq];
       const bool tree =
           batch.tree_parents != nullptr && batch.tree_parents[run_begin] != kNotInTree;
-      if (run_end - run_begin == 1 && !tree && !shape.kivi() && !has_selection(args, run_begin) &&
+      if (run_end - run_begin == 1 && !tree && !shape.kivi() &&
           reads_in_place<Tile>(shape.dtypes, args.group)) {
         attend_decode_heads<Tile>(args, run_begin, g_begin, g_end, table, scratch);
         continue;
