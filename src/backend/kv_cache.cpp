@@ -42,7 +42,8 @@ KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
 
 void KvCache::update_key_bounds(int64_t layer, int64_t block, int64_t last_row) {
   const int64_t hd = spec_.head_dim;
-  std::vector<float> row(static_cast<size_t>(hd));
+  thread_local std::vector<float> row;  // per written block and layer: no allocation once warm
+  row.resize(static_cast<size_t>(hd));
   for (int64_t h = 0; h < spec_.n_kv_heads; ++h) {
     float* lo =
         bounds_[static_cast<size_t>(layer)].data() + (block * spec_.n_kv_heads + h) * 2 * hd;

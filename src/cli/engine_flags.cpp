@@ -70,6 +70,17 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
       ->check(CLI::NonNegativeNumber);
 }
 
+Status check_kv_sparsity_flags(const EngineFlags& f) {
+  if (f.kv_sparsity == "quest" && f.kv_sparse_budget == 0)
+    return make_error(
+        "--kv-sparsity quest needs --kv-sparse-budget (the tokens of KV a generated "
+        "token reads)");
+  if (f.kv_sparsity != "quest" && f.kv_sparse_budget > 0)
+    return make_error("--kv-sparse-budget " + std::to_string(f.kv_sparse_budget) +
+                      " needs --kv-sparsity quest");
+  return {};
+}
+
 void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
   cmd->add_option("model", f.model_path,
                   "Model: a GGUF file, or a Hugging Face checkpoint directory (config.json, "
@@ -480,13 +491,7 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   c.cache.calculate_kv_scales = f.calculate_kv_scales;
   c.cache.kv_sink_tokens = f.kv_sink_tokens;
   c.cache.kv_window = f.kv_window;
-  if (f.kv_sparsity == "quest" && f.kv_sparse_budget == 0)
-    return make_error(
-        "--kv-sparsity quest needs --kv-sparse-budget (the tokens of KV a generated "
-        "token reads)");
-  if (f.kv_sparsity != "quest" && f.kv_sparse_budget > 0)
-    return make_error("--kv-sparse-budget " + std::to_string(f.kv_sparse_budget) +
-                      " needs --kv-sparsity quest");
+  VESPER_TRY(check_kv_sparsity_flags(f));
   c.cache.kv_sparse_budget = f.kv_sparse_budget;
   if (kv_is_kivi(c.cache.kv_dtypes.k) || kv_is_kivi(c.cache.kv_dtypes.v)) {
     // A KIVI block is one group.

@@ -86,6 +86,9 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f);
 Result<backend::KvDtypes> parse_kv_dtypes(const EngineFlags& f);
 // --calculate-kv-scales against the types: an error unless keys or values are fp8.
 Status check_calculate_kv_scales(const EngineFlags& f, backend::KvDtypes dtypes);
+// --kv-sparsity quest and --kv-sparse-budget go together (their values are checked with the
+// cache's, engine::kv_sparsity_config).
+Status check_kv_sparsity_flags(const EngineFlags& f);
 
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& flags);
 

@@ -28,6 +28,7 @@
 #include "backend/cpu_backend.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "engine/kv_sparsity_config.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
 #include "sample/logprobs.h"
@@ -179,30 +180,14 @@ int run_perplexity(const PerplexityOptions& o) {
   // (dense_from 0): its sinks and its window (the blocks stay: a chunk's rows are computed
   // together), or its Quest budget (a block's key bounds, once the block lies before a row's own,
   // are those of all its rows, as in decoding).
-  backend::KvSparsity window;
-  if (o.engine.kv_window > 0 || o.engine.kv_sink_tokens > 0) {
-    if (o.engine.kv_window == 0)
-      return fail("--kv-sink-tokens " + std::to_string(o.engine.kv_sink_tokens) +
-                  " needs --kv-window (the window of recent tokens kept beside the sinks)");
-    if (o.engine.kv_window < spec.block_size)
-      return fail("--kv-window " + std::to_string(o.engine.kv_window) +
-                  " is below one KV block (--block-size " + std::to_string(spec.block_size) + ")");
-    if (spec.kivi()) return fail("--kv-window: not with a KIVI cache (--kv-cache-dtype)");
-    window.sink_tokens = o.engine.kv_sink_tokens;
-    window.window = o.engine.kv_window;
-  }
-  if (o.engine.kv_sparsity == "quest" || o.engine.kv_sparse_budget > 0) {
-    if (o.engine.kv_sparsity != "quest" || o.engine.kv_sparse_budget == 0)
-      return fail("--kv-sparsity quest and --kv-sparse-budget go together");
-    if (window.windowed())
-      return fail("--kv-sparsity quest and --kv-window: one KV sparsity method at a time");
-    if (o.engine.kv_sparse_budget < 2 * spec.block_size)
-      return fail("--kv-sparse-budget " + std::to_string(o.engine.kv_sparse_budget) +
-                  " is below two KV blocks (--block-size " + std::to_string(spec.block_size) + ")");
-    if (spec.kivi()) return fail("--kv-sparsity quest: not with a KIVI cache (--kv-cache-dtype)");
-    window.block_budget = o.engine.kv_sparse_budget;
-    spec.key_bounds = true;
-  }
+  if (Status s = check_kv_sparsity_flags(o.engine); !s) return fail(s.error().message);
+  engine::CacheConfig sparse;
+  sparse.kv_window = o.engine.kv_window;
+  sparse.kv_sink_tokens = o.engine.kv_sink_tokens;
+  sparse.kv_sparse_budget = o.engine.kv_sparse_budget;
+  auto window = engine::kv_sparsity_config(sparse, spec.block_size, spec.dtypes);
+  if (!window) return fail(window.error().message);
+  spec.key_bounds = window->quest();
   const backend::KvHandle kv = backend.create_kv(spec, blocks, backend::MemoryKind::kDevice);
   // Calibrated fp8 scales: fixed by the first chunk's rows, then kept for every chunk.
   if (o.engine.calculate_kv_scales) backend.calibrate_kv_scales(kv);
@@ -219,13 +204,13 @@ int run_perplexity(const PerplexityOptions& o) {
                               std::to_string(spec.kivi_residual_length))
                                  .c_str()
                            : "",
-               window.windowed() ? (", attending " + std::to_string(window.sink_tokens) +
-                                    " sink tokens + a window of " + std::to_string(window.window))
+               window->windowed() ? (", attending " + std::to_string(window->sink_tokens) +
+                                     " sink tokens + a window of " + std::to_string(window->window))
+                                        .c_str()
+               : window->quest() ? (", reading a Quest budget of " +
+                                    std::to_string(window->block_budget) + " tokens")
                                        .c_str()
-               : window.quest() ? (", reading a Quest budget of " +
-                                   std::to_string(window.block_budget) + " tokens")
-                                      .c_str()
-                                : "");
+                                 : "");
 
   const int64_t first = o.ctx / 2;
   MeanStats nll, kl_stats, base_nll;
@@ -244,7 +229,7 @@ int run_perplexity(const PerplexityOptions& o) {
       batch.clear();
       batch.add_sequence(std::span<const int32_t>(chunk).subspan(static_cast<size_t>(start),
                                                                  static_cast<size_t>(rows)),
-                         static_cast<int32_t>(start), table, layout, n_scored, -1, {}, window);
+                         static_cast<int32_t>(start), table, layout, n_scored, -1, {}, *window);
       const std::span<const float> logits = m.forward(batch, kv);
       for (int64_t r = 0; r < n_scored; ++r) {
         const int64_t pos = scored_from + r;

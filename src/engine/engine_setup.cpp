@@ -7,6 +7,7 @@
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/kv_sparsity_config.h"
 #include "spec/make_proposer.h"
 
 namespace vesper::engine {
@@ -78,55 +79,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                         ": Medusa's candidate trees here are " + std::to_string(depth) +
                         " deep, and need a longer residual window");
   }
-  // Sinks + window: the window holds at least one block; its rows are plain rows (a KIVI group
-  // is quantized as a whole, and a draft model's cache or Medusa's trees read the table past the
-  // window's edge).
-  if (config.cache.kv_window < 0 || config.cache.kv_sink_tokens < 0)
-    return make_error("--kv-window and --kv-sink-tokens must not be negative");
-  if (config.cache.kv_sink_tokens > 0 && config.cache.kv_window == 0)
-    return make_error("--kv-sink-tokens " + std::to_string(config.cache.kv_sink_tokens) +
-                      " needs --kv-window (the window of recent tokens kept beside the sinks)");
-  if (config.cache.kv_window > 0) {
-    if (config.cache.kv_window < config.cache.block_size)
-      return make_error("--kv-window " + std::to_string(config.cache.kv_window) +
-                        " is below one KV block (--block-size " +
-                        std::to_string(config.cache.block_size) + ")");
-    if (kivi)
-      return make_error(
-          "--kv-window: not with a KIVI cache (--kv-cache-dtype " +
-          std::string(backend::kv_dtype_name(kv_is_kivi(kv_dtypes.k) ? kv_dtypes.k : kv_dtypes.v)) +
-          "): a group is quantized whole, and the window frees blocks");
-    if (spec.method == SpeculativeConfig::Method::kDraftModel ||
-        spec.method == SpeculativeConfig::Method::kMedusa)
-      return make_error(std::string("--kv-window: not with ") +
-                        (spec.method == SpeculativeConfig::Method::kMedusa
-                             ? "Medusa heads (their candidate trees)"
-                             : "a draft model (--speculative-model: its cache follows the "
-                               "target's blocks)") +
-                        "; n-gram speculation works with it");
-    sc.kv_sparsity.window = config.cache.kv_window;
-    sc.kv_sparsity.sink_tokens = config.cache.kv_sink_tokens;
-  }
-  // Quest: each block keeps its keys' bounds; a query reads at least its first and its own block.
-  if (config.cache.kv_sparse_budget > 0) {
-    if (config.cache.kv_window > 0)
-      return make_error("--kv-sparsity quest and --kv-window: one KV sparsity method at a time");
-    if (config.cache.kv_sparse_budget < 2 * config.cache.block_size)
-      return make_error("--kv-sparse-budget " + std::to_string(config.cache.kv_sparse_budget) +
-                        " is below two KV blocks (--block-size " +
-                        std::to_string(config.cache.block_size) +
-                        "): a query always reads its first block and its own");
-    if (kivi)
-      return make_error(
-          "--kv-sparsity quest: not with a KIVI cache (--kv-cache-dtype " +
-          std::string(backend::kv_dtype_name(kv_is_kivi(kv_dtypes.k) ? kv_dtypes.k : kv_dtypes.v)) +
-          ") yet");
-    if (spec.method == SpeculativeConfig::Method::kMedusa)
-      return make_error(
-          "--kv-sparsity quest: not with Medusa heads (their candidate trees); "
-          "n-gram and draft-model speculation work with it");
-    sc.kv_sparsity.block_budget = config.cache.kv_sparse_budget;
-  }
+  // KV sparsity: a draft model's cache (which follows the target's blocks) cannot lose blocks to a
+  // window, and Medusa's trees would read past a window's edge or beside a selection.
+  VESPER_ASSIGN_OR_RETURN(sc.kv_sparsity,
+                          kv_sparsity_config(config.cache, config.cache.block_size, kv_dtypes));
+  if (sc.kv_sparsity.enabled() && spec.method == SpeculativeConfig::Method::kMedusa)
+    return make_error(
+        std::string(sc.kv_sparsity.windowed() ? "--kv-window" : "--kv-sparsity quest") +
+        ": not with Medusa heads (their candidate trees); n-gram speculation works "
+        "with it");
+  if (sc.kv_sparsity.windowed() && spec.method == SpeculativeConfig::Method::kDraftModel)
+    return make_error(
+        "--kv-window: not with a draft model (--speculative-model: its cache follows "
+        "the target's blocks); n-gram speculation works with it");
   model::StepCapacity capacity;
   capacity.tokens = sc.max_num_batched_tokens;
   capacity.seqs = std::min(sc.max_num_seqs, sc.max_num_batched_tokens);
