@@ -33,7 +33,6 @@ KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
     VESPER_CHECK(k_.back() != nullptr && v_.back() != nullptr,
                  "KV cache: cannot allocate %zu bytes per layer", k_bytes + v_bytes);
   }
-  VESPER_CHECK(!spec.key_bounds || !spec.kivi(), "key bounds (Quest) with a KIVI cache");
   if (spec.key_bounds)
     bounds_.assign(
         static_cast<size_t>(spec.n_layers),
@@ -49,7 +48,8 @@ void KvCache::update_key_bounds(int64_t layer, int64_t block, int64_t last_row) 
         bounds_[static_cast<size_t>(layer)].data() + (block * spec_.n_kv_heads + h) * 2 * hd;
     float* hi = lo + hd;
     for (int64_t r = 0; r <= last_row; ++r) {
-      decode_kv_row(spec_.dtypes.k, key_row(layer, block * rows_per_block_ + r, h), hd, row.data());
+      decode_kv_row(kv_row_dtype(spec_.dtypes.k), key_row(layer, block * rows_per_block_ + r, h),
+                    hd, row.data());
       for (int64_t c = 0; c < hd; ++c) {
         const float x = row[static_cast<size_t>(c)];
         lo[c] = r == 0 ? x : std::min(lo[c], x);
@@ -175,6 +175,26 @@ void KvCache::quantize_group(std::span<const int32_t> rows, int64_t dst, ThreadP
     pool->parallel_for(n, units);
   else
     units(0, n);
+  // Quest: the group's bounds are those of its rows as written (the union of its residual blocks'
+  // bounds), the same whether a query reads the group stored quantized or from those rows.
+  if (!bounds_.empty())
+    for (int64_t l = 0; l < spec_.n_layers; ++l) group_key_bounds(l, rows, dst);
+}
+
+void KvCache::group_key_bounds(int64_t layer, std::span<const int32_t> rows, int64_t dst) {
+  const int64_t hd = spec_.head_dim, nb = spec_.n_kv_heads * 2 * hd;
+  float* out = bounds_[static_cast<size_t>(layer)].data() + dst * nb;
+  const float* first = key_bounds(layer, rows[0], 0);
+  std::copy_n(first, nb, out);
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const float* in = key_bounds(layer, rows[i], 0);
+    for (int64_t h = 0; h < spec_.n_kv_heads; ++h)
+      for (int64_t c = 0; c < hd; ++c) {
+        const int64_t lo = h * 2 * hd + c, hi = lo + hd;
+        out[lo] = std::min(out[lo], in[lo]);
+        out[hi] = std::max(out[hi], in[hi]);
+      }
+  }
 }
 
 void KvCache::copy_block_from(const KvCache& other, int64_t src, int64_t dst) {

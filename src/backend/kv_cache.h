@@ -112,13 +112,16 @@ class KvCache {
   // minima, then head_dim maxima, over the block's rows 0..r as stored (decoded), r the row
   // written last. A block's bounds thus depend on its rows alone, whatever the chunking or
   // batch, and once a block is full (its last row written last) only on its committed keys.
+  // KIVI: a group stored quantized keeps the union of its residual blocks' bounds (quantize_group
+  // stores them), which Quest's selection takes the same way for a group still held as rows: the
+  // bounds of its rows as written, never of the quantized values, so a selection does not depend
+  // on when the group was quantized.
   const float* key_bounds(int64_t layer, int64_t block, int64_t head) const {
     return bounds_[static_cast<size_t>(layer)].data() +
            (block * spec_.n_kv_heads + head) * 2 * spec_.head_dim;
   }
   // Recomputes every head's key bounds of `block` in `layer` over its rows 0..last_row.
   void update_key_bounds(int64_t layer, int64_t block, int64_t last_row);
-
   // Bytes of storage (K and V, all layers).
   int64_t bytes() const { return n_blocks_ * spec_.bytes_per_block(); }
 
@@ -135,6 +138,8 @@ class KvCache {
   // (core/large_buffer.h): attention reads scattered 4-8 KiB runs of it, a TLB miss each on small
   // pages.
   std::vector<Storage> k_, v_;
+  // Stores in block `dst` of `layer` the union of the key bounds of blocks `rows` (quantize_group).
+  void group_key_bounds(int64_t layer, std::span<const int32_t> rows, int64_t dst);
   // Quest's key bounds per layer ([block][head][2][head_dim]; empty without them).
   std::vector<std::vector<float>> bounds_;
   // Calibrated fp8 scales (empty: every row its own): per layer whether fixed, and the f16 bits

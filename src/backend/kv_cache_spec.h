@@ -110,7 +110,7 @@ struct KvCacheSpec {
   int64_t residual_rows = 0;
   // Quest (query-aware block selection): each block keeps, per layer and KV head, every key
   // channel's minimum and maximum over its written rows (f32), from which attention bounds q.k
-  // (KvCache::key_bounds). Not with KIVI.
+  // (KvCache::key_bounds); with KIVI, a quantized group's bounds are those of its rows as written.
   bool key_bounds = false;
 
   bool kivi() const { return kv_is_kivi(dtypes.k) || kv_is_kivi(dtypes.v); }

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/attention_cpu.h"
 #include "backend/cpu/attention_kernel.h"
+#include "backend/kv_table_layout.h"
 #include "core/check.h"
 
 namespace vesper::backend {
@@ -132,58 +133,104 @@ Split cost_split(const AttentionBatch& batch, int64_t n_kv, int64_t total, int t
   return s.begin < 0 ? Split{0, 0} : s;
 }
 
-}  // namespace
-
-// Quest's choice (AttentionBatch::block_budget) for every row whose context exceeds its budget
-// and every KV head, into offsets / blocks as AttentionArgs lays them out. Plain f32 arithmetic
-// in this one translation unit, so every instruction set walks the same blocks.
-void select_blocks(const KvCache& cache, int64_t layer, const AttentionBatch& batch, const float* q,
-                   int64_t n_heads, std::vector<int32_t>& offsets, std::vector<int32_t>& blocks) {
-  const KvCacheSpec& spec = cache.spec();
-  VESPER_CHECK(spec.key_bounds && !spec.kivi(), "Quest needs a cache with key bounds, not KIVI");
-  const int64_t n_kv = spec.n_kv_heads, hd = spec.head_dim, bs = spec.block_size;
-  const int64_t group = n_heads / n_kv;
-  offsets.assign(static_cast<size_t>(batch.num_tokens * n_kv + 1), 0);
-  blocks.clear();
-  thread_local std::vector<std::pair<float, int32_t>> scored;
-  for (int64_t t = 0; t < batch.num_tokens; ++t) {
-    const int64_t pos = batch.positions[t], budget = batch.block_budget[t];
-    const bool sparse = budget > 0 && pos + 1 > budget;
-    VESPER_CHECK(!sparse || batch.gap_begin == nullptr || batch.gap_begin[t] >= batch.gap_end[t],
-                 "a row with both a gap and a block budget");
-    const int32_t* table = batch.block_tables + batch.table_offsets[batch.token_seq[t]];
-    const int64_t own = pos / bs;
-    const int64_t keep = std::max<int64_t>(0, budget / bs - 2);
-    for (int64_t g = 0; g < n_kv; ++g) {
-      if (sparse) {
-        scored.clear();
-        for (int64_t b = 1; b < own; ++b) {
-          const float* lo = cache.key_bounds(layer, table[b], g);
-          const float* hi = lo + hd;
-          float score = 0.0f;
-          for (int64_t h = 0; h < group; ++h) {
-            const float* qh = q + (t * n_heads + g * group + h) * hd;
-            for (int64_t c = 0; c < hd; ++c) score += std::max(qh[c] * lo[c], qh[c] * hi[c]);
-          }
-          scored.emplace_back(score, static_cast<int32_t>(b));
-        }
-        const auto first = [](const std::pair<float, int32_t>& x,
-                              const std::pair<float, int32_t>& y) {
-          return x.first > y.first || (x.first == y.first && x.second < y.second);
-        };
-        const auto kept =
-            static_cast<size_t>(std::min<int64_t>(keep, static_cast<int64_t>(scored.size())));
-        std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(kept),
-                          scored.end(), first);
-        std::sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(kept),
-                  [](const auto& x, const auto& y) { return x.second < y.second; });
-        blocks.push_back(0);
-        for (size_t i = 0; i < kept; ++i) blocks.push_back(scored[i].second);
-        if (own > 0) blocks.push_back(static_cast<int32_t>(own));
-      }
-      offsets[static_cast<size_t>(t * n_kv + g + 1)] = static_cast<int32_t>(blocks.size());
+// Group b's key bounds through KV head g ([2][head_dim]): its block's (a plain cache's block, or a
+// KIVI group stored quantized), or the union of a KIVI group's residual blocks' bounds, as
+// KvCache::quantize_group stores them.
+const float* group_bounds(const KvCache& cache, int64_t layer, const int32_t* table,
+                          const KvTableLayout& layout, int64_t b, int64_t g,
+                          std::vector<float>& merged) {
+  const int64_t entry = layout.group_entry(b);
+  if (layout.blocks_per_group == 1 || b < layout.quantized_groups)
+    return cache.key_bounds(layer, table[entry], g);
+  const int64_t hd = cache.spec().head_dim;
+  const float* first = cache.key_bounds(layer, table[entry], g);
+  merged.assign(first, first + 2 * hd);
+  for (int64_t i = 1; i < layout.blocks_per_group; ++i) {
+    const float* in = cache.key_bounds(layer, table[entry + i], g);
+    for (int64_t c = 0; c < hd; ++c) {
+      merged[static_cast<size_t>(c)] = std::min(merged[static_cast<size_t>(c)], in[c]);
+      merged[static_cast<size_t>(hd + c)] =
+          std::max(merged[static_cast<size_t>(hd + c)], in[hd + c]);
     }
   }
+  return merged.data();
+}
+
+// q.k's upper bound over one block through one KV head: the sum over the head's `group` query
+// heads and the channels of max(q * key minimum, q * key maximum), channel c added into lane c % 8
+// (query heads in order) and the 8 lanes then summed in order: a fixed order, which the compiler
+// carries out in vector registers.
+float bound_score(const float* q, int64_t group, int64_t hd, const float* lo, const float* hi) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t h = 0; h < group; ++h, q += hd) {
+    int64_t c = 0;
+    for (; c + 8 <= hd; c += 8)
+      for (int64_t i = 0; i < 8; ++i)
+        lane[i] += std::max(q[c + i] * lo[c + i], q[c + i] * hi[c + i]);
+    for (; c < hd; ++c) lane[c % 8] += std::max(q[c] * lo[c], q[c] * hi[c]);
+  }
+  float score = 0.0f;
+  for (float x : lane) score += x;
+  return score;
+}
+
+// Quest: how many blocks row t reads through each KV head (0: every block, its context is within
+// its budget): the first, its own, and budget / block_size - 2 others at most.
+int64_t quest_blocks(const AttentionBatch& batch, int64_t bs, int64_t t) {
+  const int64_t pos = batch.positions[t], budget = batch.block_budget[t];
+  if (budget <= 0 || pos + 1 <= budget) return 0;
+  VESPER_CHECK(batch.gap_begin == nullptr || batch.gap_begin[t] >= batch.gap_end[t],
+               "a row with both a gap and a block budget");
+  const int64_t own = pos / bs;
+  const int64_t chosen =
+      std::min(std::max<int64_t>(0, budget / bs - 2), std::max<int64_t>(0, own - 1));
+  return 1 + chosen + (own > 0 ? 1 : 0);
+}
+
+}  // namespace
+
+// Quest's choice for row t through KV head g (AttentionBatch::block_budget), into its place in
+// args.sel_blocks (block b: the tokens [b * block_size, (b + 1) * block_size), a KIVI cache's
+// group b). Plain f32 arithmetic in this one translation unit, so every instruction set walks the
+// same blocks; each work item selects for its own rows and KV heads, so selections run in
+// parallel, each beside the walk that reads its blocks.
+void select_quest_blocks(const AttentionArgs& args, int64_t t, int64_t g) {
+  const KvCache& cache = *args.cache;
+  const KvCacheSpec& spec = cache.spec();
+  VESPER_CHECK(spec.key_bounds, "Quest needs a cache with key bounds");
+  const AttentionBatch& batch = args.batch;
+  const int64_t n_kv = spec.n_kv_heads, hd = spec.head_dim, bs = spec.block_size;
+  const int64_t pos = batch.positions[t], budget = batch.block_budget[t];
+  const int32_t seq = batch.token_seq[t];
+  const int32_t* table = batch.block_tables + batch.table_offsets[seq];
+  const KvTableLayout layout = KvTableLayout(spec).with_quantized(
+      batch.quantized_groups != nullptr ? batch.quantized_groups[seq] : 0);
+  const int64_t own = pos / bs;
+  const int64_t keep = std::max<int64_t>(0, budget / bs - 2);
+  const float* q = args.q + (t * args.n_heads + g * args.group) * hd;
+  thread_local std::vector<std::pair<float, int32_t>> scored;
+  thread_local std::vector<float> merged;
+  scored.clear();
+  for (int64_t b = 1; b < own; ++b) {
+    const float* lo = group_bounds(cache, args.layer, table, layout, b, g, merged);
+    scored.emplace_back(bound_score(q, args.group, hd, lo, lo + hd), static_cast<int32_t>(b));
+  }
+  const auto first = [](const std::pair<float, int32_t>& x, const std::pair<float, int32_t>& y) {
+    return x.first > y.first || (x.first == y.first && x.second < y.second);
+  };
+  const auto kept =
+      static_cast<size_t>(std::min<int64_t>(keep, static_cast<int64_t>(scored.size())));
+  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(kept),
+                    scored.end(), first);
+  std::sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(kept),
+            [](const auto& x, const auto& y) { return x.second < y.second; });
+  int32_t* out = args.sel_blocks + args.sel_offsets[t * n_kv + g];
+  *out++ = 0;
+  for (size_t i = 0; i < kept; ++i) *out++ = scored[i].second;
+  if (own > 0) *out++ = static_cast<int32_t>(own);
+  VESPER_CHECK(out == args.sel_blocks + args.sel_offsets[t * n_kv + g + 1],
+               "Quest: row %lld chose a list of another length than counted",
+               static_cast<long long>(t));
 }
 
 void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
@@ -202,9 +249,18 @@ void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
   static std::atomic<uint64_t> calls{0};
   AttentionArgs args{&cache, layer, batch,   q,       n_heads, group,
                      scale,  out,   ++calls, nullptr, nullptr};
+  // Quest: each row's list lengths here; the work items fill the lists (select_quest_blocks).
   thread_local std::vector<int32_t> sel_offsets, sel_blocks;
   if (batch.block_budget != nullptr) {
-    select_blocks(cache, layer, batch, q, n_heads, sel_offsets, sel_blocks);
+    sel_offsets.assign(static_cast<size_t>(batch.num_tokens * n_kv + 1), 0);
+    for (int64_t t = 0; t < batch.num_tokens; ++t) {
+      const auto n = static_cast<int32_t>(quest_blocks(batch, shape.block_size, t));
+      for (int64_t g = 0; g < n_kv; ++g) {
+        const auto at = static_cast<size_t>(t * n_kv + g);
+        sel_offsets[at + 1] = sel_offsets[at] + n;
+      }
+    }
+    sel_blocks.resize(static_cast<size_t>(sel_offsets.back()));
     args.sel_offsets = sel_offsets.data();
     args.sel_blocks = sel_blocks.data();
   }

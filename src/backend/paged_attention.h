@@ -62,8 +62,10 @@ struct AttentionBatch {
   // over the head's query heads and channels of max(q * key minimum, q * key maximum)
   // (KvCache::key_bounds), ties to the earlier block. Its blocks are walked in ascending order,
   // each run of adjacent ones in tiles from its start, so its result depends on its query and the
-  // blocks' keys alone. Needs a cache with key bounds; rows with a budget have no gap, are not
-  // tree rows, and the cache is not KIVI.
+  // blocks' keys alone. In a KIVI cache a block is a group (block_size tokens, however many table
+  // entries hold it), its bounds those of its rows as written (KvCache::key_bounds), so a choice
+  // does not depend on which groups are stored quantized. Needs a cache with key bounds; rows
+  // with a budget have no gap and are not tree rows.
   const int32_t* block_budget = nullptr;
 };
 

@@ -30,6 +30,7 @@ struct LatencyOptions {
   uint64_t seed = 0;
   std::string prompt;   // --prompt: the tg tests start from this text instead of one random token
   int64_t n_depth = 0;  // -d: the tg tests start after a random prompt of this many tokens
+  bool shared_prompt = false;  // --shared-prompt: the tg tests' sequences share one prompt
   bool json = false;
   bool budget_set = false;  // --max-num-batched-tokens given on the command line
   bool seqs_set = false;    // --max-num-seqs given on the command line
@@ -100,7 +101,9 @@ Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_pro
 }
 
 // Starts n_seqs sequences from `prompt` (or a random prompt of `depth` tokens, at least one, each
-// its own; prefilled together in an untimed first step), takes one untimed decode step, then
+// its own; prefilled together in an untimed first step; with `shared`, `prompt` is first prefilled
+// by a request of its own, untimed, and the sequences find it in the prefix cache, computing only
+// its last partial block), takes one untimed decode step, then
 // times the decode steps that generate n_gen more tokens each: n_gen steps, or fewer with
 // speculative decoding. The untimed decode step holds the work that follows a prompt once: a KIVI
 // cache quantizes the prompt's groups older than the residual window there (for a 1,024-token
@@ -108,10 +111,15 @@ Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_pro
 // sequences; counts the steps, and leaves the engine's counters as the timed steps began in
 // `timed_from` (speculation's figures are of the timed steps).
 Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
-                          const std::vector<int32_t>& prompt, int64_t depth, int64_t n_seqs,
-                          int64_t n_gen, int64_t run, int64_t& timed_steps,
+                          const std::vector<int32_t>& prompt, bool shared, int64_t depth,
+                          int64_t n_seqs, int64_t n_gen, int64_t run, int64_t& timed_steps,
                           engine::EngineStats& timed_from) {
   const std::string prefix = "tg" + std::to_string(run) + "-";
+  if (shared) {
+    if (auto st = e.add_request({prefix + "prompt", prompt, greedy_params(1)}); !st)
+      return make_error("--shared-prompt: " + st.error().message);
+    while (e.has_unfinished()) e.step();
+  }
   for (int64_t s = 0; s < n_seqs; ++s)
     if (auto st =
             e.add_request({prefix + std::to_string(s),
@@ -207,7 +215,12 @@ int run_latency(LatencyOptions& o) {
   // so the default token budget grows with --n-prompt; an explicit smaller one is an error.
   // Likewise the tg tests' prompts (-d tokens each, all sequences at once).
   if (o.n_depth > 0 && !o.prompt.empty()) return fail("--n-depth and --prompt exclude each other");
-  const int64_t tg_tokens = max_seqs * std::max<int64_t>(o.n_depth, 1);
+  if (o.shared_prompt && o.n_depth == 0 && o.prompt.empty())
+    return fail("--shared-prompt needs --n-depth or --prompt (the prompt the sequences share)");
+  if (o.shared_prompt && !o.engine.enable_prefix_caching)
+    return fail("--shared-prompt needs prefix caching: drop --no-enable-prefix-caching");
+  // A shared prompt is prefilled once, by a request of its own.
+  const int64_t tg_tokens = (o.shared_prompt ? 1 : max_seqs) * std::max<int64_t>(o.n_depth, 1);
   if (o.budget_set && o.engine.max_num_batched_tokens < std::max(o.n_prompt, tg_tokens))
     return fail("--max-num-batched-tokens " + std::to_string(o.engine.max_num_batched_tokens) +
                 " is below --n-prompt / --decode-seqs x --n-depth (" +
@@ -225,8 +238,12 @@ int run_latency(LatencyOptions& o) {
   if (!created) return fail(created.error().message);
   engine::Engine& e = **created;
   TokenSource tokens(e.tokenizer(), o.seed);
-  const std::vector<int32_t> prompt =
-      o.prompt.empty() ? std::vector<int32_t>{} : e.tokenizer().encode(o.prompt, true, false);
+  // --shared-prompt with --n-depth: one random prompt for every run (after the first, its blocks
+  // are usually still in the prefix cache).
+  const std::vector<int32_t> prompt = !o.prompt.empty()
+                                          ? e.tokenizer().encode(o.prompt, true, false)
+                                      : o.shared_prompt ? tokens.prompt(o.n_depth)
+                                                        : std::vector<int32_t>{};
 
   std::vector<Test> tests;
   if (o.n_prompt > 0) tests.push_back({"pp" + std::to_string(o.n_prompt), o.n_prompt, 0, {}});
@@ -247,8 +264,8 @@ int run_latency(LatencyOptions& o) {
       engine::EngineStats before = e.stats();
       int64_t steps = 0;
       auto rate = t.n_prompt > 0 ? run_prefill(e, tokens, t.n_prompt, run++)
-                                 : run_decode(e, tokens, prompt, o.n_depth, t.n_seqs, n_gen, run++,
-                                              steps, before);
+                                 : run_decode(e, tokens, prompt, o.shared_prompt, o.n_depth,
+                                              t.n_seqs, n_gen, run++, steps, before);
       if (!rate) return fail(t.name + ": " + rate.error().message);
       if (!std::isfinite(*rate) || *rate <= 0) return fail(t.name + ": the timer measured no time");
       if (r > 0) {
@@ -270,6 +287,10 @@ int run_latency(LatencyOptions& o) {
                         {"threads", threads},
                         {"repetitions", o.repetitions},
                         {"kv_cache", kv_cache_json(e.memory_plan())}};
+    // Prompt tokens looked up in the prefix cache and found there, over every run (warm-ups
+    // included): a shared prompt is found once per sequence.
+    j["prefix_cache"] = {{"queries", e.stats().prefix_cache_queries},
+                         {"hits", e.stats().prefix_cache_hits}};
     for (const Test& t : tests) {
       j[t.name + "_tokens_per_s"] = median(t.samples);
       j["samples"][t.name] = t.samples;
@@ -344,6 +365,11 @@ CommandRunner add_bench_latency_command(CLI::App& bench) {
                   "The tg tests start after a random prompt of this many tokens, prefilled "
                   "untimed (llama-bench's -d): decoding at that context length")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--shared-prompt", o->shared_prompt,
+                "The tg tests' sequences share one prompt (of --n-depth random tokens, or "
+                "--prompt), prefilled once, untimed, and found in the prefix cache "
+                "(llama-batched-bench's -pps): decoding many sequences at a long context without "
+                "prefilling each");
   cmd->add_option("--decode-seqs", o->decode_seqs,
                   "Also measure batched decoding with this many sequences at once (comma-separated "
                   "list, e.g. 8,32)")

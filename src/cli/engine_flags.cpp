@@ -55,7 +55,8 @@ void add_kv_cache_dtype_flags(CLI::App* cmd, EngineFlags& f) {
                   "generated token reads, per KV head, --kv-sparse-budget tokens' worth of KV "
                   "blocks: the first, its own, and those whose keys can give the largest q.k "
                   "(each block keeps its keys' per-channel minima and maxima). Nothing is freed; "
-                  "prompts are prefilled densely. Not with KIVI caches or Medusa. A request opts "
+                  "prompts are prefilled densely. Every KV type, KIVI included; not with Medusa. A "
+                  "request opts "
                   "out with \"kv_sparsity\": \"none\"")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "quest"}));

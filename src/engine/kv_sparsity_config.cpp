@@ -32,9 +32,6 @@ Result<backend::KvSparsity> kv_sparsity_config(const CacheConfig& cache, int64_t
       return make_error("--kv-sparse-budget " + std::to_string(cache.kv_sparse_budget) +
                         " is below two KV blocks (--block-size " + std::to_string(block_size) +
                         "): a query always reads its first block and its own");
-    if (kivi)
-      return make_error("--kv-sparsity quest: not with a KIVI cache (--kv-cache-dtype " +
-                        kivi_name + ") yet");
     s.block_budget = cache.kv_sparse_budget;
   }
   return s;

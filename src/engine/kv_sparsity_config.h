@@ -13,7 +13,7 @@ namespace vesper::engine {
 // The sparsity `cache` asks for over blocks of `block_size` tokens of `dtypes`; dense_from 0 (a
 // sequence's own comes from KvSparsity::for_sequence). An error names the flag: negative values,
 // sinks without a window, a window below one block or a budget below two, both methods at once,
-// either with a KIVI cache.
+// a window with a KIVI cache (Quest takes every KV type).
 Result<backend::KvSparsity> kv_sparsity_config(const CacheConfig& cache, int64_t block_size,
                                                backend::KvDtypes dtypes);
 

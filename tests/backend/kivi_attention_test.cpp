@@ -4,7 +4,8 @@
 // (tests/reference/reference_kv.h) and every later key as its f16 row. Its result, bit for bit,
 // must not depend on how many of those groups the cache stores quantized (KvCache::quantize_group)
 // and how many it still holds as residual rows (quantized on the fly), nor on the batch, the
-// chunking or the ISA; and tree rows read their path's residual rows.
+// chunking or the ISA; and tree rows read their path's residual rows. With Quest (key bounds, a
+// block budget) a row reads its chosen groups only, chosen from its groups' rows as written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "core/fp16.h"
 #include "reference/reference_attention.h"
 #include "reference/reference_kv.h"
+#include "sanitized.h"
 
 namespace vesper::backend {
 namespace {
@@ -38,10 +40,11 @@ struct Case {
 // rows over residual_blocks_per_group() blocks each; blocks are taken in shuffled order.
 class KiviSequence {
  public:
-  KiviSequence(const Case& c, int64_t len, int64_t stored, uint64_t seed)
+  KiviSequence(const Case& c, int64_t len, int64_t stored, uint64_t seed, bool bounds = false)
       : c_(c), len_(len), rng_(seed) {
     spec_ = KvCacheSpec{c.dtypes, 2, c.group, c.n_kv_heads, c.head_dim};
     spec_.kivi_residual_length = c.residual;
+    spec_.key_bounds = bounds;
     const int64_t groups = (len + c.group - 1) / c.group, per = spec_.residual_blocks_per_group();
     const int64_t blocks = groups * per + stored + 3;
     cache_ = std::make_unique<KvCache>(spec_, blocks);
@@ -79,6 +82,11 @@ class KiviSequence {
             std::copy(ks.begin(), ks.end(), k_.begin() + at);
             std::copy(vs.begin(), vs.end(), v_.begin() + at);
           }
+    // Quest: each residual block's bounds over its rows (write_kv's update).
+    for (int64_t layer = 0; layer < 2 && bounds; ++layer)
+      for (const auto& r : residual)
+        for (int64_t b = 0; b < per; ++b)
+          cache_->update_key_bounds(layer, r[b], std::min(rows, c.group - b * rows) - 1);
     for (int64_t g = 0; g < groups; ++g) {
       if (g < stored) {
         const int32_t dst = free[next++];
@@ -103,9 +111,10 @@ class KiviSequence {
 
   // Runs queries at positions [first, first + count) as one chunk (optionally as a tree: a chain
   // in which each row's parent is the previous row, so the result must equal the chunk's).
-  std::vector<float> run(int64_t first, int64_t count, Isa isa, ThreadPool& pool,
-                         bool tree = false) const {
+  std::vector<float> run(int64_t first, int64_t count, Isa isa, ThreadPool& pool, bool tree = false,
+                         int32_t budget = 0) const {
     std::vector<int32_t> positions, token_seq, parents;
+    const std::vector<int32_t> budgets(static_cast<size_t>(count), budget);
     std::vector<int64_t> slots;
     for (int64_t i = 0; i < count; ++i) {
       positions.push_back(static_cast<int32_t>(first + i));
@@ -127,6 +136,7 @@ class KiviSequence {
       b.tree_parents = parents.data();
       b.query_start = query_start;
     }
+    if (budget > 0) b.block_budget = budgets.data();
     const float* q = q_.data() + first * c_.n_heads * c_.head_dim;
     std::vector<float> out(static_cast<size_t>(count * c_.n_heads * c_.head_dim), std::nanf(""));
     cpu::paged_attention_with_isa(isa, *cache_, 1, b, q, c_.n_heads, scale(), out.data(), pool);
@@ -135,10 +145,47 @@ class KiviSequence {
 
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
 
-  // The reference for the query at `pos`. Keys of a KIVI group enter a score as the kernel's
-  // contract defines (attention_kernel.h): q * scale rounded to 16-bit steps against the codes,
-  // plus q . zero, here folded into each query head's own copy of the group's keys.
-  std::vector<double> reference(int64_t pos) const {
+  // Quest's choice for the query at `pos` under `budget`, in f64 from the stored rows: per KV
+  // head, whether each group is read (the first, its own, and the budget / group - 2 others with
+  // the largest sum over the head's query heads and channels of max(q * min, q * max)).
+  std::vector<std::vector<bool>> quest_groups(int64_t pos, int64_t budget) const {
+    const int64_t kv = c_.n_kv_heads, d = c_.head_dim, gs = c_.group, own = pos / gs;
+    const int64_t per_kv = c_.n_heads / kv, keep = std::max<int64_t>(0, budget / gs - 2);
+    std::vector<std::vector<bool>> read(static_cast<size_t>(kv),
+                                        std::vector<bool>(static_cast<size_t>(own + 1), true));
+    if (budget <= 0 || pos + 1 <= budget) return read;
+    for (int64_t h = 0; h < kv; ++h) {
+      std::vector<std::pair<double, int64_t>> scored;
+      for (int64_t g = 1; g < own; ++g) {
+        double score = 0;
+        for (int64_t qh = h * per_kv; qh < (h + 1) * per_kv; ++qh)
+          for (int64_t c = 0; c < d; ++c) {
+            double lo = INFINITY, hi = -INFINITY;
+            for (int64_t i = 0; i < gs; ++i) {
+              const double x = k_[static_cast<size_t>(((g * gs + i) * kv + h) * d + c)];
+              lo = std::min(lo, x);
+              hi = std::max(hi, x);
+            }
+            const double qc = q_[static_cast<size_t>((pos * c_.n_heads + qh) * d + c)];
+            score += std::max(qc * lo, qc * hi);
+          }
+        scored.emplace_back(-score, g);
+      }
+      std::sort(scored.begin(), scored.end());
+      std::fill(read[h].begin(), read[h].end(), false);
+      read[h][0] = read[h][own] = true;
+      for (int64_t i = 0; i < std::min<int64_t>(keep, static_cast<int64_t>(scored.size())); ++i)
+        read[h][scored[i].second] = true;
+    }
+    return read;
+  }
+
+  // The reference for the query at `pos` (with a budget: over the groups quest_groups chose). Keys
+  // of a KIVI group enter a score as the kernel's contract defines (attention_kernel.h): q * scale
+  // rounded to 16-bit steps against the codes, plus q . zero, here folded into each query head's
+  // own copy of the group's keys.
+  std::vector<double> reference(int64_t pos, int64_t budget = 0) const {
+    const std::vector<std::vector<bool>> read = quest_groups(pos, budget);
     const int64_t kv = c_.n_kv_heads, d = c_.head_dim, gs = c_.group;
     const int64_t quantized = spec_.kivi_quantized_tokens(pos);
     std::vector<std::vector<float>> ks, vs;
@@ -206,8 +253,13 @@ class KiviSequence {
                 f16(d + c) + (q[c] != 0.0f ? double{step} * q16 * code / q[c] : 0.0));
           }
       }
-      for (const auto& k : keys) kp.push_back(k.data());
-      const std::vector<double> o = reference::attention(q, 1, 1, d, kp, vp, scale());
+      std::vector<const float*> vr;
+      for (int64_t j = 0; j <= pos; ++j)
+        if (read[h][j / gs]) {
+          kp.push_back(keys[j].data());
+          vr.push_back(vp[j]);
+        }
+      const std::vector<double> o = reference::attention(q, 1, 1, d, kp, vr, scale());
       out.insert(out.end(), o.begin(), o.end());
     }
     return out;
@@ -287,6 +339,49 @@ TEST(KiviAttention, MatchesReferenceAndIgnoresWhichGroupsAreStoredQuantized) {
     ++seed;
   }
   std::printf("  worst absolute error against f64: %.3g\n", worst);
+}
+
+// Quest over KIVI: every row of a prompt (each walked alone) and single decodes under budgets of
+// two and three groups read their chosen groups only (the f64 reference chooses on its own), with
+// the same bits whether the cache stores groups quantized or holds them as rows (a group's bounds
+// are its rows'), on every ISA; a row within its budget gives the dense bits.
+TEST(KiviAttention, QuestReadsTheChosenGroupsHoweverTheyAreStored) {
+  ThreadPool pool(2);
+  uint64_t seed = 40;
+  for (const Case& c : cases()) {
+    if (testing_util::sanitized() && c.head_dim != 64) continue;
+    for (const int32_t budget :
+         {static_cast<int32_t>(2 * c.group), static_cast<int32_t>(3 * c.group)}) {
+      KiviSequence none(c, kLen, 0, seed, true);
+      const int64_t row = c.n_heads * c.head_dim;
+      for (Isa isa : cpu::available_isas()) {
+        const std::vector<float> a = none.run(0, kLen, isa, pool, false, budget);
+        const std::vector<float> dense = none.run(0, kLen, isa, pool);
+        // Decodes: each query alone, from a cache storing every group it may quantized.
+        for (const int64_t pos : {int64_t{kLen - 1}, int64_t{100}, int64_t{2 * c.group}}) {
+          const int64_t most = none.spec().kivi_quantized_tokens(pos) / c.group;
+          const KiviSequence stored(c, kLen, most, seed, true);
+          const std::vector<float> b = stored.run(pos, 1, isa, pool, false, budget);
+          ASSERT_EQ(0, std::memcmp(b.data(), a.data() + pos * row, b.size() * sizeof(float)))
+              << c.dtypes.describe() << " budget " << budget << " pos " << pos << " isa "
+              << cpu::isa_name(isa);
+        }
+        for (int64_t pos = 0; pos < kLen; ++pos) {
+          const std::vector<double> ref = none.reference(pos, budget);
+          for (int64_t e = 0; e < row; ++e)
+            ASSERT_LT(std::abs(a[pos * row + e] - ref[e]), 4e-6)
+                << c.dtypes.describe() << " budget " << budget << " pos " << pos << " e " << e
+                << " isa " << cpu::isa_name(isa);
+          if (pos + 1 <= budget) {
+            ASSERT_EQ(
+                0, std::memcmp(a.data() + pos * row, dense.data() + pos * row, row * sizeof(float)))
+                << "within its budget, row " << pos << " is not dense";
+          }
+        }
+      }
+    }
+    ++seed;
+  }
 }
 
 // Tree rows (here a chain written as a tree) give the chunk's bits; their path is read from

@@ -29,7 +29,8 @@ class BatchInvariance : public ::testing::TestWithParam<backend::KvDtype> {};
 // (preemption by recompute, by swap, and swap falling back to recompute): identical results.
 void check_invariance(const EngineConfig& base, int64_t small_blocks, double block_gib,
                       double mixed_swap_blocks = 5.5) {
-  const auto prompts = testing_util::varied_prompts(64);
+  // Under a sanitizer 24 prompts: still enough to batch, chunk, preempt and swap.
+  const auto prompts = testing_util::varied_prompts(testing_util::sanitized() ? 24 : 64);
   EngineConfig one = base;
   one.scheduler.max_num_seqs = 1;
   one.cache.enable_prefix_caching = false;  // the reference: nothing shared, nothing batched

@@ -11,15 +11,9 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "sanitized.h"
 
 namespace vesper::testing_util {
-
-// Whether the tests run under a sanitizer (the asan and tsan test presets set VESPER_SANITIZED).
-// There a test's run checks memory and races, not volume: the heavy equivalence tests take fewer
-// prompts, each path still taken.
-inline bool sanitized() {
-  return std::getenv("VESPER_SANITIZED") != nullptr;
-}
 
 inline const char* kStoriesLong = "../shared/models/stories260K-f32.gguf";
 

@@ -27,9 +27,18 @@ EngineConfig quest_config(int64_t budget) {
   return c;
 }
 
+// The bytes of one of stories260K's KV blocks (5 layers, 4 KV heads of 8) under `c`, in GiB.
+double block_gib(const EngineConfig& c) {
+  backend::KvCacheSpec spec{c.cache.kv_dtypes, 5, c.cache.block_size, 4, 8};
+  spec.kivi_residual_length = c.cache.kivi_residual_length;
+  spec.key_bounds = c.cache.kv_sparse_budget > 0;
+  return static_cast<double>(spec.bytes_per_block()) / static_cast<double>(int64_t{1} << 30);
+}
+
 // Greedy, 48 tokens: the same tokens and logprob bits alone, all at once, with a 16-token budget,
-// and with 20 blocks (preempted by recompute, by swap, and swap falling back to recompute).
-void check_invariance(const EngineConfig& base) {
+// and with `small_blocks` blocks (preempted by recompute, by swap, and swap falling back to
+// recompute).
+void check_invariance(const EngineConfig& base, int64_t small_blocks = 20) {
   const int n = testing_util::sanitized() ? 16 : 48;
   const auto prompts = testing_util::varied_prompts(n);
   EngineConfig one = base;
@@ -39,6 +48,9 @@ void check_invariance(const EngineConfig& base) {
 
   const RunResult together = testing_util::run_texts(base, prompts);
   EXPECT_LT(together.stats.num_steps, alone.stats.num_steps / 4) << "requests were not batched";
+  if (kv_is_kivi(base.cache.kv_dtypes.k)) {
+    EXPECT_GT(together.stats.kivi_groups_quantized, 0) << "no KIVI group was stored quantized";
+  }
   expect_same(alone, together, "all at once");
 
   EngineConfig chunked = base;
@@ -48,25 +60,21 @@ void check_invariance(const EngineConfig& base) {
   expect_same(alone, small_budget, "max-num-batched-tokens 16");
 
   EngineConfig recompute = base;
-  recompute.cache.num_gpu_blocks_override = 20;
+  recompute.cache.num_gpu_blocks_override = small_blocks;
   const RunResult preempted = testing_util::run_texts(recompute, prompts);
   EXPECT_GT(preempted.stats.num_recomputes, 0) << "nothing was preempted";
   expect_same(alone, preempted, "preemption by recompute");
 
-  // stories260K's f16 block: 5 layers, 4 KV heads of 8, 16 tokens.
-  const double block_gib =
-      static_cast<double>(backend::KvCacheSpec{{}, 5, 16, 4, 8}.bytes_per_block()) /
-      static_cast<double>(int64_t{1} << 30);
   EngineConfig swap = recompute;
   swap.scheduler.preemption_mode = sched::PreemptionMode::kSwap;
-  swap.cache.swap_space_gib = 500 * block_gib;
+  swap.cache.swap_space_gib = 500 * block_gib(base);
   const RunResult swapped = testing_util::run_texts(swap, prompts);
   EXPECT_GT(swapped.stats.num_swap_outs, 0) << "nothing was swapped";
   expect_same(alone, swapped, "preemption by swap");
 
   EngineConfig both = swap;
   both.scheduler.max_num_batched_tokens = 24;
-  both.cache.swap_space_gib = 4.5 * block_gib;
+  both.cache.swap_space_gib = 4.5 * block_gib(base);
   const RunResult mixed = testing_util::run_texts(both, prompts);
   EXPECT_GT(mixed.stats.num_swap_outs + mixed.stats.num_recomputes, 0);
   expect_same(alone, mixed, "small budget, swap with recompute fallback");
@@ -79,6 +87,37 @@ TEST(KvWindow, SameTokensAndLogitsHoweverScheduled) {
 // A 48-token budget (three blocks: the first, one chosen, the query's own).
 TEST(KvQuest, SameTokensAndLogitsHoweverScheduled) {
   check_invariance(quest_config(48));
+}
+
+// Over a KIVI cache (groups of 32, a residual window of 16, so that groups are stored quantized
+// while sequences run) with a 96-token budget (the first group, one chosen, the query's own): a
+// group's bounds are those of its rows as written, so the choice, and the output, do not depend on
+// when the engine stored which group quantized.
+TEST(KvQuest, KiviSameTokensAndLogitsHoweverScheduled) {
+  EngineConfig c = quest_config(96);
+  c.cache.kv_dtypes = {backend::KvDtype::kKivi2, backend::KvDtype::kKivi2};
+  c.cache.block_size = 32;
+  c.cache.kivi_residual_length = 16;
+  backend::KvCacheSpec spec{c.cache.kv_dtypes, 5, 32, 4, 8};
+  spec.kivi_residual_length = 16;
+  // Room for about two sequences of ~150 tokens held as residual rows.
+  check_invariance(c, 10 * spec.residual_blocks_per_group());
+  // Applied: past the budget some outputs leave KIVI's dense ones.
+  const auto prompts = testing_util::varied_prompts(12);
+  EngineConfig dense = c;
+  dense.cache.kv_sparse_budget = 0;
+  const RunResult full = testing_util::run_texts(dense, prompts);
+  const RunResult sparse = testing_util::run_texts(
+      [&] {
+        EngineConfig narrow = c;
+        narrow.cache.kv_sparse_budget = 64;
+        return narrow;
+      }(),
+      prompts);
+  int differ = 0;
+  for (const auto& [id, out] : full.outputs)
+    if (out.outputs[0].token_ids != sparse.outputs.at(id).outputs[0].token_ids) ++differ;
+  EXPECT_GT(differ, 0) << "a 64-token budget gave every output KIVI's dense result";
 }
 
 // Within its budget a sequence is dense bit for bit; past it, Quest changes long outputs; a

@@ -12,6 +12,7 @@
 
 #include "gguf/gguf.h"
 #include "integration/cli_runner.h"
+#include "sanitized.h"
 
 namespace vesper {
 namespace {
@@ -142,7 +143,7 @@ double perplexity_of(const std::string& model) {
 TEST(CliHfCheckpoint, Exl2QuantizedCheckpointsRunNearF32) {
   const double f32 = perplexity_of(kHfStories);
   ASSERT_GT(f32, 2.0);
-  const bool sanitized = std::getenv("VESPER_SANITIZED") != nullptr;
+  const bool sanitized = testing_util::sanitized();
   std::map<std::string, double> ppl;
   for (const std::string bits : {"4.0", "6.0", "8.0"}) {
     if (sanitized && bits != "4.0") continue;

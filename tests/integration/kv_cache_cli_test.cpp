@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli_runner.h"
+#include "sanitized.h"
 
 namespace vesper {
 namespace {
@@ -30,10 +31,13 @@ double number_after(const std::string& text, const std::string& pattern) {
   return std::stod(m[1].str());
 }
 
-// PPL on the first 60 chunks of 128 tokens (3,780 scored tokens).
+using testing_util::sanitized;
+
+// PPL on the first 60 chunks of 128 tokens (3,780 scored tokens). Under a sanitizer 6 chunks, and
+// the tests check memory, not the figures' bounds (measured on the 60).
 double perplexity(const std::string& kv_type, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args = {
-      "perplexity",       kModel, "-f", kText, "--ctx", "128", "--chunks", "60",
+      "perplexity",       kModel, "-f", kText, "--ctx", "128", "--chunks", sanitized() ? "6" : "60",
       "--kv-cache-dtype", kv_type};
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = run_vesper(args);
@@ -44,7 +48,9 @@ double perplexity(const std::string& kv_type, const std::vector<std::string>& ex
 TEST(CliKvCache, PerplexityOfEachTypeStaysNearF32) {
   const double f32 = perplexity("f32");
   ASSERT_GT(f32, 2.0);
-  ASSERT_LT(f32, 10.0);
+  if (!sanitized()) {
+    ASSERT_LT(f32, 10.0);
+  }
   // Measured on the whole corpus (bench/RESULTS.md): f16 +0.00%, bf16 +0.005%, int8 +0.08%,
   // fp8_e4m3 +0.79%, fp8_e5m2 +3.4% (head size 8: a scale per 8 elements).
   const std::map<std::string, double> bound = {
@@ -53,7 +59,10 @@ TEST(CliKvCache, PerplexityOfEachTypeStaysNearF32) {
     const double ppl = perplexity(type);
     std::printf("  %-9s PPL %.4f (f32 %.4f, %+.3f%%)\n", type.c_str(), ppl, f32,
                 100 * (ppl / f32 - 1));
-    EXPECT_LT(std::fabs(ppl / f32 - 1), tolerance) << type;
+    EXPECT_TRUE(std::isfinite(ppl) && ppl > 1) << type;
+    if (!sanitized()) {
+      EXPECT_LT(std::fabs(ppl / f32 - 1), tolerance) << type;
+    }
   }
 }
 
@@ -66,7 +75,9 @@ TEST(CliKvCache, CalculateKvScalesFixesFp8ScalesFromTheFirstRows) {
   const double own = perplexity("fp8_e4m3");
   const double calibrated = perplexity("fp8_e4m3", {"--calculate-kv-scales"});
   std::printf("  fp8_e4m3 PPL %.4f, calibrated %.4f (f32 %.4f)\n", own, calibrated, f32);
-  EXPECT_LT(std::fabs(calibrated / f32 - 1), 0.05);
+  if (!sanitized()) {
+    EXPECT_LT(std::fabs(calibrated / f32 - 1), 0.05);
+  }
   EXPECT_NE(calibrated, own) << "the flag changed nothing";
   auto gen = run_vesper({"generate", kModel, "--prompt", "Once upon a time", "--max-tokens", "20",
                          "--kv-cache-dtype", "fp8", "--calculate-kv-scales"});
@@ -92,14 +103,16 @@ TEST(CliKvCache, KiviPerplexityWithinItsBounds) {
   const double kivi4 = perplexity("kivi4", window), kivi2 = perplexity("kivi2", window);
   std::printf("  kivi4 %+.3f%%, kivi2 %+.3f%% of f32\n", 100 * (kivi4 / f32 - 1),
               100 * (kivi2 / f32 - 1));
-  EXPECT_LT(std::fabs(kivi4 / f32 - 1), 0.01);
-  EXPECT_LT(std::fabs(kivi2 / f32 - 1), 0.08);
-  EXPECT_GT(kivi2, kivi4) << "2 bits cost more than 4";
-  EXPECT_GT(kivi2 / f32 - 1, 0.005) << "kivi2 with a window of 32 quantizes most keys";
   EXPECT_EQ(f16, perplexity("kivi2", {"--kivi-residual-length", "128"}));
   // Keys and values apart (K8V2), and int8 keys with f16 values between f16 and kivi2.
   const double k8v2 = perplexity("kivi2", {"--kv-cache-dtype-k", "int8", "--kivi-group-size", "32",
                                            "--kivi-residual-length", "32"});
+  EXPECT_TRUE(std::isfinite(k8v2) && std::isfinite(kivi2) && std::isfinite(kivi4));
+  if (sanitized()) return;
+  EXPECT_LT(std::fabs(kivi4 / f32 - 1), 0.01);
+  EXPECT_LT(std::fabs(kivi2 / f32 - 1), 0.08);
+  EXPECT_GT(kivi2, kivi4) << "2 bits cost more than 4";
+  EXPECT_GT(kivi2 / f32 - 1, 0.005) << "kivi2 with a window of 32 quantizes most keys";
   EXPECT_LT(k8v2, kivi2);
   EXPECT_GE(k8v2, f16 * 0.999);
 }
@@ -254,6 +267,21 @@ TEST(CliKvCache, BenchLatencyAtDepthReportsTheKvCache) {
   EXPECT_EQ(j["kv_cache"]["tokens"].get<double>() / j["kv_cache"]["max_model_len"].get<double>(),
             j["kv_cache"]["sequences_at_once"].get<double>())
       << r.out;
+  EXPECT_EQ(j["prefix_cache"]["hits"], 0) << "random prompts of their own shared a block";
+  // --shared-prompt: the sequences share one prompt, prefilled once and then found in the prefix
+  // cache: each of the 6 sequences of the 4 runs (a warm-up and a timed run with 1 and with 2)
+  // finds at least 48 of its 64 tokens there.
+  auto shared =
+      run_vesper({"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "64", "--decode-seqs",
+                  "2", "-r", "1", "-t", "1", "--shared-prompt", "--json"});
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  const auto js = nlohmann::json::parse(shared.out);
+  EXPECT_GT(js.value("tg4_seqs2_d64_tokens_per_s", 0.0), 0) << shared.out;
+  EXPECT_GE(js["prefix_cache"]["hits"].get<int64_t>(), 6 * 48) << shared.out;
+  auto alone = run_vesper({"bench", "latency", kModel, "-p", "0", "-n", "4", "--shared-prompt"});
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.err.find("--shared-prompt needs --n-depth or --prompt"), std::string::npos)
+      << alone.err;
   // A depth beyond the context length is an error, not a crash.
   auto deep = run_vesper(
       {"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "100000", "-r", "1", "--json"});

@@ -78,11 +78,18 @@ struct AttentionArgs {
   // duration, and its K/V rows do not change during it).
   uint64_t call = 0;
   // Quest (AttentionBatch::block_budget), else null: the blocks row t reads through KV head g
-  // are sel_blocks[sel_offsets[t * n_kv + g] .. sel_offsets[t * n_kv + g + 1]), table positions
-  // in ascending order; an empty list: every block (the row's context is within its budget).
+  // are sel_blocks[sel_offsets[t * n_kv + g] .. sel_offsets[t * n_kv + g + 1]), block positions
+  // in ascending order; an empty list: every block (the row's context is within its budget). The
+  // work item that walks (t, g) fills its list first (select_quest_blocks).
   const int32_t* sel_offsets = nullptr;
-  const int32_t* sel_blocks = nullptr;
+  int32_t* sel_blocks = nullptr;
 };
+
+// Quest: fills row t's list of blocks through KV head g (AttentionArgs::sel_blocks): its first
+// block, its own, and the others with the largest upper bound on q.k (paged_attention.h). Plain
+// f32 arithmetic in one translation unit (paged_attention.cpp), so every kernel walks the same
+// blocks.
+void select_quest_blocks(const AttentionArgs& args, int64_t t, int64_t g);
 
 // Computes items [begin, end). `scratch` holds attention_scratch_floats(group, head_dim,
 // n_kv_heads) floats private to the calling thread.

@@ -439,7 +439,8 @@ void attend_tree_run(const AttentionArgs& args, int64_t run_begin, int64_t run_e
 // multiple of kAttentionTile). Per tile: a group stored quantized is read from its block (codes
 // unpacked, kivi_tile); a group stored as residual rows is read as written, and, for the queries
 // that read it quantized, quantized once per call exactly as compaction does
-// (KvCache::encode_group_units) and read as a stored one.
+// (KvCache::encode_group_units) and read as a stored one. A Quest row reads its selected groups
+// only, in ascending order.
 template <class Tile>
 void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_begin, int64_t t_end,
                       int64_t g, const int32_t* table, int64_t quantized,
@@ -536,90 +537,95 @@ void attend_kivi_rows(const AttentionArgs& args, int64_t run_begin, int64_t t_be
   int64_t max_ctx = 0;
   for (int64_t t = t_begin; t < t_end; ++t)
     max_ctx = std::max(max_ctx, int64_t{batch.positions[t]} + 1);
-  for (int64_t j0 = 0; j0 < max_ctx; j0 += kAttentionTile) {
-    const int64_t tile_keys = std::min(kAttentionTile, max_ctx - j0), gi = j0 / bs;
-    const bool stored_quantized = gi < quantized;
-    in_place = false;
-    // Whether some query of the run reads this tile quantized, and whether some reads its rows
-    // as written (a prompt chunk's queries past the residual window read its older groups
-    // quantized; decoding their rows as well would be wasted).
-    bool read_quantized = stored_quantized, read_rows = false;
-    for (int64_t t = t_begin; t < t_end && !stored_quantized; ++t) {
-      if (batch.positions[t] < j0) continue;
-      if (spec.kivi_quantized_tokens(batch.positions[t]) > j0)
-        read_quantized = true;
-      else
-        read_rows = true;
-    }
-    if (stored_quantized) {
-      // The next group's units, while this one is decoded (the hardware prefetcher does not
-      // follow the block table).
-      if (j0 % bs == 0 && gi + 1 < quantized) {
-        const std::byte* nk = args.cache->key_run(args.layer, table[gi + 1], g);
-        const std::byte* nv = args.cache->value_run(args.layer, table[gi + 1], g);
-        for (int64_t at = 0; at < k_unit_bytes; at += 64) __builtin_prefetch(nk + at);
-        for (int64_t at = 0; at < v_unit_bytes; at += 64) __builtin_prefetch(nv + at);
-      }
-      load_quantized(args.cache->key_run(args.layer, table[gi], g),
-                     args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys);
-    } else {
-      if (path == nullptr) {
-        // The group's residual blocks in order, rows_per rows each.
-        tile_rows(*args.cache, args.layer, g, layout.group_rows(table, gi), layout.rows_per_block,
-                  j0 % bs, tile_keys, k_src, v_src);
-      } else {
-        for (int64_t i = 0; i < tile_keys; ++i) {
-          const int64_t slot = residual_slot(j0 + i);
-          k_src[i] = args.cache->key_row(args.layer, slot, g);
-          v_src[i] = args.cache->value_row(args.layer, slot, g);
-        }
-      }
-      // One query reading the rows as written: in place, as in attend_items.
-      in_place = !read_quantized && t_end - t_begin == 1 && reads_in_place<Tile>(row_types, group);
-      if (read_rows && !in_place) {
-        load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
-        load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
-      }
-      if (read_quantized) {
-        const int32_t* rows = layout.group_rows(table, gi);
-        const uint64_t key = static_cast<uint64_t>(rows[0]) << 24 | static_cast<uint64_t>(g);
-        auto [it, fresh] = made.at.try_emplace(key, made.bytes.size());
-        if (fresh) {
-          made.bytes.resize(made.bytes.size() + static_cast<size_t>(k_unit_bytes + v_unit_bytes));
-          std::byte* unit = made.bytes.data() + it->second;
-          args.cache->encode_group_units(
-              args.layer, g, std::span<const int32_t>(rows, static_cast<size_t>(per_group)), unit,
-              unit + k_unit_bytes);
-        }
-        const std::byte* unit = made.bytes.data() + it->second;
-        load_quantized(unit, unit + k_unit_bytes, j0 % bs, tile_keys);
-      }
-    }
-    // The queries reading this tile's rows as written (decoded), two at a time.
-    auto row_queries = tile_queries<Tile>(k_rows, v_rows, head_dim, args.scale, scores);
-    auto quantized_queries = kivi_queries<Tile>(kt, args.scale, scores);
-    for (int64_t t = t_begin; t < t_end; ++t) {
-      const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
-      if (n_ctx <= j0) continue;
-      const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
-      const bool quantized_here = stored_quantized || spec.kivi_quantized_tokens(n_ctx - 1) > j0;
-      const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
-      const int64_t first = (t - run_begin) * group;
-      for (int64_t h = 0; h < group; ++h)
-        if (quantized_here)
-          quantized_queries.add(q + h * head_dim, nt, acc + (first + h) * head_dim,
-                                run_max[first + h], run_sum[first + h]);
-        else if (in_place)
-          tile_in_place<Tile>(row_types, head_dim, q + h * head_dim, k_src, v_src, nt, args.scale,
-                              scores, acc + (first + h) * head_dim, run_max[first + h],
-                              run_sum[first + h]);
+  // [0, max_ctx), or the groups a Quest row selected (such a row is a run of its own).
+  thread_local KeyRanges ranges;
+  key_ranges(args, t_begin, t_end, max_ctx, g, ranges);
+  for (const auto& [range_begin, range_end] : ranges)
+    for (int64_t j0 = range_begin; j0 < range_end; j0 += kAttentionTile) {
+      const int64_t tile_keys = std::min(kAttentionTile, range_end - j0), gi = j0 / bs;
+      const bool stored_quantized = gi < quantized;
+      in_place = false;
+      // Whether some query of the run reads this tile quantized, and whether some reads its rows
+      // as written (a prompt chunk's queries past the residual window read its older groups
+      // quantized; decoding their rows as well would be wasted).
+      bool read_quantized = stored_quantized, read_rows = false;
+      for (int64_t t = t_begin; t < t_end && !stored_quantized; ++t) {
+        if (batch.positions[t] < j0) continue;
+        if (spec.kivi_quantized_tokens(batch.positions[t]) > j0)
+          read_quantized = true;
         else
-          row_queries.add(q + h * head_dim, nt, acc + (first + h) * head_dim, run_max[first + h],
-                          run_sum[first + h]);
+          read_rows = true;
+      }
+      if (stored_quantized) {
+        // The next group's units, while this one is decoded (the hardware prefetcher does not
+        // follow the block table).
+        if (j0 % bs == 0 && gi + 1 < quantized && (gi + 1) * bs < range_end) {
+          const std::byte* nk = args.cache->key_run(args.layer, table[gi + 1], g);
+          const std::byte* nv = args.cache->value_run(args.layer, table[gi + 1], g);
+          for (int64_t at = 0; at < k_unit_bytes; at += 64) __builtin_prefetch(nk + at);
+          for (int64_t at = 0; at < v_unit_bytes; at += 64) __builtin_prefetch(nv + at);
+        }
+        load_quantized(args.cache->key_run(args.layer, table[gi], g),
+                       args.cache->value_run(args.layer, table[gi], g), j0 % bs, tile_keys);
+      } else {
+        if (path == nullptr) {
+          // The group's residual blocks in order, rows_per rows each.
+          tile_rows(*args.cache, args.layer, g, layout.group_rows(table, gi), layout.rows_per_block,
+                    j0 % bs, tile_keys, k_src, v_src);
+        } else {
+          for (int64_t i = 0; i < tile_keys; ++i) {
+            const int64_t slot = residual_slot(j0 + i);
+            k_src[i] = args.cache->key_row(args.layer, slot, g);
+            v_src[i] = args.cache->value_row(args.layer, slot, g);
+          }
+        }
+        // One query reading the rows as written: in place, as in attend_items.
+        in_place =
+            !read_quantized && t_end - t_begin == 1 && reads_in_place<Tile>(row_types, group);
+        if (read_rows && !in_place) {
+          load_rows<Tile>(k_row_type, k_src, tile_keys, head_dim, k_rows, k_tile);
+          load_rows<Tile>(v_row_type, v_src, tile_keys, head_dim, v_rows, v_tile);
+        }
+        if (read_quantized) {
+          const int32_t* rows = layout.group_rows(table, gi);
+          const uint64_t key = static_cast<uint64_t>(rows[0]) << 24 | static_cast<uint64_t>(g);
+          auto [it, fresh] = made.at.try_emplace(key, made.bytes.size());
+          if (fresh) {
+            made.bytes.resize(made.bytes.size() + static_cast<size_t>(k_unit_bytes + v_unit_bytes));
+            std::byte* unit = made.bytes.data() + it->second;
+            args.cache->encode_group_units(
+                args.layer, g, std::span<const int32_t>(rows, static_cast<size_t>(per_group)), unit,
+                unit + k_unit_bytes);
+          }
+          const std::byte* unit = made.bytes.data() + it->second;
+          load_quantized(unit, unit + k_unit_bytes, j0 % bs, tile_keys);
+        }
+      }
+      // The queries reading this tile's rows as written (decoded), two at a time.
+      auto row_queries = tile_queries<Tile>(k_rows, v_rows, head_dim, args.scale, scores);
+      auto quantized_queries = kivi_queries<Tile>(kt, args.scale, scores);
+      for (int64_t t = t_begin; t < t_end; ++t) {
+        const int64_t n_ctx = int64_t{batch.positions[t]} + 1;
+        if (n_ctx <= j0) continue;
+        const int64_t nt = std::min(kAttentionTile, n_ctx - j0);
+        const bool quantized_here = stored_quantized || spec.kivi_quantized_tokens(n_ctx - 1) > j0;
+        const float* q = args.q + (t * args.n_heads + g * group) * head_dim;
+        const int64_t first = (t - run_begin) * group;
+        for (int64_t h = 0; h < group; ++h)
+          if (quantized_here)
+            quantized_queries.add(q + h * head_dim, nt, acc + (first + h) * head_dim,
+                                  run_max[first + h], run_sum[first + h]);
+          else if (in_place)
+            tile_in_place<Tile>(row_types, head_dim, q + h * head_dim, k_src, v_src, nt, args.scale,
+                                scores, acc + (first + h) * head_dim, run_max[first + h],
+                                run_sum[first + h]);
+          else
+            row_queries.add(q + h * head_dim, nt, acc + (first + h) * head_dim, run_max[first + h],
+                            run_sum[first + h]);
+      }
+      row_queries.flush();
+      quantized_queries.flush();
     }
-    row_queries.flush();
-    quantized_queries.flush();
-  }
 }
 
 // A run of a KIVI cache: a chain's queries share tiles; a tree's rows are walked one at a time.
@@ -666,8 +672,8 @@ void attend_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, i
   const bool kivi = shape.kivi();
   thread_local KeyRanges ranges;
   key_ranges(args, run_begin, run_end, max_ctx, g, ranges);
-  VESPER_CHECK(!walks_alone(args, run_begin) || (!kivi && !tree),
-               "a gap or a block selection in a KIVI cache or a tree row");
+  VESPER_CHECK(!walks_alone(args, run_begin) || (!tree && !(kivi && has_gap(batch, run_begin))),
+               "a gap or a block selection in a tree row, or a gap in a KIVI cache");
   if (kivi)
     attend_kivi_run<Tile>(args, run_begin, run_end, g, table, tree, scratch);
   else if (tree)
@@ -777,6 +783,10 @@ void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* 
     const int64_t block_end = std::min(block_begin + kAttentionQueryBlock, batch.num_tokens);
     const int64_t g_begin = w % n_kv, g_end = std::min(n_kv, g_begin + (end - w));
     w += g_end - g_begin;
+    // Quest: this item's rows' choices through its KV heads, before the walk reads them.
+    for (int64_t t = block_begin; t < block_end && args.sel_offsets != nullptr; ++t)
+      if (has_selection(args, t))
+        for (int64_t g = g_begin; g < g_end; ++g) select_quest_blocks(args, t, g);
     for (int64_t run_begin = block_begin, run_end; run_begin < block_end; run_begin = run_end) {
       // A run: consecutive tokens of one sequence (one block table).
       const int32_t seq = batch.token_seq[run_begin];
