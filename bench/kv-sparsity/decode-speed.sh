@@ -9,7 +9,8 @@
 #
 # The models are random-weight llama files with a context long enough for D: with --make, written
 # by `vesper synth` (bench/make-models' shapes, Llama 2's vocabulary) as
-# bench/models/llama-SIZE-TYPE-ctxC.gguf, C the next power of two at or above D + 64.
+# bench/models/llama-SIZE-TYPE-ctxC.gguf, C 32768 (or the next power of two at or above the
+# largest D + 64).
 #
 # usage: bench/kv-sparsity/decode-speed.sh [options] SIZE-TYPE ...   (e.g. 110m-q4_0 1b-q4_0)
 #   -d "LIST"        contexts (default "4096 16384")
@@ -62,7 +63,7 @@ read -r sinks win <<<"$window"
 
 most=0
 for d in $depths; do [ "$d" -gt "$most" ] && most="$d"; done
-ctx=1024
+ctx=32768
 while [ "$ctx" -lt $((most + 64)) ]; do ctx=$((ctx * 2)); done
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }

@@ -87,6 +87,9 @@ class SamplingParams:
     # requests of the same salt.
     skip_reading_prefix_cache: bool = False
     cache_salt: Optional[str] = None
+    # KV sparsity (the engine's kv_window / kv_sparsity="quest"), per request: "auto" follows the
+    # engine, "none" attends densely (the HTTP API's "kv_sparsity").
+    kv_sparsity: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.output_kind, int) and not isinstance(self.output_kind, bool):

@@ -126,6 +126,13 @@ ConvertedParams convert_sampling_params(py::handle params) {
     if (salt->empty()) throw py::value_error("SamplingParams.cache_salt must not be empty");
     p.cache_salt = *salt;
   }
+  if (const auto sparsity = f.string("kv_sparsity")) {
+    if (*sparsity != "none" && *sparsity != "auto")
+      throw py::value_error("SamplingParams.kv_sparsity must be \"none\" (attend densely) or "
+                            "\"auto\" (the engine's KV sparsity), got \"" +
+                            *sparsity + "\"");
+    p.kv_dense = *sparsity == "none";
+  }
   c.constraint = read_constraint(f);
   if (auto st = p.validate(); !st)
     throw py::value_error(std::string(kOwner) + ": " + st.error().message);

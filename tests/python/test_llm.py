@@ -191,3 +191,19 @@ def test_engine_seed_makes_unseeded_requests_repeat():
                      for o in seeded.generate(["Once upon a time"] * 4, params, use_tqdm=False)])
     assert runs[0] == runs[1]
     assert len({tuple(ids) for ids in runs[0]}) > 1  # one seed per request, not one for all
+
+
+def test_kv_sparsity_per_request():
+    # A 4 + 16 window changes 100 greedy tokens; SamplingParams(kv_sparsity="none") opts a request
+    # out: the engine without a window gives the same ids. A bad value names the field.
+    params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    windowed = LLM(STORIES, kv_window=16, kv_sink_tokens=4, **ENGINE_ARGS)
+    dense = LLM(STORIES, **ENGINE_ARGS)
+    want = dense.generate("Once upon a time", params, use_tqdm=False)[0].outputs[0].token_ids
+    got = windowed.generate("Once upon a time", params, use_tqdm=False)[0].outputs[0].token_ids
+    assert got != want
+    params.kv_sparsity = "none"
+    out = windowed.generate("Once upon a time", params, use_tqdm=False)[0].outputs[0].token_ids
+    assert out == want
+    with pytest.raises(ValueError, match="kv_sparsity"):
+        SamplingParams(kv_sparsity="sparse")
