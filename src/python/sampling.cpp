@@ -128,9 +128,10 @@ ConvertedParams convert_sampling_params(py::handle params) {
   }
   if (const auto sparsity = f.string("kv_sparsity")) {
     if (*sparsity != "none" && *sparsity != "auto")
-      throw py::value_error("SamplingParams.kv_sparsity must be \"none\" (attend densely) or "
-                            "\"auto\" (the engine's KV sparsity), got \"" +
-                            *sparsity + "\"");
+      throw py::value_error(
+          "SamplingParams.kv_sparsity must be \"none\" (attend densely) or "
+          "\"auto\" (the engine's KV sparsity), got \"" +
+          *sparsity + "\"");
     p.kv_dense = *sparsity == "none";
   }
   c.constraint = read_constraint(f);
