@@ -1,8 +1,9 @@
 // The AVX2 arithmetic of paged attention over a tile of a KIVI group (attention_kernel.h's
-// contract, attention_walk.h's KiviTile): unpacking a group's 2- or 4-bit codes and parameters,
-// the keys' scores as exact integer dot products of the query's 16-bit terms with the codes, and
-// the values' weighted sums per channel run from the codes (through attention_avx2_rows.h's
-// accumulate_partials for two queries). Attention_avx2.cpp's tile calls these.
+// contract, attention_walk_tiles.h's KiviTile): unpacking a group's 2- or 4-bit codes and
+// parameters, the keys' scores as exact integer dot products of the query's 16-bit terms with the
+// codes, and the values' weighted sums per channel run from the codes (through
+// attention_avx2_rows.h's accumulate_partials for two queries). Attention_avx2.cpp's tile calls
+// these.
 //
 // Include only from attention_avx2.cpp (its flags; see attention_avx2_rows.h).
 #pragma once
@@ -17,7 +18,7 @@
 
 #include "backend/cpu/attention_avx2_rows.h"
 #include "backend/cpu/attention_kernel.h"
-#include "backend/cpu/attention_walk.h"
+#include "backend/cpu/attention_walk_tiles.h"
 #include "backend/kv_codec.h"
 
 namespace vesper::backend::cpu {
