@@ -178,22 +178,24 @@ void KvCache::quantize_group(std::span<const int32_t> rows, int64_t dst, ThreadP
   // Quest: the group's bounds are those of its rows as written (the union of its residual blocks'
   // bounds), the same whether a query reads the group stored quantized or from those rows.
   if (!bounds_.empty())
-    for (int64_t l = 0; l < spec_.n_layers; ++l) group_key_bounds(l, rows, dst);
+    for (int64_t l = 0; l < spec_.n_layers; ++l)
+      for (int64_t h = 0; h < spec_.n_kv_heads; ++h)
+        union_key_bounds(l, rows, h,
+                         bounds_[static_cast<size_t>(l)].data() +
+                             (dst * spec_.n_kv_heads + h) * 2 * spec_.head_dim);
 }
 
-void KvCache::group_key_bounds(int64_t layer, std::span<const int32_t> rows, int64_t dst) {
-  const int64_t hd = spec_.head_dim, nb = spec_.n_kv_heads * 2 * hd;
-  float* out = bounds_[static_cast<size_t>(layer)].data() + dst * nb;
-  const float* first = key_bounds(layer, rows[0], 0);
-  std::copy_n(first, nb, out);
-  for (size_t i = 1; i < rows.size(); ++i) {
-    const float* in = key_bounds(layer, rows[i], 0);
-    for (int64_t h = 0; h < spec_.n_kv_heads; ++h)
-      for (int64_t c = 0; c < hd; ++c) {
-        const int64_t lo = h * 2 * hd + c, hi = lo + hd;
-        out[lo] = std::min(out[lo], in[lo]);
-        out[hi] = std::max(out[hi], in[hi]);
-      }
+void KvCache::union_key_bounds(int64_t layer, std::span<const int32_t> blocks, int64_t head,
+                               float* out) const {
+  const int64_t hd = spec_.head_dim;
+  const float* first = key_bounds(layer, blocks[0], head);
+  std::copy_n(first, 2 * hd, out);
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    const float* in = key_bounds(layer, blocks[i], head);
+    for (int64_t c = 0; c < hd; ++c) {
+      out[c] = std::min(out[c], in[c]);
+      out[hd + c] = std::max(out[hd + c], in[hd + c]);
+    }
   }
 }
 

@@ -122,6 +122,11 @@ class KvCache {
   }
   // Recomputes every head's key bounds of `block` in `layer` over its rows 0..last_row.
   void update_key_bounds(int64_t layer, int64_t block, int64_t last_row);
+  // Head `head`'s key bounds over `blocks` together (elementwise minima and maxima of theirs)
+  // into out[2 * head_dim]: a KIVI group's, from its residual blocks (quantize_group stores it
+  // with the group; Quest's selection takes it for a group still held as rows).
+  void union_key_bounds(int64_t layer, std::span<const int32_t> blocks, int64_t head,
+                        float* out) const;
   // Bytes of storage (K and V, all layers).
   int64_t bytes() const { return n_blocks_ * spec_.bytes_per_block(); }
 
@@ -138,8 +143,6 @@ class KvCache {
   // (core/large_buffer.h): attention reads scattered 4-8 KiB runs of it, a TLB miss each on small
   // pages.
   std::vector<Storage> k_, v_;
-  // Stores in block `dst` of `layer` the union of the key bounds of blocks `rows` (quantize_group).
-  void group_key_bounds(int64_t layer, std::span<const int32_t> rows, int64_t dst);
   // Quest's key bounds per layer ([block][head][2][head_dim]; empty without them).
   std::vector<std::vector<float>> bounds_;
   // Calibrated fp8 scales (empty: every row its own): per layer whether fixed, and the f16 bits

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/attention_cpu.h"
@@ -142,17 +143,10 @@ const float* group_bounds(const KvCache& cache, int64_t layer, const int32_t* ta
   const int64_t entry = layout.group_entry(b);
   if (layout.blocks_per_group == 1 || b < layout.quantized_groups)
     return cache.key_bounds(layer, table[entry], g);
-  const int64_t hd = cache.spec().head_dim;
-  const float* first = cache.key_bounds(layer, table[entry], g);
-  merged.assign(first, first + 2 * hd);
-  for (int64_t i = 1; i < layout.blocks_per_group; ++i) {
-    const float* in = cache.key_bounds(layer, table[entry + i], g);
-    for (int64_t c = 0; c < hd; ++c) {
-      merged[static_cast<size_t>(c)] = std::min(merged[static_cast<size_t>(c)], in[c]);
-      merged[static_cast<size_t>(hd + c)] =
-          std::max(merged[static_cast<size_t>(hd + c)], in[hd + c]);
-    }
-  }
+  merged.resize(static_cast<size_t>(2 * cache.spec().head_dim));
+  cache.union_key_bounds(
+      layer, std::span<const int32_t>(table + entry, static_cast<size_t>(layout.blocks_per_group)),
+      g, merged.data());
   return merged.data();
 }
 
