@@ -1,6 +1,10 @@
 // `vesper synth`: writes a random-weight llama-family model of any shape and weight type, with a
 // real tokenizer copied from a donor GGUF: benchmark inputs at realistic sizes (never committed).
+#include <filesystem>
+
 #include "cli/commands.h"
+#include "gguf/safetensors.h"
+#include "hf/checkpoint_writer.h"
 #include "lora/synth_adapter.h"
 #include "model/synth.h"
 #include "model/widen.h"
@@ -14,6 +18,7 @@ struct SynthOptions {
   std::string type = "f32";
   bool type_given = false;
   std::string out;
+  std::string format = "gguf";  // --format: gguf, or hf (a checkpoint directory)
   int threads = 0;
   std::string
       widen_from;  // --widen-from: widen this trained model instead of writing random weights
@@ -25,7 +30,37 @@ struct SynthOptions {
   float lora_alpha = 32.0f;
 };
 
+// --format hf: the model is written as GGUF beside the checkpoint first, then as the checkpoint
+// (hf::write_checkpoint), so both formats hold the same weights.
+int write_checkpoint(const SynthOptions& o, ThreadPool& pool) {
+  if (!gguf::is_float_dtype(o.spec.type))
+    return fail("--format hf: --type \"" + o.type + "\" is not a checkpoint's (f32, f16 or bf16)");
+  if (o.spec.vocab_from.empty() ||
+      !std::filesystem::exists(std::filesystem::path(o.spec.vocab_from) / "tokenizer.json"))
+    return fail(
+        "--format hf: --vocab-from must name a directory with a tokenizer.json (a "
+        "checkpoint's), which the checkpoint gets");
+  std::error_code ec;
+  std::filesystem::create_directories(o.out, ec);
+  if (ec) return fail(o.out + ": cannot create the directory: " + ec.message());
+  const std::string staging = o.out + "/.synth.gguf.partial";
+  auto written = model::write_synthetic_model(o.spec, staging, pool);
+  if (written) {
+    auto gguf = gguf::GgufFile::open(staging);
+    written = gguf ? hf::write_checkpoint(*gguf, o.out, o.spec.vocab_from) : Status(gguf.error());
+  }
+  std::filesystem::remove(staging, ec);
+  if (!written) return fail(written.error().message);
+  std::fprintf(stderr, "wrote %s\n", o.out.c_str());
+  return 0;
+}
+
 int run_synth(SynthOptions& o) {
+  if (o.format == "hf" &&
+      (o.lora_rank > 0 || !o.lora_base.empty() || !o.widen_medusa.empty() || !o.widen_from.empty()))
+    return fail(
+        "--format hf writes a random-weight model: not with --base, --lora-rank, "
+        "--widen-from or --widen-medusa");
   if (o.lora_rank > 0 || !o.lora_base.empty()) {
     if (o.lora_base.empty() || o.lora_rank <= 0)
       return fail("a synthetic adapter needs both --base MODEL.gguf and --lora-rank R");
@@ -66,6 +101,7 @@ int run_synth(SynthOptions& o) {
     std::fprintf(stderr, "wrote %s\n", o.out.c_str());
     return 0;
   }
+  if (o.format == "hf") return write_checkpoint(o, pool);
   if (auto st = model::write_synthetic_model(o.spec, o.out, pool); !st)
     return fail(st.error().message);
   std::fprintf(stderr, "wrote %s\n", o.out.c_str());
@@ -102,7 +138,9 @@ CommandRunner add_synth_command(CLI::App& app) {
   cmd->add_option("--context-length", s.context_length, "Context length")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--vocab-from", s.vocab_from, "Donor GGUF whose tokenizer is copied");
+  cmd->add_option(
+      "--vocab-from", s.vocab_from,
+      "Donor of the tokenizer: a GGUF, or a directory with a Hugging Face tokenizer.json");
   cmd->add_option("--type", o->type,
                   "Weight type (q4_0, q8_0, q4_k, f16, ...); an adapter's: f16 (default), f32, "
                   "bf16 or q8_0")
@@ -133,7 +171,14 @@ CommandRunner add_synth_command(CLI::App& app) {
          "--widen-from pads a model, so they propose for the widened model exactly what they "
          "propose for the original; -o names the output directory")
       ->excludes("--widen-from");
-  cmd->add_option("-o,--output", o->out, "Output GGUF file (a directory with --widen-medusa)")
+  cmd->add_option("--format", o->format,
+                  "gguf, or hf: a Hugging Face checkpoint directory (config.json, "
+                  "model.safetensors, and --vocab-from's tokenizer files, which it must hold); "
+                  "--type f32, f16 or bf16")
+      ->check(CLI::IsMember({"gguf", "hf"}))
+      ->capture_default_str();
+  cmd->add_option("-o,--output", o->out,
+                  "Output GGUF file (a directory with --format hf or --widen-medusa)")
       ->required();
   return [o] { return run_synth(*o); };
 }

@@ -1,6 +1,7 @@
 #include "model/synth.h"
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "hf/model_file.h"
 #include "model/quantize.h"
 #include "tensor/quant.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace vesper::model {
 namespace {
@@ -116,7 +118,15 @@ Status write_synthetic_model(const SynthSpec& s, const std::string& path, Thread
   }
 
   int64_t n_vocab = s.n_vocab;
-  if (!s.vocab_from.empty()) {
+  if (!s.vocab_from.empty() && std::filesystem::is_directory(s.vocab_from)) {
+    // A Hugging Face tokenizer directory (a checkpoint's, or tokenizer files alone).
+    VESPER_ASSIGN_OR_RETURN(auto tokenizer, tokenizer::hf_tokenizer_metadata(s.vocab_from));
+    for (auto& [key, value] : tokenizer) {
+      if (key == "tokenizer.ggml.tokens" && value.as_array() != nullptr)
+        n_vocab = static_cast<int64_t>(value.as_array()->items.size());
+      w.set(key, std::move(value));
+    }
+  } else if (!s.vocab_from.empty()) {
     VESPER_ASSIGN_OR_RETURN(gguf::GgufFile donor, hf::open_model_file(s.vocab_from));
     const gguf::Array* tokens = nullptr;
     VESPER_ASSIGN_OR_RETURN(tokens,

@@ -29,7 +29,9 @@ struct SynthSpec {
   bool tied_embeddings = false;     // no output.weight
   tensor::GgmlType type = tensor::GgmlType::kF32;  // weight matrices; falls back per row length
   uint64_t seed = 1;
-  std::string vocab_from;  // a GGUF whose tokenizer.* metadata is copied; empty: a byte vocab
+  // A GGUF whose tokenizer.* metadata is copied, or a directory with a Hugging Face tokenizer.json
+  // (a checkpoint's or tokenizer files alone); empty: a byte vocabulary.
+  std::string vocab_from;
 };
 
 Status write_synthetic_model(const SynthSpec& spec, const std::string& path, ThreadPool& pool);

@@ -58,6 +58,44 @@ TEST(CliHfCheckpoint, PerplexityOnTheCheckpointEqualsTheGgufs) {
   EXPECT_EQ(ppl(kHfStories), ppl(kGgufStories));
 }
 
+TEST(CliHfCheckpoint, SynthWritesACheckpointThatRunsAsItsGguf) {
+  // The benchmark checkpoints of `vesper synth --format hf` hold the GGUF's weights: the same
+  // greedy ids from either.
+  const std::string dir = ::testing::TempDir() + "vesper_synth_hf";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> shape = {
+      "synth",       "--n-layer", "2",      "--n-embd", "64",           "--n-head", "4",
+      "--n-head-kv", "2",         "--n-ff", "128",      "--vocab-from", kHfStories};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_vesper(args, "synth");
+  };
+  auto gguf = with({"--type", "f16", "-o", dir + "/m.gguf"});
+  ASSERT_EQ(gguf.exit_code, 0) << gguf.err;
+  auto hf = with({"--type", "f16", "--format", "hf", "-o", dir + "/ckpt"});
+  ASSERT_EQ(hf.exit_code, 0) << hf.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt/config.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt/.synth.gguf.partial"));
+  const auto ids = generated_ids(dir + "/ckpt", "synth_hf");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(ids, generated_ids(dir + "/m.gguf", "synth_gguf"));
+
+  auto quantized = with({"--format", "hf", "--type", "q4_0", "-o", dir + "/bad"});
+  EXPECT_NE(quantized.exit_code, 0);
+  EXPECT_NE(quantized.err.find("--type \"q4_0\" is not a checkpoint's"), std::string::npos)
+      << quantized.err;
+  auto donor = run_vesper({"synth", "--format", "hf", "--type", "f16", "--vocab-from", kGgufStories,
+                           "-o", dir + "/bad"},
+                          "synth");
+  EXPECT_NE(donor.exit_code, 0);
+  EXPECT_NE(donor.err.find("--vocab-from must name a directory with a tokenizer.json"),
+            std::string::npos)
+      << donor.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliHfCheckpoint, ConvertWritesTheGgufConversionOfTheWeights) {
   const std::string out = ::testing::TempDir() + "vesper_converted_stories260K.gguf";
   auto c = run_vesper({"convert", kHfStories, "-o", out}, "convert");
