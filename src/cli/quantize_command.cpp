@@ -38,9 +38,10 @@ int run_exl2(const WriteOptions& o) {
   hf::Exl2WriteOptions options;
   options.bits = o.bits;
   options.head_bits = o.head_bits;
+  ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
   auto report =
-      hf::write_exl2_checkpoint(o.in_path, o.out_path, options, [&](const std::string& layer) {
-        if (tty) std::fprintf(stderr, "\rquantizing %-60s\033[K", layer.c_str());
+      hf::write_exl2_checkpoint(o.in_path, o.out_path, options, pool, [&](const std::string& step) {
+        if (tty) std::fprintf(stderr, "\r%-70s\033[K", step.c_str());
       });
   if (tty) std::fputc('\n', stderr);
   if (!report) return fail(report.error().message);

@@ -57,26 +57,57 @@ Exl2PackInput quantize_exl2_layer(const float* w, int64_t n, int64_t k, const Ex
     const int64_t rows = plan.groups[g].rows;
     const int zero = 1 << (bits - 1);
     const int top = (1 << bits) - 1;
+    // The group's weights gathered column by column ([n][rows], packed row order), once.
+    std::vector<float> x(static_cast<size_t>(n * rows));
+    std::vector<float> column_max(static_cast<size_t>(n), 0.0f);
     float largest = 0.0f;
-    for (int64_t r = first; r < first + rows; ++r)
-      for (int64_t c = 0; c < n; ++c) largest = std::max(largest, std::abs(w[c * k + input_of(r)]));
+    for (int64_t c = 0; c < n; ++c) {
+      float* xc = x.data() + c * rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        xc[r] = w[c * k + input_of(first + r)];
+        column_max[static_cast<size_t>(c)] =
+            std::max(column_max[static_cast<size_t>(c)], std::abs(xc[r]));
+      }
+      largest = std::max(largest, column_max[static_cast<size_t>(c)]);
+    }
     // Each column's best scale code under a group scale_max; the group's total squared error.
-    // `store` writes the codes and scale codes.
+    // `store` writes the codes and scale codes. The codes tried are those around the smallest
+    // that reaches the column's largest weight: three smaller (clipping it for finer steps) and
+    // one larger. Further from it the steps are coarser or the clipping heavier: on stories260K
+    // the search of all 16 gave no better perplexity at 4, 6 or 8 bits per weight, and made
+    // quantizing a 1B model take hours.
+    std::vector<float> squared(static_cast<size_t>(rows));
+    const float lowest = static_cast<float>(-zero), highest = static_cast<float>(top - zero);
+    // x / scale clamped to the codes' range and rounded to the nearest integer (ties to even):
+    // adding and taking away 1.5 * 2^23 rounds a float below 2^22 in magnitude, in registers,
+    // where std::lround was a library call per weight (most of a 1B model's quantizing time).
+    const auto level = [&](float v, float scale) {
+      const float clamped = std::clamp(v / scale, lowest, highest);
+      return (clamped + 12582912.0f) - 12582912.0f;
+    };
     const auto fit = [&](float scale_max, bool store) {
+      float scales[16];
+      for (int code = 0; code < 16; ++code) scales[code] = scale_of(scale_max, code);
       double total = 0.0;
       for (int64_t c = 0; c < n; ++c) {
-        double best_error = INFINITY;
-        int best_code = 15;
-        for (int code = 0; code < 16; ++code) {
-          const float scale = scale_of(scale_max, code);
-          if (scale <= 0.0f) continue;
-          double error = 0.0;
-          for (int64_t r = first; r < first + rows && error < best_error; ++r) {
-            const float x = w[c * k + input_of(r)];
-            const int q = std::clamp(static_cast<int>(std::lround(x / scale)) + zero, 0, top);
-            const double d = static_cast<double>(x) - static_cast<double>(q - zero) * scale;
-            error += d * d;
+        const float* xc = x.data() + c * rows;
+        int reach = 15;
+        for (int code = 0; code < 16; ++code)
+          if (scales[code] * static_cast<float>(zero) >= column_max[static_cast<size_t>(c)]) {
+            reach = code;
+            break;
           }
+        double best_error = INFINITY;
+        int best_code = reach;
+        for (int code = std::max(0, reach - 3); code <= std::min(15, reach + 1); ++code) {
+          const float scale = scales[code];
+          if (scale <= 0.0f) continue;
+          for (int64_t r = 0; r < rows; ++r) {  // no reduction here, so this loop vectorizes
+            const float d = xc[r] - level(xc[r], scale) * scale;
+            squared[static_cast<size_t>(r)] = d * d;
+          }
+          double error = 0.0;
+          for (int64_t r = 0; r < rows; ++r) error += squared[static_cast<size_t>(r)];
           if (error < best_error) {
             best_error = error;
             best_code = code;
@@ -86,12 +117,9 @@ Exl2PackInput quantize_exl2_layer(const float* w, int64_t n, int64_t k, const Ex
         if (!store) continue;
         out.scale_codes[g * static_cast<size_t>(n) + static_cast<size_t>(c)] =
             static_cast<uint8_t>(best_code);
-        const float scale = scale_of(scale_max, best_code);
-        for (int64_t r = first; r < first + rows; ++r) {
-          const float x = w[c * k + input_of(r)];
-          out.codes[static_cast<size_t>(r * n + c)] = static_cast<uint8_t>(
-              std::clamp(static_cast<int>(std::lround(x / scale)) + zero, 0, top));
-        }
+        for (int64_t r = 0; r < rows; ++r)
+          out.codes[static_cast<size_t>((first + r) * n + c)] =
+              static_cast<uint8_t>(static_cast<int>(level(xc[r], scales[best_code])) + zero);
       }
       return total;
     };

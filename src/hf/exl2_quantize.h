@@ -16,7 +16,8 @@ struct Exl2LayerPlan {
 };
 
 // W is [n][k] row-major (torch's [out_features, in_features]). Each column's scale code minimizes
-// the squared error of its rounded codes, scales as exl2_format.h computes them (in fp16); each
+// the squared error of its rounded codes among the five codes around the smallest that reaches
+// the column's largest weight, scales as exl2_format.h computes them (in fp16); each
 // group's scale_max is the one of {1, 0.9, 0.8, 0.7, 0.6} x (the group's largest |w| / 2^(bits-1))
 // whose columns err least in total (clipping the largest weights can cost less than the coarser
 // steps that reaching them takes).

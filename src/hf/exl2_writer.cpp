@@ -1,11 +1,13 @@
 #include "hf/exl2_writer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -97,19 +99,56 @@ void measure(Layer& l) {
   for (int64_t o = 0; o < l.n; ++o)
     for (int64_t i = 0; i < l.k; ++i)
       norm += importance[static_cast<size_t>(i)] * l.w[o * l.k + i] * l.w[o * l.k + i];
+  // A group's quantization depends only on its rows and its width, so each width is quantized
+  // once for every group, and a plan's error is the sum of its groups' errors at their widths.
+  const size_t n_groups = static_cast<size_t>((l.k + kGroupRows - 1) / kGroupRows);
+  std::vector<std::vector<double>> group_error(std::size(kWidths));  // [width][group]
+  for (size_t wi = 0; wi < std::size(kWidths); ++wi) {
+    Exl2LayerPlan uniform;
+    uniform.perm = l.perm;
+    for (int64_t r = 0; r < l.k; r += kGroupRows)
+      uniform.groups.push_back({kWidths[wi], std::min(kGroupRows, l.k - r)});
+    const std::vector<float> q =
+        dequantize_exl2_layer(quantize_exl2_layer(l.w.data(), l.n, l.k, uniform));
+    std::vector<double>& errors = group_error[wi];
+    errors.assign(n_groups, 0.0);
+    for (int64_t o = 0; o < l.n; ++o)
+      for (int64_t r = 0; r < l.k; ++r) {
+        const size_t i = static_cast<size_t>(l.perm[static_cast<size_t>(r)]);
+        const double d = double{l.w[o * l.k + static_cast<int64_t>(i)]} - q[o * l.k + i];
+        errors[static_cast<size_t>(r / kGroupRows)] += importance[i] * d * d;
+      }
+  }
   l.plans = ladder(l.k, l.perm);
   for (const Exl2LayerPlan& p : l.plans) {
-    const std::vector<float> q =
-        dequantize_exl2_layer(quantize_exl2_layer(l.w.data(), l.n, l.k, p));
     double error = 0;
-    for (int64_t o = 0; o < l.n; ++o)
-      for (int64_t i = 0; i < l.k; ++i) {
-        const double d = double{l.w[o * l.k + i]} - q[static_cast<size_t>(o * l.k + i)];
-        error += importance[static_cast<size_t>(i)] * d * d;
-      }
+    for (size_t g = 0; g < p.groups.size(); ++g) {
+      const size_t wi =
+          static_cast<size_t>(std::find(std::begin(kWidths), std::end(kWidths), p.groups[g].bits) -
+                              std::begin(kWidths));
+      error += group_error[wi][g];
+    }
     l.error.push_back(norm > 0 ? error / norm : 0.0);
     l.bits.push_back(plan_bits(p, l.k));
   }
+}
+
+// Runs fn(i) for each i in [0, n) on the pool's threads, each taking the next index as it is
+// free (layers differ in size); `progress` is called with each index as it starts, one call at
+// a time.
+void for_each_layer(ThreadPool& pool, size_t n, const std::function<void(size_t)>& fn,
+                    const std::function<void(size_t)>& progress) {
+  std::atomic<size_t> next{0};
+  std::mutex progress_mutex;
+  pool.run([&](int, int) {
+    for (size_t i = next++; i < n; i = next++) {
+      if (progress) {
+        std::lock_guard<std::mutex> lock(progress_mutex);
+        progress(i);
+      }
+      fn(i);
+    }
+  });
 }
 
 // Greedy allocation: the move with the largest error reduction per extra bit, while the average
@@ -147,7 +186,7 @@ double allocate(std::vector<Layer>& layers, double target) {
 
 Result<Exl2WriteReport> write_exl2_checkpoint(
     const std::string& in_dir, const std::string& out_dir, const Exl2WriteOptions& options,
-    const std::function<void(const std::string&)>& progress) {
+    ThreadPool& pool, const std::function<void(const std::string&)>& progress) {
   if (options.bits < 2.0 + kScaleBits || options.bits > 8.0 + kScaleBits)
     return make_error("--bits " + std::to_string(options.bits) + " is outside [2.125, 8.125]");
   // Everything the loader checks (shapes against config.json, names, dtypes) holds first.
@@ -200,29 +239,43 @@ Result<Exl2WriteReport> write_exl2_checkpoint(
           {t.name, t.type, t.shape, t.data});  // as stored (the mapping outlives the write)
     }
 
-  for (Layer& l : blocks) {
-    if (progress) progress(l.name);
-    measure(l);
-  }
+  for_each_layer(
+      pool, blocks.size(), [&](size_t i) { measure(blocks[i]); },
+      [&](size_t i) {
+        if (progress) progress("measuring " + blocks[i].name);
+      });
   report.bits = allocate(blocks, options.bits);
 
-  std::vector<Exl2PackedLayer> packed;
-  packed.reserve(blocks.size() + 1);
-  auto emit = [&](const Layer& l, const Exl2LayerPlan& plan) {
-    packed.push_back(pack_exl2(quantize_exl2_layer(l.w.data(), l.n, l.k, plan)));
-    const std::string prefix = l.name.substr(0, l.name.size() - std::string(".weight").size());
-    for (gguf::SafetensorsTensorData& d : packed.back().tensors(prefix))
-      out.push_back(std::move(d));
-    ++report.layers;
-  };
-  for (const Layer& l : blocks) emit(l, l.plans[l.chosen]);
+  // Each layer quantized at its chosen plan (lm_head at --head-bits), in parallel, then written
+  // in the checkpoint's order.
+  std::vector<const Layer*> layers;
+  std::vector<Exl2LayerPlan> plans;
+  for (const Layer& l : blocks) {
+    layers.push_back(&l);
+    plans.push_back(l.plans[l.chosen]);
+  }
   if (has_head) {
-    if (progress) progress(head.name);
-    Layer& l = head;
     Exl2LayerPlan plan;
-    for (int64_t r = 0; r < l.k; r += kGroupRows)
-      plan.groups.push_back({supported_width(options.head_bits), std::min(kGroupRows, l.k - r)});
-    emit(l, plan);
+    for (int64_t r = 0; r < head.k; r += kGroupRows)
+      plan.groups.push_back({supported_width(options.head_bits), std::min(kGroupRows, head.k - r)});
+    layers.push_back(&head);
+    plans.push_back(std::move(plan));
+  }
+  std::vector<Exl2PackedLayer> packed(layers.size());
+  for_each_layer(
+      pool, layers.size(),
+      [&](size_t i) {
+        const Layer& l = *layers[i];
+        packed[i] = pack_exl2(quantize_exl2_layer(l.w.data(), l.n, l.k, plans[i]));
+      },
+      [&](size_t i) {
+        if (progress) progress("quantizing " + layers[i]->name);
+      });
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::string& name = layers[i]->name;
+    const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
+    for (gguf::SafetensorsTensorData& d : packed[i].tensors(prefix)) out.push_back(std::move(d));
+    ++report.layers;
   }
 
   std::error_code ec;

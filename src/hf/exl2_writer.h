@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/result.h"
+#include "core/thread_pool.h"
 
 namespace vesper::hf {
 
@@ -39,9 +40,11 @@ struct Exl2WriteReport {
 
 // Writes the checkpoint in `in_dir` (f32/f16/bf16 weights) as EXL2 into `out_dir` (created;
 // config.json gains quantization_config, the tokenizer files are copied). `progress`, if given,
-// gets each layer's name as it is quantized. Errors name the file and the fault.
+// gets what is being done to which layer as it starts ("measuring ..." then "quantizing ..."),
+// one call at a time. Layers are measured and quantized on `pool`'s threads, each layer on one
+// (the result does not depend on the thread count). Errors name the file and the fault.
 Result<Exl2WriteReport> write_exl2_checkpoint(
     const std::string& in_dir, const std::string& out_dir, const Exl2WriteOptions& options,
-    const std::function<void(const std::string&)>& progress = {});
+    ThreadPool& pool, const std::function<void(const std::string&)>& progress = {});
 
 }  // namespace vesper::hf

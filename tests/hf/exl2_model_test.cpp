@@ -96,7 +96,8 @@ std::vector<int32_t> greedy(model::Model& m, std::vector<int32_t> tokens, int n)
 
 TEST(Exl2Model, RepackedLayersGiveTheFormatsWeightsExactly) {
   // Mixed widths (every kind of part), a reversed act order.
-  for (const auto& [bits, high] : std::vector<std::pair<int, int>>{{2, 3}, {4, 5}, {6, 8}}) {
+  for (const auto& widths : std::vector<std::pair<int, int>>{{2, 3}, {4, 5}, {6, 8}}) {
+    const int bits = widths.first, high = widths.second;  // captured below (clang 14: no bindings)
     SCOPED_TRACE(std::to_string(bits) + "/" + std::to_string(high) + " bits");
     Exl2Stories ck("weights" + std::to_string(bits),
                    [&](int64_t k) { return plan_for(k, bits, high, 0.5, 32); });
