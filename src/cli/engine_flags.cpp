@@ -339,7 +339,11 @@ Status speculative_config(const EngineFlags& f, engine::SpeculativeConfig& spec)
     const auto j = nlohmann::json::parse(f.speculative_config, nullptr, false);
     if (j.is_discarded() || !j.is_object())
       return make_error("--speculative-config must be a JSON object");
-    for (const auto& [key, value] : j.items()) {
+    for (const auto& item : j.items()) {
+      // Named copies, not structured bindings: lambdas capture these (clang 14 cannot capture a
+      // structured binding).
+      const std::string& key = item.key();
+      const nlohmann::json& value = item.value();
       auto integer = [&](int64_t& out) -> Status {
         if (!value.is_number_integer() || value.get<int64_t>() < 1)
           return make_error("--speculative-config: \"" + key + "\" must be a positive integer");

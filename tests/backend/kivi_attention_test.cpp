@@ -41,7 +41,7 @@ struct Case {
 class KiviSequence {
  public:
   KiviSequence(const Case& c, int64_t len, int64_t stored, uint64_t seed, bool bounds = false)
-      : c_(c), len_(len), rng_(seed) {
+      : c_(c), rng_(seed) {
     spec_ = KvCacheSpec{c.dtypes, 2, c.group, c.n_kv_heads, c.head_dim};
     spec_.kivi_residual_length = c.residual;
     spec_.key_bounds = bounds;
@@ -269,7 +269,6 @@ class KiviSequence {
 
  private:
   Case c_;
-  int64_t len_;
   std::mt19937_64 rng_;
   KvCacheSpec spec_;
   std::unique_ptr<KvCache> cache_;

@@ -67,7 +67,12 @@ using Params =
 class SchedulerRandom : public ::testing::TestWithParam<Params> {};
 
 TEST_P(SchedulerRandom, ThousandsOfSequencesAllFinishWithEveryStepChecked) {
-  const auto [preemption, chunked, block_size, prefix_caching] = GetParam();
+  // Plain variables, not structured bindings: lambdas below capture them (clang 14 cannot
+  // capture a structured binding).
+  const Preemption preemption = std::get<0>(GetParam());
+  const bool chunked = std::get<1>(GetParam());
+  const int64_t block_size = std::get<2>(GetParam());
+  const bool prefix_caching = std::get<3>(GetParam());
   const PreemptionMode mode =
       preemption == Preemption::kRecompute ? PreemptionMode::kRecompute : PreemptionMode::kSwap;
   const uint64_t seed =
