@@ -1,5 +1,6 @@
 // `vesper synth`: writes a random-weight llama-family model of any shape and weight type, with a
-// real tokenizer copied from a donor GGUF: benchmark inputs at realistic sizes (never committed).
+// real tokenizer copied from a donor (a GGUF, or a directory with a tokenizer.json), as a GGUF or
+// (--format hf) a Hugging Face checkpoint: benchmark inputs at realistic sizes (never committed).
 #include <filesystem>
 
 #include "cli/commands.h"
