@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -73,6 +75,9 @@ struct PromptJob {
   sample::SamplingParams params;
   int32_t priority = 0;
   std::string model = {};  // an adapter's name (--lora-modules), or empty / the base model's
+  // A JSONL line's "prompt_token_ids" (vLLM's TokensPrompt): the prompt as token ids, used as
+  // they are (no BOS added); `prompt` is then empty.
+  std::optional<std::vector<int32_t>> prompt_token_ids = {};
 };
 
 // Per-prompt fields of a JSONL prompts file override the command-line sampling flags.
@@ -84,12 +89,21 @@ Result<PromptJob> parse_job_line(const std::string& line, const sample::Sampling
   PromptJob job;
   job.params = defaults;
   try {
-    if (!j.contains("prompt") || !j["prompt"].is_string())
-      return make_error(where + "field \"prompt\" (a string) is required");
-    job.prompt = j["prompt"].get<std::string>();
+    if (j.contains("prompt") == j.contains("prompt_token_ids"))
+      return make_error(where +
+                        "one of \"prompt\" (a string) and \"prompt_token_ids\" (token ids) is "
+                        "required");
+    if (j.contains("prompt")) {
+      if (!j["prompt"].is_string()) return make_error(where + "field \"prompt\" must be a string");
+      job.prompt = j["prompt"].get<std::string>();
+    } else {
+      job.prompt_token_ids = j["prompt_token_ids"].get<std::vector<int32_t>>();
+      if (job.prompt_token_ids->empty())
+        return make_error(where + "field \"prompt_token_ids\" is empty");
+    }
     for (const auto& [key, value] : j.items()) {
       auto& p = job.params;
-      if (key == "prompt")
+      if (key == "prompt" || key == "prompt_token_ids")
         continue;
       else if (key == "max_tokens")
         p.max_tokens = value.get<int64_t>();
@@ -201,7 +215,9 @@ int run_generate(GenerateOptions& o) {
   const std::string base = hf::model_name(o.engine.model_path);
   for (size_t i = 0; i < n; ++i) {
     const PromptJob& job = (*jobs)[i];
-    auto ids = e.tokenizer().encode(job.prompt, /*add_special=*/true, /*parse_special=*/false);
+    auto ids = job.prompt_token_ids ? *job.prompt_token_ids
+                                    : e.tokenizer().encode(job.prompt, /*add_special=*/true,
+                                                           /*parse_special=*/false);
     const std::string lora_name = job.model == base ? std::string() : job.model;
     if (auto st =
             e.add_request({std::to_string(i), std::move(ids), job.params, job.priority, lora_name});
@@ -256,9 +272,9 @@ CommandRunner add_generate_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", o->prompts, "Prompt text; repeat for several prompts");
   cmd->add_option(
       "--prompts-file", o->prompts_file,
-      "File of prompts: one per line, or JSONL objects with \"prompt\" and per-prompt sampling "
-      "fields "
-      "(max_tokens, temperature, top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, "
+      "File of prompts: one per line, or JSONL objects with \"prompt\" (or \"prompt_token_ids\": "
+      "the prompt as token ids, no BOS added) and per-prompt sampling fields (max_tokens, model, "
+      "temperature, top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, "
       "penalties, priority)");
   auto& p = o->params;
   cmd->add_option("-n,--max-tokens", p.max_tokens, "Tokens to generate per prompt")

@@ -4,13 +4,21 @@
 // Both read any model path (a GGUF file or a checkpoint directory).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 
+#include "backend/cpu_backend.h"
 #include "cli/commands.h"
 #include "hf/checkpoint.h"
 #include "hf/exl2_writer.h"
+#include "model/calibration.h"
+#include "model/model.h"
 #include "model/quantize.h"
+#include "tokenizer/tokenizer.h"
 
 namespace vesper::cli {
 namespace {
@@ -27,7 +35,54 @@ struct WriteOptions {
   std::string to;
   double bits = 4.0;
   double head_bits = 6.0;
+  std::string calibration;      // text file: bits allocated by output error on it
+  int64_t calibration_ctx = 0;  // 0: 512, or the model's context length if shorter
+  int64_t calibration_chunks = 16;
+  bool calibration_given = false;  // --calibration-ctx or --calibration-chunks passed
 };
+
+// The input energy of every linear layer of the checkpoint's model over the first chunks of
+// `o.calibration` (model/calibration.h), into `options`.
+Status calibrate_exl2(const WriteOptions& o, hf::Exl2WriteOptions& options, bool tty) {
+  if (o.calibration_ctx < 0)
+    return make_error("--calibration-ctx must be positive, got " +
+                      std::to_string(o.calibration_ctx));
+  if (o.calibration_chunks < 1)
+    return make_error("--calibration-chunks must be positive, got " +
+                      std::to_string(o.calibration_chunks));
+  std::ifstream in(o.calibration, std::ios::binary);
+  if (!in) return make_error("--calibration " + o.calibration + ": cannot open");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  backend::CpuBackend backend(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+  VESPER_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::Model::load(o.in_path, backend));
+  VESPER_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::from_gguf(m->file()));
+  std::vector<int32_t> tokens = tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
+  const int64_t trained = m->config().context_length;
+  const int64_t ctx = o.calibration_ctx > 0          ? o.calibration_ctx
+                      : trained > 0 && trained < 512 ? trained
+                                                     : 512;
+  if (trained > 0 && ctx > trained)
+    return make_error("--calibration-ctx " + std::to_string(ctx) +
+                      " exceeds the model's context length " + std::to_string(trained));
+  const int64_t chunks = std::min(o.calibration_chunks, static_cast<int64_t>(tokens.size()) / ctx);
+  if (chunks < 1)
+    return make_error("--calibration " + o.calibration + ": " + std::to_string(tokens.size()) +
+                      " tokens, fewer than one chunk of --calibration-ctx " + std::to_string(ctx));
+  tokens.resize(static_cast<size_t>(chunks * ctx));
+  auto energy = model::measure_input_energy(*m, tokens, ctx, [&](int64_t done, int64_t total) {
+    if (tty)
+      std::fprintf(stderr, "\rcalibrating: chunk %lld of %lld\033[K", static_cast<long long>(done),
+                   static_cast<long long>(total));
+  });
+  if (tty) std::fputc('\n', stderr);
+  if (!energy) return make_error("--calibration " + o.calibration + ": " + energy.error().message);
+  options.input_energy = std::move(energy->mean_square);
+  options.calibration = std::filesystem::path(o.calibration).filename().string() + ": " +
+                        std::to_string(energy->tokens) + " tokens in chunks of " +
+                        std::to_string(ctx);
+  std::fprintf(stderr, "calibration: %s\n", options.calibration.c_str());
+  return {};
+}
 
 int run_exl2(const WriteOptions& o) {
   if (o.out_path.empty()) return fail("--to exl2 needs an output directory: -o OUTDIR");
@@ -38,6 +93,11 @@ int run_exl2(const WriteOptions& o) {
   hf::Exl2WriteOptions options;
   options.bits = o.bits;
   options.head_bits = o.head_bits;
+  if (!o.calibration.empty()) {
+    if (Status s = calibrate_exl2(o, options, tty); !s) return fail(s.error().message);
+  } else if (o.calibration_given) {
+    return fail("--calibration-ctx and --calibration-chunks need --calibration FILE");
+  }
   ThreadPool pool(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
   auto report =
       hf::write_exl2_checkpoint(o.in_path, o.out_path, options, pool, [&](const std::string& step) {
@@ -108,9 +168,23 @@ CommandRunner add_quantize_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--head-bits", o->head_bits, "--to exl2: bits of lm_head (2, 3, 4, 5, 6 or 8)")
       ->capture_default_str();
+  cmd->add_option(
+      "--calibration", o->calibration,
+      "--to exl2: a text file to calibrate on: each layer's bits are allocated by the error its "
+      "quantization adds to the layer's output on this text (without it, by weight error)");
+  auto* cal_ctx = cmd->add_option("--calibration-ctx", o->calibration_ctx,
+                                  "--to exl2: tokens per calibration chunk (default: 512, or "
+                                  "the model's context length if shorter)");
+  auto* cal_chunks = cmd->add_option("--calibration-chunks", o->calibration_chunks,
+                                     "--to exl2: calibration chunks (at most; fewer if the text "
+                                     "is shorter)")
+                         ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)");
-  return [o] {
+  return [o, cal_ctx, cal_chunks] {
+    o->calibration_given = cal_ctx->count() > 0 || cal_chunks->count() > 0;
     if (o->type.empty() && o->to.empty()) return fail("pass --type TYPE (GGUF) or --to exl2");
+    if (!o->calibration.empty() && o->to != "exl2")
+      return fail("--calibration applies to --to exl2 only");
     return run_write(*o);
   };
 }

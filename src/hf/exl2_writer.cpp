@@ -72,6 +72,7 @@ struct Layer {
   int64_t n = 0, k = 0;
   std::vector<float> w;
   std::vector<int32_t> perm;
+  const std::vector<double>* input_energy = nullptr;  // calibration, if any ([k])
   std::vector<Exl2LayerPlan> plans;
   std::vector<double> error, bits;
   size_t chosen = 0;
@@ -86,11 +87,16 @@ Result<std::vector<float>> to_f32(const gguf::SafetensorsTensor& t) {
 }
 
 void measure(Layer& l) {
-  // Importance of input row i: its squared norm across the outputs; act order by importance.
+  // Importance of input row i: the mean square of its input on the calibration text, or without
+  // calibration its squared norm across the outputs; act order by importance.
   std::vector<double> importance(static_cast<size_t>(l.k), 0.0);
-  for (int64_t o = 0; o < l.n; ++o)
-    for (int64_t i = 0; i < l.k; ++i)
-      importance[static_cast<size_t>(i)] += double{l.w[o * l.k + i]} * l.w[o * l.k + i];
+  if (l.input_energy != nullptr) {
+    importance = *l.input_energy;
+  } else {
+    for (int64_t o = 0; o < l.n; ++o)
+      for (int64_t i = 0; i < l.k; ++i)
+        importance[static_cast<size_t>(i)] += double{l.w[o * l.k + i]} * l.w[o * l.k + i];
+  }
   l.perm.resize(static_cast<size_t>(l.k));
   std::iota(l.perm.begin(), l.perm.end(), 0);
   std::stable_sort(l.perm.begin(), l.perm.end(),
@@ -220,6 +226,14 @@ Result<Exl2WriteReport> write_exl2_checkpoint(
         l.n = t.shape[0];
         l.k = t.shape[1];
         VESPER_ASSIGN_OR_RETURN(l.w, to_f32(t));
+        if (!options.input_energy.empty() && t.name != "lm_head.weight") {
+          const auto energy = options.input_energy.find(e->second.gguf_name);
+          if (energy == options.input_energy.end() ||
+              static_cast<int64_t>(energy->second.size()) != l.k)
+            return make_error(in_dir + ": " + t.name + ": no calibration statistics of " +
+                              std::to_string(l.k) + " inputs");
+          l.input_energy = &energy->second;
+        }
         if (t.name == "lm_head.weight") {
           head = std::move(l);
           has_head = true;
@@ -287,11 +301,17 @@ Result<Exl2WriteReport> write_exl2_checkpoint(
   std::stringstream text;
   text << in.rdbuf();
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(text.str());
-  j["quantization_config"] = {{"quant_method", "exl2"},
-                              {"version", "vesper"},
-                              {"bits", options.bits},
-                              {"head_bits", supported_width(options.head_bits)},
-                              {"calibration", {{"method", "weight error, importance-weighted"}}}};
+  j["quantization_config"] = {
+      {"quant_method", "exl2"},
+      {"version", "vesper"},
+      {"bits", options.bits},
+      {"head_bits", supported_width(options.head_bits)},
+      {"calibration", options.input_energy.empty()
+                          ? nlohmann::ordered_json{{"method", "weight error, importance-weighted"}}
+                          : nlohmann::ordered_json{{"method",
+                                                    "output error on calibration text (input "
+                                                    "mean squares)"},
+                                                   {"text", options.calibration}}}};
   std::ofstream(out_dir + "/config.json") << j.dump(2) << "\n";
   for (const auto& entry : fs::directory_iterator(in_dir, ec)) {
     const std::string name = entry.path().filename().string();

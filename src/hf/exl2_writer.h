@@ -6,12 +6,15 @@
 // the blocks gets one of a ladder of plans, from 2 to 8 bits: one width throughout, or the more
 // important half of its input rows one step wider. Each plan's error is measured on the layer
 // itself: the squared reconstruction error of round-to-nearest quantization, weighted per input
-// row by that row's importance, relative to the layer's weighted squared norm. Importance is the
-// row's squared norm across outputs (no calibration activations yet: the weights stand in for
-// them). Starting from the narrowest plan everywhere, the layer whose next plan buys the most
-// error reduction per extra bit moves up, until the average bits per weight (scales included)
-// reaches B. Act order sorts each layer's input rows by importance, most important first, so
-// the wider groups take them, as exllamav2 does. lm_head gets H bits (default 6) in 32-row
+// row by that row's importance, relative to the layer's weighted squared norm. With calibration
+// (`--calibration FILE`: Exl2WriteOptions::input_energy, measured by model/calibration.h), a
+// row's importance is the mean square of its input on the calibration text, which makes the
+// weighted error the layer's expected output error on that text (cross terms between inputs
+// left out). Without it, importance is the row's squared norm across outputs (the weights stand
+// in for the activations). Starting from the narrowest plan everywhere, the layer whose next plan
+// buys the most error reduction per extra bit moves up, until the average bits per weight (scales
+// included) reaches B. Act order sorts each layer's input rows by importance, most important first,
+// so the wider groups take them, as exllamav2 does. lm_head gets H bits (default 6) in 32-row
 // groups. Embeddings and norms keep their stored dtype (exllamav2 casts them to f16 at load).
 //
 // A layer whose input count is not a multiple of 32 (stories260K's 172-wide down projection)
@@ -20,7 +23,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "core/thread_pool.h"
@@ -30,6 +35,11 @@ namespace vesper::hf {
 struct Exl2WriteOptions {
   double bits = 4.0;       // target average bits per weight over the blocks' linear layers
   double head_bits = 6.0;  // lm_head (rounded to a supported width)
+  // Calibration: per GGUF weight name ("blk.0.attn_q.weight"), the mean square of each input
+  // channel over the calibration tokens (model::InputEnergy). Empty: no calibration. When set,
+  // every quantized block layer must have an entry of its input count.
+  std::map<std::string, std::vector<double>> input_energy;
+  std::string calibration;  // what config.json says of it ("FILE: N tokens in chunks of C")
 };
 
 struct Exl2WriteReport {

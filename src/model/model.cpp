@@ -394,6 +394,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     const LayerTensors& t = layers_[il];
     b.rms_norm(x, t.attn_norm, c.rms_eps, xn);
     const backend::MatmulGroupTarget qkv[] = {{l.wq.handle, q}, {l.wk.handle, k}, {l.wv.handle, v}};
+    observe_linear_input(il, {"attn_q", "attn_k", "attn_v"}, xn, n);
     b.matmul_group(qkv, xn);
     add_adapter_deltas(il, Projection::kQ, xn, q);
     add_adapter_deltas(il, Projection::kK, xn, k);
@@ -407,16 +408,19 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     b.rope_qk(q, k, c.head_dim, in.positions, rope);
     b.write_kv(kv, il, in, k, v);
     b.paged_attention(kv, il, in, q, c.n_head, kq_scale, attn);
+    observe_linear_input(il, {"attn_output"}, attn, n);
     b.matmul(l.wo.handle, attn, tmp);
     add_adapter_deltas(il, Projection::kO, attn, tmp);
     b.add(x, tmp);
 
     b.rms_norm(x, t.ffn_norm, c.rms_eps, xn);
     const backend::MatmulGroupTarget gate_up[] = {{l.w_gate.handle, gate}, {l.w_up.handle, up}};
+    observe_linear_input(il, {"ffn_gate", "ffn_up"}, xn, n);
     b.matmul_group(gate_up, xn);
     add_adapter_deltas(il, Projection::kGate, xn, gate);
     add_adapter_deltas(il, Projection::kUp, xn, up);
     b.silu_mul(gate, up);
+    observe_linear_input(il, {"ffn_down"}, gate, n);
     b.matmul(l.w_down.handle, gate, tmp);
     add_adapter_deltas(il, Projection::kDown, gate, tmp);
     b.add(x, tmp);
@@ -426,11 +430,22 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   const backend::Tensor last = last_.rows_view(0, m), logits = logits_.rows_view(0, m);
   b.gather_rows(x, rows, last);
   b.rms_norm(last, output_norm_, c.rms_eps, last);
+  observe_linear_input(-1, {"output"}, last, m);
   b.matmul(weights_.output.handle, last, logits);
   b.synchronize();
   hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
   hidden_states_ = last;
   return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * c.n_vocab)};
+}
+
+void Model::observe_linear_input(int64_t layer, std::initializer_list<const char*> weights,
+                                 const backend::Tensor& x, int64_t n_rows) {
+  if (!linear_input_observer_) return;
+  backend_.synchronize();
+  const auto* data = static_cast<const float*>(backend_.host_view(x));
+  const std::string prefix = layer < 0 ? "" : "blk." + std::to_string(layer) + ".";
+  for (const char* w : weights)
+    linear_input_observer_(prefix + w + ".weight", data, n_rows, x.cols);
 }
 
 void Model::add_adapter_deltas(int64_t layer, Projection p, const backend::Tensor& x,

@@ -15,6 +15,8 @@
 // anything reads it.
 #pragma once
 
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -113,6 +115,17 @@ class Model {
   // model alone, whatever the slots say). The source must outlive the model or be unset.
   void set_adapters(const AdapterSource* adapters) { adapters_ = adapters; }
 
+  // Calibration (model/calibration.h): while set, forward calls `observer` with the input of
+  // every linear layer, once per weight that reads it: the weight's GGUF name
+  // ("blk.3.attn_q.weight", "output.weight") and the batch's rows of that input (n_rows x n_in f32,
+  // host memory valid during the call; the output matrix sees the logits rows only). It costs
+  // nothing while unset.
+  using LinearInputObserver =
+      std::function<void(const std::string& weight, const float* x, int64_t n_rows, int64_t n_in)>;
+  void set_linear_input_observer(LinearInputObserver observer) {
+    linear_input_observer_ = std::move(observer);
+  }
+
   // The last forward's final hidden state (after the output norm: the input of the output
   // matrix) of each of its logits rows, [logits_rows.size() x n_embd], valid until the next
   // forward. What Medusa heads read.
@@ -154,6 +167,10 @@ class Model {
   };
   void add_adapter_deltas(int64_t layer, Projection p, const backend::Tensor& x,
                           const backend::Tensor& y);
+  // Calls linear_input_observer_ (if set) for each of `weights` with x's first n_rows rows.
+  void observe_linear_input(int64_t layer, std::initializer_list<const char*> weights,
+                            const backend::Tensor& x, int64_t n_rows);
+  LinearInputObserver linear_input_observer_;
   const AdapterSource* adapters_ = nullptr;
   std::vector<AdapterRun> adapter_runs_;
   std::vector<backend::LowRankSegment> adapter_segments_;

@@ -308,12 +308,17 @@ TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes)
           const float q_range = seed % 2 ? 1.0f : 6.0f;
           Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, q_range, dtypes);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          // The reference rows, once for every instruction set.
+          std::vector<std::vector<double>> refs;
+          for (const Span& s : kMixed)
+            for (int32_t i = 0; i < s.count; ++i)
+              refs.push_back(f.reference(s.seq, s.first + i, scale));
           for (Isa isa : cpu::available_isas()) {
             const std::vector<float> out = f.run(kMixed, isa, pool, scale);
             size_t row = 0;
             for (const Span& s : kMixed)
               for (int32_t i = 0; i < s.count; ++i, ++row) {
-                const std::vector<double> ref = f.reference(s.seq, s.first + i, scale);
+                const std::vector<double>& ref = refs[row];
                 for (size_t e = 0; e < ref.size(); ++e) {
                   const double err = std::abs(out[row * ref.size() + e] - ref[e]);
                   worst = std::max(worst, err);
@@ -449,13 +454,17 @@ TEST(PagedAttentionWindow, MatchesTheReferenceOverSinksAndWindow) {
           if (sanitized && hd != 37) continue;
           Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, 4.0f, dtypes);
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-          for (const KvSparsity& w : windows)
+          for (const KvSparsity& w : windows) {
+            std::vector<std::vector<double>> refs;  // once for every instruction set
+            for (const Span& s : kMixed)
+              for (int32_t i = 0; i < s.count; ++i)
+                refs.push_back(f.reference(s.seq, s.first + i, scale, w));
             for (Isa isa : cpu::available_isas()) {
               const std::vector<float> out = f.run(kMixed, isa, pool, scale, w);
               size_t row = 0;
               for (const Span& s : kMixed)
                 for (int32_t i = 0; i < s.count; ++i, ++row) {
-                  const std::vector<double> ref = f.reference(s.seq, s.first + i, scale, w);
+                  const std::vector<double>& ref = refs[row];
                   for (size_t e = 0; e < ref.size(); ++e)
                     ASSERT_LT(std::abs(out[row * ref.size() + e] - ref[e]), 4e-6)
                         << "kv " << dtypes.describe() << " head_dim " << hd << " block " << bs
@@ -464,6 +473,7 @@ TEST(PagedAttentionWindow, MatchesTheReferenceOverSinksAndWindow) {
                         << " pos " << s.first + i << " element " << e;
                 }
             }
+          }
         }
 }
 

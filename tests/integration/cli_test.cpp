@@ -144,12 +144,17 @@ TEST(CliGenerate, PromptsFileRunsAsOneBatchInInputOrder) {
       << "\n";
     f << R"({"prompt": "Once upon a time", "n": 2, "stop": ["Lily"]})"
       << "\n";
+    // The first prompt again, as the token ids it encodes to (vLLM's TokensPrompt).
+    f << nlohmann::json{{"prompt_token_ids", expected_stories()["results"][0]["prompt_ids"]}}.dump()
+      << "\n";
   }
   auto r = run_vesper({"generate", kStories, "--prompts-file", path, "--max-tokens", "32",
                        "--temperature", "0", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto lines = json_lines(r.out);
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[3]["prompt_token_ids"], expected_stories()["results"][0]["prompt_ids"]);
+  EXPECT_EQ(lines[3]["token_ids"], expected_stories()["results"][0]["ids"]);
   EXPECT_EQ(lines[0]["token_ids"], expected_stories()["results"][0]["ids"]);
   EXPECT_EQ(lines[1]["prompt"], "The little dog");
   EXPECT_EQ(lines[1]["token_ids"].size(), 5u);
@@ -164,6 +169,18 @@ TEST(CliGenerate, PromptsFileRunsAsOneBatchInInputOrder) {
   auto bad = run_vesper({"generate", kStories, "--prompts-file", path});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find(path + ":1:"), std::string::npos) << bad.err;
+  for (const auto& [line, error] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": "x", "prompt_token_ids": [1, 2]})",
+            ":1: one of \"prompt\" (a string) and \"prompt_token_ids\" (token ids) is required"},
+           {R"({"prompt_token_ids": []})", ":1: field \"prompt_token_ids\" is empty"},
+           {R"({"prompt_token_ids": [1, "two"]})", ":1: a field has the wrong type"},
+           {R"({"prompt_token_ids": [1, 99999]})",
+            "prompt 1: prompt token id 99999 is outside the vocabulary (0..511)"}}) {
+    std::ofstream(path) << line << "\n";
+    auto r = run_vesper({"generate", kStories, "--prompts-file", path});
+    EXPECT_EQ(r.exit_code, 1) << line;
+    EXPECT_NE(r.err.find(error), std::string::npos) << line << ": " << r.err;
+  }
   std::remove(path.c_str());
 }
 

@@ -9,7 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "integration/cli_runner.h"
@@ -184,31 +188,86 @@ double perplexity_of(const std::string& model, std::vector<std::string> kl = {},
   return at == std::string::npos ? 0.0 : std::stod(r.out.substr(at + 6));
 }
 
-// `vesper quantize DIR --to exl2` at 4.0, 6.0 and 8.0 bits per weight: each directory loads and
-// runs (the EXL2 layers repacked into exact integer parts), with perplexity on held-out text at
-// ctx 128 within 1% of f32 at 6.0 and 8.0 and below 1.5x at 4.0 (measured: +11.5%, +0.67%,
-// +0.35% over these 40 chunks). 8.0's greedy ids against f32's, two ways:
-//  - next-token agreement on the held-out text (each position given f32's context, `perplexity
-//    --kl-divergence`): 96.6% of 2,520 tokens (the issue asks 90%);
-//  - free-running generation, 12 prompts x 32 tokens: 286 of 384 equal (74%). One early flip
-//    changes every later token, and stories260K's top-2 margins are tiny: the same prompts give
-//    311 of 384 with GGUF q8_0 weights and 377 with f16 (no activation quantization). The bound
-//    keeps today's level.
+// The second half of the held-out text (from byte 73,000), as calibration text: the perplexity
+// runs read its first 5,120 tokens (~13 KB), so calibration and evaluation do not overlap.
+std::string calibration_text() {
+  const std::string path = ::testing::TempDir() + "vesper_exl2_calibration.txt";
+  std::ifstream in("../shared/data/tinystories-heldout.txt", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(path, std::ios::binary) << text.substr(73000);
+  return path;
+}
+
+// The 12 prompts of the greedy comparisons.
+const std::vector<std::string> kStoryPrompts = {"Once upon a time",
+                                                "Lily and Tom went to the park",
+                                                "Joe loves writing stories",
+                                                "The little dog",
+                                                "One day, a cat named Tom",
+                                                "Hi how are you",
+                                                "I believe the meaning of life is",
+                                                "The sun was hot and",
+                                                "Mom said",
+                                                "A big red ball",
+                                                "Ben wanted to help",
+                                                "They saw a bird"};
+
+// Greedy generation of 32 tokens for each of kStoryPrompts: {prompt_token_ids, token_ids} per
+// prompt.
+std::vector<nlohmann::json> greedy_stories(const std::string& model) {
+  std::vector<std::string> args = {"generate",      model, "--max-tokens", "32",
+                                   "--temperature", "0",   "--json"};
+  for (const std::string& p : kStoryPrompts) {
+    args.push_back("--prompt");
+    args.push_back(p);
+  }
+  auto r = run_vesper(args, "exl2_gen");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return json_lines(r.out);
+}
+
+// `vesper quantize DIR --to exl2` at 4.0, 6.0 and 8.0 bits per weight (4.0 and 8.0 calibrated on
+// 32 chunks of 128 tokens of text, 6.0 by weight error): each directory loads and runs (the EXL2
+// layers repacked into exact integer parts), with perplexity on held-out text at ctx 128 within
+// 1% of f32 at 6.0 and 8.0 and below 1.5x at 4.0 (measured: +11.3%, +0.67%, +0.41% over these 40
+// chunks). 8.0's greedy ids against f32's on 12 prompts, 32 tokens each, every token chosen
+// after the same context (f32's prompt and output so far, given as prompt_token_ids): 377 of 384
+// equal (98%; the issue asks 90%). Printed, not checked: free-running generation, where one early
+// flip changes every later token and stories260K's top-2 margins are tiny: 325 of 384 (the same
+// prompts give 311 with GGUF q8_0 weights and 377 with f16 ones); and next-token agreement on the
+// held-out text (`perplexity --kl-divergence`, checked >= 90%): 96.2% of 2,520 tokens.
 // Under a sanitizer (VESPER_SANITIZED) only 4.0 runs: that checks memory.
 TEST(CliHfCheckpoint, Exl2QuantizedCheckpointsRunNearF32) {
   const std::string base = ::testing::TempDir() + "vesper_exl2_f32.kl";
   const double f32 = perplexity_of(kHfStories, {"--kl-divergence-base", base});
   ASSERT_GT(f32, 2.0);
+  const std::string calibration = calibration_text();
   const bool sanitized = testing_util::sanitized();
   std::map<std::string, double> ppl;
   for (const std::string bits : {"4.0", "6.0", "8.0"}) {
     if (sanitized && bits != "4.0") continue;
     const std::string dir = ::testing::TempDir() + "vesper_exl2_" + bits;
     std::filesystem::remove_all(dir);
-    auto q =
-        run_vesper({"quantize", kHfStories, "--to", "exl2", "--bits", bits, "-o", dir}, "exl2_q");
+    std::vector<std::string> args = {"quantize", kHfStories, "--to", "exl2",
+                                     "--bits",   bits,       "-o",   dir};
+    const bool calibrated = bits != "6.0";
+    if (calibrated) {
+      for (const char* a : {"--calibration-chunks", "32", "--calibration"}) args.push_back(a);
+      args.push_back(calibration);
+    }
+    auto q = run_vesper(args, "exl2_q");
     ASSERT_EQ(q.exit_code, 0) << q.err;
     EXPECT_NE(q.err.find("EXL2, 31 layers quantized"), std::string::npos) << q.err;
+    std::ifstream config_in(dir + "/config.json");
+    const auto config = nlohmann::json::parse(config_in);
+    EXPECT_EQ(config["quantization_config"]["calibration"].contains("text"), calibrated)
+        << config.dump();
+    if (calibrated) {
+      EXPECT_NE(
+          q.err.find("calibration: vesper_exl2_calibration.txt: 4096 tokens in chunks of 128"),
+          std::string::npos)
+          << q.err;
+    }
     std::string report;
     ppl[bits] = perplexity_of(dir, {"--kl-divergence-base", base, "--kl-divergence"}, &report);
     const auto same_top = report.find("Same top token: ");
@@ -216,43 +275,54 @@ TEST(CliHfCheckpoint, Exl2QuantizedCheckpointsRunNearF32) {
     const double agreement = std::stod(report.substr(same_top + 16));
     std::printf("  EXL2 %s bpw: same top token as f32 on %.2f%% of the text\n", bits.c_str(),
                 agreement);
-    if (bits == "8.0") {
-      EXPECT_GE(agreement, 90.0);
-    }
     std::printf("  EXL2 %s bpw: PPL %.4f (f32 %.4f, %+.2f%%)\n", bits.c_str(), ppl[bits], f32,
                 100 * (ppl[bits] / f32 - 1));
     if (bits == "8.0") {
-      std::vector<std::string> args = {"generate",      dir, "--max-tokens", "32",
-                                       "--temperature", "0", "--json"};
-      std::vector<std::string> base = {"generate",      kHfStories, "--max-tokens", "32",
-                                       "--temperature", "0",        "--json"};
-      for (const char* p :
-           {"Once upon a time", "Lily and Tom went to the park", "Joe loves writing stories",
-            "The little dog", "One day, a cat named Tom", "Hi how are you",
-            "I believe the meaning of life is", "The sun was hot and", "Mom said", "A big red ball",
-            "Ben wanted to help", "They saw a bird"}) {
-        for (auto* a : {&args, &base}) {
-          a->push_back("--prompt");
-          a->push_back(p);
+      EXPECT_GE(agreement, 90.0);
+      const auto want = greedy_stories(kHfStories);
+      ASSERT_EQ(want.size(), 12u);
+      // Each of f32's tokens, asked of 8.0 after f32's own context.
+      const std::string prompts = ::testing::TempDir() + "vesper_exl2_forced.jsonl";
+      {
+        std::ofstream out(prompts);
+        for (const auto& r : want) {
+          auto context = r["prompt_token_ids"].get<std::vector<int32_t>>();
+          for (int32_t t : r["token_ids"].get<std::vector<int32_t>>()) {
+            out << nlohmann::json{{"prompt_token_ids", context}, {"max_tokens", 1}}.dump() << "\n";
+            context.push_back(t);
+          }
         }
       }
-      const auto got = json_lines(run_vesper(args, "exl2_gen").out);
-      const auto want = json_lines(run_vesper(base, "f32_gen").out);
-      ASSERT_EQ(got.size(), 12u);
-      ASSERT_EQ(want.size(), 12u);
+      auto forced = run_vesper(
+          {"generate", dir, "--prompts-file", prompts, "--temperature", "0", "--json"}, "forced");
+      ASSERT_EQ(forced.exit_code, 0) << forced.err;
+      const auto got = json_lines(forced.out);
       int same = 0, total = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        const auto a = got[i]["token_ids"].get<std::vector<int32_t>>();
+      for (const auto& r : want)
+        for (int32_t t : r["token_ids"].get<std::vector<int32_t>>()) {
+          const auto& g = got.at(static_cast<size_t>(total++));
+          same += g["token_ids"].at(0).get<int32_t>() == t;
+        }
+      std::printf("  EXL2 8.0 bpw: %d of %d of f32's greedy tokens chosen after f32's context\n",
+                  same, total);
+      EXPECT_EQ(total, 384);
+      EXPECT_GE(same * 10, total * 9);
+      const auto free_running = greedy_stories(dir);
+      ASSERT_EQ(free_running.size(), 12u);
+      int free_same = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const auto a = free_running[i]["token_ids"].get<std::vector<int32_t>>();
         const auto b = want[i]["token_ids"].get<std::vector<int32_t>>();
-        for (size_t t = 0; t < std::min(a.size(), b.size()); ++t) same += a[t] == b[t];
-        total += static_cast<int>(b.size());
+        for (size_t t = 0; t < std::min(a.size(), b.size()); ++t) free_same += a[t] == b[t];
       }
-      std::printf("  EXL2 8.0 bpw: %d of %d greedy tokens equal f32's\n", same, total);
-      EXPECT_GE(same * 10, total * 7);
+      std::printf("  EXL2 8.0 bpw: free-running, %d of %d greedy tokens equal f32's\n", free_same,
+                  total);
+      std::remove(prompts.c_str());
     }
     std::filesystem::remove_all(dir);
   }
   EXPECT_LT(ppl["4.0"] / f32, 1.5);
+  std::remove(calibration.c_str());
   if (sanitized) return;
   EXPECT_LT(ppl["8.0"] / f32 - 1, 0.01);
   EXPECT_LT(ppl["6.0"] / f32 - 1, 0.01);
@@ -288,6 +358,37 @@ TEST(CliHfCheckpoint, Exl2FlagsAreCheckedNamingTheFlag) {
       {"quantize", kHfStories, "--to", "exl2", "--bits", "9", "-o", "/tmp/vesper_exl2_bad"});
   EXPECT_NE(bits.exit_code, 0);
   EXPECT_NE(bits.err.find("--bits 9"), std::string::npos) << bits.err;
+  auto no_text = run_vesper({"quantize", kHfStories, "--to", "exl2", "--calibration",
+                             "/nonexistent/cal.txt", "-o", "/tmp/vesper_exl2_bad"});
+  EXPECT_NE(no_text.exit_code, 0);
+  EXPECT_NE(no_text.err.find("--calibration /nonexistent/cal.txt: cannot open"), std::string::npos)
+      << no_text.err;
+  const std::string tiny = ::testing::TempDir() + "vesper_tiny_calibration.txt";
+  std::ofstream(tiny) << "Once upon a time, there was a cat.";
+  auto short_text = run_vesper({"quantize", kHfStories, "--to", "exl2", "--calibration", tiny, "-o",
+                                "/tmp/vesper_exl2_bad"});
+  EXPECT_NE(short_text.exit_code, 0);
+  EXPECT_NE(short_text.err.find("fewer than one chunk of --calibration-ctx 128"), std::string::npos)
+      << short_text.err;
+  std::remove(tiny.c_str());
+  auto long_ctx = run_vesper({"quantize", kHfStories, "--to", "exl2", "--calibration",
+                              "../shared/data/tinystories-heldout.txt", "--calibration-ctx", "4096",
+                              "-o", "/tmp/vesper_exl2_bad"});
+  EXPECT_NE(long_ctx.exit_code, 0);
+  EXPECT_NE(long_ctx.err.find("--calibration-ctx 4096 exceeds the model's context length 128"),
+            std::string::npos)
+      << long_ctx.err;
+  auto ctx_alone = run_vesper({"quantize", kHfStories, "--to", "exl2", "--calibration-chunks", "4",
+                               "-o", "/tmp/vesper_exl2_bad"});
+  EXPECT_NE(ctx_alone.exit_code, 0);
+  EXPECT_NE(ctx_alone.err.find("--calibration-ctx and --calibration-chunks need --calibration"),
+            std::string::npos)
+      << ctx_alone.err;
+  auto gguf_cal = run_vesper({"quantize", kGgufStories, "--type", "q8_0", "--calibration",
+                              "../shared/models/README.md", "-o", "/tmp/vesper_cal.gguf"});
+  EXPECT_NE(gguf_cal.exit_code, 0);
+  EXPECT_NE(gguf_cal.err.find("--calibration applies to --to exl2 only"), std::string::npos)
+      << gguf_cal.err;
   auto to = run_vesper({"quantize", kHfStories, "--to", "gptq", "-o", "/tmp/vesper_exl2_bad"});
   EXPECT_NE(to.err.find("--to \"gptq\" is not supported"), std::string::npos) << to.err;
 }

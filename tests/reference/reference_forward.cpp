@@ -1,6 +1,8 @@
 #include "reference/reference_forward.h"
 
 #include <cmath>
+#include <initializer_list>
+#include <string>
 
 #include "backend/matmul.h"
 #include "reference/reference_q8.h"
@@ -125,7 +127,14 @@ void rope(std::vector<double>& x, int64_t heads, const model::ModelConfig& c,
 
 std::vector<std::vector<double>> forward_all_positions(const model::Model& model,
                                                        const std::vector<int32_t>& tokens,
-                                                       RoundingTrace* trace) {
+                                                       RoundingTrace* trace,
+                                                       const LinearInputSink& linear_inputs) {
+  auto observe = [&linear_inputs](int64_t layer, std::initializer_list<const char*> weights,
+                                  const std::vector<double>& x) {
+    if (!linear_inputs) return;
+    const std::string prefix = layer < 0 ? "" : "blk." + std::to_string(layer) + ".";
+    for (const char* weight : weights) linear_inputs(prefix + weight + ".weight", x);
+  };
   const model::ModelConfig& c = model.config();
   const model::ModelWeights& w = model.weights();
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -146,6 +155,7 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
     for (int64_t p = 0; p < n; ++p) {
       std::vector<double> x = h[p];
       rms_norm(x, 0, d, l.attn_norm, c.rms_eps);
+      observe(il, {"attn_q", "attn_k", "attn_v"}, x);
       Input in(x, trace);
       q[p] = matvec(wq, d, in);
       k[p] = matvec(wk, d, in);
@@ -179,6 +189,7 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
         for (int64_t j = 0; j <= p; ++j)
           for (int64_t i = 0; i < hd; ++i) attn[hh * hd + i] += s[j] / sum * v[j][kvh * hd + i];
       }
+      observe(il, {"attn_output"}, attn);
       Input in(attn, trace);
       const std::vector<double> o = matvec(wo, c.q_dim(), in);
       for (int64_t i = 0; i < d; ++i) h[p][i] += o[i];
@@ -186,9 +197,11 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
     for (int64_t p = 0; p < n; ++p) {
       std::vector<double> x = h[p];
       rms_norm(x, 0, d, l.ffn_norm, c.rms_eps);
+      observe(il, {"ffn_gate", "ffn_up"}, x);
       Input in(x, trace);
       std::vector<double> g = matvec(wg, d, in), u = matvec(wu, d, in);
       for (int64_t i = 0; i < c.n_ff; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      observe(il, {"ffn_down"}, g);
       Input in_down(g, trace);
       const std::vector<double> down = matvec(wd, c.n_ff, in_down);
       for (int64_t i = 0; i < d; ++i) h[p][i] += down[i];
@@ -199,6 +212,7 @@ std::vector<std::vector<double>> forward_all_positions(const model::Model& model
   for (int64_t p = 0; p < n; ++p) {
     std::vector<double> x = h[p];
     rms_norm(x, 0, d, w.output_norm, c.rms_eps);
+    observe(-1, {"output"}, x);
     Input in(x, trace);
     logits[p] = matvec(out, d, in);
   }

@@ -58,19 +58,27 @@ test('completions equal the GGUF model\'s token for token, streamed and not', as
   assert.equal(await streamed(hf, PROMPTS[0]), fromGguf[0].text);
 });
 
-test('an EXL2 checkpoint written by vesper quantize serves, streamed and not', async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vesper-exl2-'));
-  try {
-    execFileSync(vesper, ['quantize', path.join(shared, 'hf', 'stories260K'), '--to', 'exl2', '--bits', '4.0',
-      '-o', dir], { stdio: 'pipe' });
-    const exl2 = await startServer([], dir);
+// Every width the writer mixes: 2.5 (2- and 3-bit groups), 4.0 calibrated on text, 6.0 and 8.0.
+// Under the sanitizers (VESPER_SANITIZED) 2.5 and 8.0 only: the memory of both ends.
+const EXL2_RUNS = [['2.5'], ['4.0', '--calibration', path.join(shared, '..', 'data', 'tinystories-heldout.txt'),
+  '--calibration-chunks', '4'], ['6.0'], ['8.0']]
+  .filter(([bits]) => !process.env.VESPER_SANITIZED || bits === '2.5' || bits === '8.0');
+
+for (const [bits, ...flags] of EXL2_RUNS) {
+  test(`an EXL2 checkpoint written by vesper quantize at ${bits} bpw serves, streamed and not`, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'vesper-exl2-'));
     try {
-      const r = await postJson(exl2.url + '/v1/completions',
-        { prompt: PROMPTS[0], max_tokens: 16, temperature: 0 });
-      assert.equal(r.status, 200, r.text);
-      assert.equal(r.json.usage.completion_tokens, 16);
-      assert.ok(r.json.choices[0].text.length > 0);
-      assert.equal(await streamed(exl2, PROMPTS[0], 16), r.json.choices[0].text);
-    } finally { await exl2.stop(); }
-  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
-});
+      execFileSync(vesper, ['quantize', path.join(shared, 'hf', 'stories260K'), '--to', 'exl2', '--bits', bits,
+        ...flags, '-o', dir], { stdio: 'pipe' });
+      const exl2 = await startServer([], dir);
+      try {
+        const r = await postJson(exl2.url + '/v1/completions',
+          { prompt: PROMPTS[0], max_tokens: 16, temperature: 0 });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.usage.completion_tokens, 16);
+        assert.ok(r.json.choices[0].text.length > 0);
+        assert.equal(await streamed(exl2, PROMPTS[0], 16), r.json.choices[0].text);
+      } finally { await exl2.stop(); }
+    } finally { fs.rmSync(dir, { recursive: true, force: true }); }
+  });
+}
