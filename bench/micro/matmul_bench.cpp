@@ -2,8 +2,13 @@
 // GEMV (1 activation row: single-stream decode, bound by streaming the weights) and GEMM
 // (64 rows: prefill and batched decode, bound by arithmetic). Counters: bytes_per_second = weight
 // bytes streamed, FLOPS = 2 * n_in * n_out * rows per call, items_per_second = activation rows.
+// Types whose activations are quantized to int8 (integer dots) also report peak_GMACs, the host's
+// int8 multiply-add peak at the benchmark's thread count (int8_peak.h, measured right after the
+// timed loop), and peak_pct, the share of it the product reaches (n_in * n_out * rows
+// multiply-adds per call).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <iterator>
 #include <random>
 #include <vector>
@@ -11,6 +16,7 @@
 #include "backend/matmul.h"
 #include "backend/packed_weights.h"
 #include "core/thread_pool.h"
+#include "int8_peak.h"
 #include "tensor/ggml_type.h"
 #include "tensor/quant.h"
 
@@ -46,15 +52,28 @@ std::vector<float> random_activations(int64_t n) {
   return x;
 }
 
-// The counters every matmul benchmark reports (file comment).
-void set_matmul_counters(benchmark::State& state, size_t weight_bytes, int64_t n_in, int64_t n_out,
-                         int64_t rows) {
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The counters every matmul benchmark reports (file comment); `seconds`: the timed loop's wall
+// time (the benchmarks use real time).
+void set_matmul_counters(benchmark::State& state, double seconds, GgmlType type,
+                         size_t weight_bytes, int64_t n_in, int64_t n_out, int64_t rows,
+                         int threads) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(weight_bytes));
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * rows);
-  state.counters["FLOPS"] = benchmark::Counter(
-      2.0 * static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(rows),
-      benchmark::Counter::kIsIterationInvariantRate);
+  const double macs =
+      static_cast<double>(n_in) * static_cast<double>(n_out) * static_cast<double>(rows);
+  state.counters["FLOPS"] =
+      benchmark::Counter(2.0 * macs, benchmark::Counter::kIsIterationInvariantRate);
+  if (vesper::backend::matmul_activation_quant(type) != vesper::backend::ActivationQuant::kNone) {
+    const vesper::bench::Int8Peak peak = vesper::bench::measure_int8_peak(threads);
+    state.counters["peak_GMACs"] = peak.macs_per_second * 1e-9;
+    state.counters["peak_pct"] =
+        100.0 * macs * static_cast<double>(state.iterations()) / seconds / peak.macs_per_second;
+  }
 }
 
 // Args: type index, n (n_in = n_out), activation rows, threads.
@@ -67,12 +86,13 @@ void BM_Matmul(benchmark::State& state) {
   const std::vector<float> x = random_activations(rows * n);
   std::vector<float> y(rows * n);
   vesper::ThreadPool pool(threads);
+  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     vesper::backend::matmul(type, w.data(), n, n, x.data(), rows, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  set_matmul_counters(state, w.size(), n, n, rows);
+  set_matmul_counters(state, seconds_since(start), type, w.size(), n, n, rows, threads);
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
@@ -95,7 +115,7 @@ constexpr GgmlType kPackedTypes[] = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType:
                                      GgmlType::kQ3_K};
 
 // The same products over weights repacked at load (backend/packed_weights.h), as the model runs
-// them: 1 row (decode), 4 and 8 (a speculative step's verification, small batches), 32
+// them: 1 row (decode), 4 and 8 (a speculative step's verification, small batches), 32 and 64
 // (batched decode) and 512 (prefill, llama-bench's pp512). Args: type
 // (index into kPackedTypes; the label names it), n_in, n_out, activation rows, threads.
 void BM_PackedMatmul(benchmark::State& state) {
@@ -109,19 +129,21 @@ void BM_PackedMatmul(benchmark::State& state) {
   const std::vector<float> x = random_activations(rows * n_in);
   std::vector<float> y(rows * n_out);
   vesper::ThreadPool pool(threads);
+  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     vesper::backend::matmul(packed, x.data(), rows, y.data(), pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  set_matmul_counters(state, packed.bytes(), n_in, n_out, rows);
+  set_matmul_counters(state, seconds_since(start), type, packed.bytes(), n_in, n_out, rows,
+                      threads);
 }
 
 void packed_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"type", "n_in", "n_out", "rows", "threads"});
   const int hw = vesper::ThreadPool::hardware_threads();
   for (int64_t t = 0; t < static_cast<int64_t>(std::size(kPackedTypes)); ++t)
-    for (int64_t rows : {1, 4, 8, 32, 512})
+    for (int64_t rows : {1, 4, 8, 32, 64, 512})
       for (int64_t threads : {1, hw}) {
         b->Args({t, 2048, 2048, rows, threads});
         if (hw == 1) break;
@@ -148,6 +170,7 @@ void BM_MatmulGroupQkv(benchmark::State& state) {
   vesper::backend::MatmulTarget targets[3];
   for (int i = 0; i < 3; ++i)
     targets[i] = {&packed, GgmlType::kQ4_0, nullptr, kN, y.data() + i * kN};
+  const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
     if (grouped) {
       vesper::backend::matmul_group(targets, 3, kN, x.data(), 1, pool);
@@ -158,7 +181,8 @@ void BM_MatmulGroupQkv(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  set_matmul_counters(state, 3 * packed.bytes(), kN, 3 * kN, 1);
+  set_matmul_counters(state, seconds_since(start), GgmlType::kQ4_0, 3 * packed.bytes(), kN, 3 * kN,
+                      1, threads);
 }
 
 BENCHMARK(BM_MatmulGroupQkv)

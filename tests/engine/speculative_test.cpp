@@ -178,9 +178,13 @@ TEST(Speculative, DraftModelGreedyOutputIsTheTargetsInEveryMode) {
 
 TEST(Speculative, MedusaGreedyOutputIsTheTargetsInEveryMode) {
   // Chains and trees: a tree's accepted path is moved to its positions (slot copies in the next
-  // plan) before anything reads it, through swaps and the prefix cache alike.
-  expect_targets_output_in_every_mode(
-      [](EngineConfig c, int64_t k) { return with_medusa(c, k, false); }, "Medusa chain");
+  // plan) before anything reads it, through swaps and the prefix cache alike. Under a sanitizer
+  // (VESPER_SANITIZED) the tree alone: it runs the heads a chain runs, and chains are verified
+  // as the n-gram and draft tests verify theirs.
+  if (!testing_util::sanitized()) {
+    expect_targets_output_in_every_mode(
+        [](EngineConfig c, int64_t k) { return with_medusa(c, k, false); }, "Medusa chain");
+  }
   expect_targets_output_in_every_mode(
       [](EngineConfig c, int64_t k) { return with_medusa(c, k + 2, true); }, "Medusa tree");
 }
