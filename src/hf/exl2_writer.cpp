@@ -65,12 +65,14 @@ double plan_bits(const Exl2LayerPlan& p, int64_t k) {
   return bits / static_cast<double>(k) + kScaleBits;
 }
 
-// One linear layer to quantize: its weights in f32 ([n][k]), the importance of each input row,
-// and the measured error and bits of each plan of its ladder.
+// One linear layer to quantize: its stored weights ([n][k], f32, f16 or bf16, in the mapped
+// file), the importance of each input row, and the measured error and bits of each plan of its
+// ladder. The weights are widened to f32 only while a thread measures or quantizes the layer, so
+// the writer holds one layer in f32 per thread, not the model (a 7B checkpoint would need 28 GB).
 struct Layer {
   std::string name;  // the Hugging Face tensor name (".weight")
   int64_t n = 0, k = 0;
-  std::vector<float> w;
+  const gguf::SafetensorsTensor* stored = nullptr;
   std::vector<int32_t> perm;
   const std::vector<double>* input_energy = nullptr;  // calibration, if any ([k])
   std::vector<Exl2LayerPlan> plans;
@@ -78,15 +80,15 @@ struct Layer {
   size_t chosen = 0;
 };
 
-Result<std::vector<float>> to_f32(const gguf::SafetensorsTensor& t) {
-  if (!gguf::is_float_dtype(t.type))
-    return make_error("tensor " + t.name + " is not a float tensor");
+// A layer's weights widened to f32 (its dtype was checked to be a float type when it was listed).
+std::vector<float> to_f32(const gguf::SafetensorsTensor& t) {
   std::vector<float> out(static_cast<size_t>(t.num_elements()));
   tensor::dequantize_row(t.type, t.data, out.data(), t.num_elements());
   return out;
 }
 
 void measure(Layer& l) {
+  const std::vector<float> w = to_f32(*l.stored);
   // Importance of input row i: the mean square of its input on the calibration text, or without
   // calibration its squared norm across the outputs; act order by importance.
   std::vector<double> importance(static_cast<size_t>(l.k), 0.0);
@@ -95,7 +97,7 @@ void measure(Layer& l) {
   } else {
     for (int64_t o = 0; o < l.n; ++o)
       for (int64_t i = 0; i < l.k; ++i)
-        importance[static_cast<size_t>(i)] += double{l.w[o * l.k + i]} * l.w[o * l.k + i];
+        importance[static_cast<size_t>(i)] += double{w[o * l.k + i]} * w[o * l.k + i];
   }
   l.perm.resize(static_cast<size_t>(l.k));
   std::iota(l.perm.begin(), l.perm.end(), 0);
@@ -104,7 +106,7 @@ void measure(Layer& l) {
   double norm = 0;
   for (int64_t o = 0; o < l.n; ++o)
     for (int64_t i = 0; i < l.k; ++i)
-      norm += importance[static_cast<size_t>(i)] * l.w[o * l.k + i] * l.w[o * l.k + i];
+      norm += importance[static_cast<size_t>(i)] * w[o * l.k + i] * w[o * l.k + i];
   // A group's quantization depends only on its rows and its width, so each width is quantized
   // once for every group, and a plan's error is the sum of its groups' errors at their widths.
   const size_t n_groups = static_cast<size_t>((l.k + kGroupRows - 1) / kGroupRows);
@@ -115,13 +117,13 @@ void measure(Layer& l) {
     for (int64_t r = 0; r < l.k; r += kGroupRows)
       uniform.groups.push_back({kWidths[wi], std::min(kGroupRows, l.k - r)});
     const std::vector<float> q =
-        dequantize_exl2_layer(quantize_exl2_layer(l.w.data(), l.n, l.k, uniform));
+        dequantize_exl2_layer(quantize_exl2_layer(w.data(), l.n, l.k, uniform));
     std::vector<double>& errors = group_error[wi];
     errors.assign(n_groups, 0.0);
     for (int64_t o = 0; o < l.n; ++o)
       for (int64_t r = 0; r < l.k; ++r) {
         const size_t i = static_cast<size_t>(l.perm[static_cast<size_t>(r)]);
-        const double d = double{l.w[o * l.k + static_cast<int64_t>(i)]} - q[o * l.k + i];
+        const double d = double{w[o * l.k + static_cast<int64_t>(i)]} - q[o * l.k + i];
         errors[static_cast<size_t>(r / kGroupRows)] += importance[i] * d * d;
       }
   }
@@ -225,7 +227,9 @@ Result<Exl2WriteReport> write_exl2_checkpoint(
         l.name = t.name;
         l.n = t.shape[0];
         l.k = t.shape[1];
-        VESPER_ASSIGN_OR_RETURN(l.w, to_f32(t));
+        if (!gguf::is_float_dtype(t.type))
+          return make_error(f.path() + ": " + t.name + " is not a float tensor");
+        l.stored = &t;
         if (!options.input_energy.empty() && t.name != "lm_head.weight") {
           const auto energy = options.input_energy.find(e->second.gguf_name);
           if (energy == options.input_energy.end() ||
@@ -280,7 +284,8 @@ Result<Exl2WriteReport> write_exl2_checkpoint(
       pool, layers.size(),
       [&](size_t i) {
         const Layer& l = *layers[i];
-        packed[i] = pack_exl2(quantize_exl2_layer(l.w.data(), l.n, l.k, plans[i]));
+        const std::vector<float> w = to_f32(*l.stored);
+        packed[i] = pack_exl2(quantize_exl2_layer(w.data(), l.n, l.k, plans[i]));
       },
       [&](size_t i) {
         if (progress) progress("quantizing " + layers[i]->name);

@@ -17,6 +17,9 @@
 // so the wider groups take them, as exllamav2 does. lm_head gets H bits (default 6) in 32-row
 // groups. Embeddings and norms keep their stored dtype (exllamav2 casts them to f16 at load).
 //
+// Memory: the checkpoint stays mapped; a layer is widened to f32 only while a thread measures or
+// quantizes it, so the writer holds at most one layer in f32 per thread beside the packed output.
+//
 // A layer whose input count is not a multiple of 32 (stories260K's 172-wide down projection)
 // cannot be packed into EXL2 groups: it is written unquantized, as a plain .weight in its stored
 // dtype, which Vesper loads and exllamav2 does not. The writer says so for each such layer.

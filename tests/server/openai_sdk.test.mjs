@@ -19,7 +19,7 @@ test('models.list names the served model', async () => {
 });
 
 test('completions.create matches vesper generate', async () => {
-  const expected = generateJson('Once upon a time', 24);
+  const expected = await generateJson('Once upon a time', 24);
   const r = await client.completions.create({ model: 'stories260K-f32', prompt: 'Once upon a time', max_tokens: 24, temperature: 0 });
   assert.equal(r.choices[0].text, expected.text);
   assert.equal(r.usage.completion_tokens, 24);

@@ -70,7 +70,7 @@ test('the engine loop modes give the same greedy and streamed output', async () 
 });
 
 test('greedy completion equals vesper generate', async () => {
-  const expected = generateJson('Once upon a time', 40);
+  const expected = await generateJson('Once upon a time', 40);
   const r = await postJson(server.url + '/v1/completions',
     { model: MODEL, prompt: 'Once upon a time', max_tokens: 40, temperature: 0 });
   assert.equal(r.status, 200, r.text);

@@ -1,7 +1,10 @@
 // Starts `vesper serve` on a free loopback port and stops it; small HTTP helpers for the tests.
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+
+const execFileAsync = promisify(execFile);
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const repoRoot = path.resolve(here, '..', '..');
@@ -96,8 +99,12 @@ export async function metrics(url) {
 }
 
 // Greedy ids and text from `vesper generate` for the same model and prompt.
-export function generateJson(prompt, maxTokens, model = storiesLong) {
-  const out = execFileSync(vesper, ['generate', model, '--prompt', prompt, '--max-tokens', String(maxTokens),
-    '--temperature', '0', '--json'], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'ignore'] });
-  return JSON.parse(out.toString().trim().split('\n')[0]);
+// Asynchronous on purpose: a synchronous child (execFileSync) freezes node's event loop and with
+// it fetch's timers, so a kept-alive connection fetch would have closed after 4 idle seconds stays
+// in its pool, the server closes it at 5 s (--timeout-keep-alive), and the next request on it
+// fails with "fetch failed" (seen under TSan, where `vesper generate` takes 1.5 s).
+export async function generateJson(prompt, maxTokens, model = storiesLong) {
+  const { stdout } = await execFileAsync(vesper, ['generate', model, '--prompt', prompt,
+    '--max-tokens', String(maxTokens), '--temperature', '0', '--json'], { cwd: repoRoot });
+  return JSON.parse(stdout.trim().split('\n')[0]);
 }

@@ -25,7 +25,7 @@ for (const proposer of proposers) {
     test('greedy completions equal decoding without speculation, streamed or not', async () => {
       assert.match(server.logs, proposer.log);
       for (const prompt of prompts) {
-        const expected = generateJson(prompt, 48);
+        const expected = await generateJson(prompt, 48);
         const r = await postJson(server.url + '/v1/completions', { prompt, max_tokens: 48, temperature: 0 });
         assert.equal(r.status, 200, r.text);
         assert.equal(r.json.choices[0].text, expected.text);
