@@ -69,6 +69,11 @@ Status calibrate_exl2(const WriteOptions& o, hf::Exl2WriteOptions& options, bool
     return make_error("--calibration " + o.calibration + ": " + std::to_string(tokens.size()) +
                       " tokens, fewer than one chunk of --calibration-ctx " + std::to_string(ctx));
   tokens.resize(static_cast<size_t>(chunks * ctx));
+  // Each chunk is a sequence of its own: where the tokenizer starts text with BOS, every chunk
+  // starts with it (as in perplexity, and llama.cpp's imatrix), so position 0 sees what it sees
+  // in use.
+  if (const std::optional<int32_t> bos = tok.bos_id(); bos && tokens[0] == *bos)
+    for (int64_t c = 0; c < chunks; ++c) tokens[static_cast<size_t>(c * ctx)] = *bos;
   auto energy = model::measure_input_energy(*m, tokens, ctx, [&](int64_t done, int64_t total) {
     if (tty)
       std::fprintf(stderr, "\rcalibrating: chunk %lld of %lld\033[K", static_cast<long long>(done),
