@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev nlohmann-json3-dev libcli11-dev libboost-dev libboost-system-dev libssl-dev
   libsimde-dev
+  libopenmpi-dev openmpi-bin
   python3-dev pybind11-dev python3-pytest
   clang-14 libfuzzer-14-dev
 )

@@ -256,6 +256,15 @@ class Backend {
   // dst[i] = src[rows[i]] (rows: int32).
   virtual void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) = 0;
 
+  // --- collectives: tensor parallelism's, over the group the backend was made with
+  // (BackendOptions::group); on a backend of one process they are plain copies. Each rank's
+  // part [rows x part.cols] goes side by side with the others', in rank order, into
+  // full [rows x ranks * part.cols]: on every rank (all_gather_columns), or on the group's leader,
+  // rank 0, alone (gather_columns: other ranks' `full` is not written). Values are moved, never
+  // added, so a split computation gives one process's bits.
+  virtual void all_gather_columns(const Tensor& part, const Tensor& full) = 0;
+  virtual void gather_columns(const Tensor& part, const Tensor& full) = 0;
+
   // Waits until every op issued so far is done.
   virtual void synchronize() = 0;
 };

@@ -22,14 +22,18 @@ int64_t dtype_bytes(DType dtype) {
   return 0;
 }
 
-CpuBackend::CpuBackend(int threads)
-    : pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::hardware_threads())) {}
+CpuBackend::CpuBackend(int threads, dist::Communicator* group)
+    : pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::hardware_threads())),
+      group_(group) {}
 
 CpuBackend::~CpuBackend() = default;
 
 std::string CpuBackend::describe() const {
+  std::string group;
+  if (group_ != nullptr && group_->size() > 1)
+    group = ", rank " + std::to_string(group_->rank()) + " of " + std::to_string(group_->size());
   return "cpu (" + std::string(cpu::isa_name(cpu::selected_isa())) + ", " +
-         std::to_string(pool_->num_threads()) + " threads)";
+         std::to_string(pool_->num_threads()) + " threads" + group + ")";
 }
 
 template <class T>
@@ -378,6 +382,40 @@ void CpuBackend::gather_rows(const Tensor& src, const Tensor& rows, const Tensor
                  static_cast<long long>(src.rows));
     std::memcpy(to + i * row_bytes, from + ids[i] * row_bytes, row_bytes);
   }
+}
+
+void CpuBackend::all_gather_columns(const Tensor& part, const Tensor& full) {
+  collect_columns(part, full, true);
+}
+
+void CpuBackend::gather_columns(const Tensor& part, const Tensor& full) {
+  collect_columns(part, full, false);
+}
+
+void CpuBackend::collect_columns(const Tensor& part, const Tensor& full, bool everyone) {
+  const int ranks = group_ != nullptr ? group_->size() : 1;
+  VESPER_CHECK(part.dtype == DType::kF32 && full.dtype == DType::kF32 && part.rows == full.rows &&
+                   part.cols * ranks == full.cols,
+               "gather_columns: shapes do not match");
+  const int64_t rows = part.rows, cols = part.cols;
+  const float* src = ptr(part);
+  if (ranks == 1) {
+    std::memcpy(ptr(full), src, static_cast<size_t>(part.numel()) * sizeof(float));
+    return;
+  }
+  const bool receives = everyone || group_->rank() == 0;
+  if (receives) gathered_columns_.resize(static_cast<size_t>(ranks * part.numel()));
+  if (everyone)
+    group_->all_gather(src, part.numel(), gathered_columns_.data());
+  else
+    group_->gather(src, part.numel(), receives ? gathered_columns_.data() : nullptr, 0);
+  if (!receives) return;
+  float* dst = ptr(full);
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t i = 0; i < rows; ++i)
+      std::memcpy(dst + i * full.cols + r * cols,
+                  gathered_columns_.data() + (static_cast<int64_t>(r) * rows + i) * cols,
+                  static_cast<size_t>(cols) * sizeof(float));
 }
 
 }  // namespace vesper::backend

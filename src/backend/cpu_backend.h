@@ -16,13 +16,15 @@
 #include "backend/paged_attention.h"
 #include "core/large_buffer.h"
 #include "core/thread_pool.h"
+#include "dist/communicator.h"
 
 namespace vesper::backend {
 
 class CpuBackend final : public Backend {
  public:
-  // `threads` compute threads (0: all hardware threads).
-  explicit CpuBackend(int threads);
+  // `threads` compute threads (0: all hardware threads); collectives over `group` (none: one
+  // process), which must outlive the backend.
+  explicit CpuBackend(int threads, dist::Communicator* group = nullptr);
   ~CpuBackend() override;
 
   ThreadPool& pool() { return *pool_; }
@@ -68,6 +70,8 @@ class CpuBackend final : public Backend {
   void paged_attention(KvHandle kv, int64_t layer, const AttentionInputs& in, const Tensor& q,
                        int64_t n_heads, float scale, const Tensor& out) override;
   void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
+  void all_gather_columns(const Tensor& part, const Tensor& full) override;
+  void gather_columns(const Tensor& part, const Tensor& full) override;
   void synchronize() override {}
 
  private:
@@ -98,6 +102,10 @@ class CpuBackend final : public Backend {
   AttentionBatch attention_batch(const AttentionInputs& in) const;
 
   std::unique_ptr<ThreadPool> pool_;
+  dist::Communicator* group_ = nullptr;
+  // Collectives: the parts of every rank, rank after rank (reused).
+  std::vector<float> gathered_columns_;
+  void collect_columns(const Tensor& part, const Tensor& full, bool everyone);
   // add_low_rank's segments with their buffers resolved (reused every call).
   std::vector<LowRankDelta> low_rank_deltas_;
   std::vector<LowRankRun> low_rank_runs_;

@@ -234,6 +234,7 @@ int run_latency(LatencyOptions& o) {
   o.engine.max_num_seqs = std::max(o.engine.max_num_seqs, max_seqs);
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
+  if (const std::optional<int> rc = run_if_follower(*config)) return *rc;
   auto created = engine::Engine::create(*config);
   if (!created) return fail(created.error().message);
   engine::Engine& e = **created;

@@ -125,6 +125,7 @@ Result<std::vector<BenchRequest>> dataset_requests(const engine::Engine& e,
 int run_throughput(const ThroughputOptions& o) {
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
+  if (const std::optional<int> rc = run_if_follower(*config)) return *rc;
   auto created = engine::Engine::create(*config);
   if (!created) return fail(created.error().message);
   engine::Engine& e = **created;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "dist/launch.h"
 
 namespace vesper::cli {
 
@@ -52,6 +53,8 @@ int run_main(int argc, char** argv) {
   for (std::string& a : storage) {
     if (a == "-ctk") a = "--cache-type-k";
     if (a == "-ctv") a = "--cache-type-v";
+    if (a == "-tp") a = "--tensor-parallel-size";  // vLLM's short forms
+    if (a == "-pp") a = "--pipeline-parallel-size";
     args.push_back(a.data());
   }
   try {
@@ -73,7 +76,13 @@ int run_main(int argc, char** argv) {
        sub != nullptr; sub = sub->get_subcommands().empty() ? nullptr : sub->get_subcommands()[0])
     chosen = sub;
   auto it = runners.find(chosen);
-  return it == runners.end() ? 2 : it->second();
+  const int rc = it == runners.end() ? 2 : it->second();
+  // Rank 0 of a parallel job that fails (its error printed above) ends the other ranks, which
+  // may be waiting for a model that rank 0 will never drive.
+  if (rc != 0)
+    if (dist::Communicator* world = dist::started_world(); world != nullptr && world->rank() == 0)
+      world->abort("the command failed (its error is above)");
+  return rc;
 }
 
 }  // namespace vesper::cli

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "dist/launch.h"
+#include "engine/follower.h"
 #include "engine/memory_plan.h"
 
 namespace vesper::cli {
@@ -89,6 +91,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags& f) {
       ->required();
   cmd->add_option("-t,--threads", f.threads, "Compute threads (default: all cores)")
       ->check(CLI::PositiveNumber);
+  add_parallel_flags(cmd, f);
   cmd->add_option(
          "--max-model-len", f.max_model_len,
          "Most tokens (prompt + output) a sequence may hold (default: the model's context length)")
@@ -478,10 +481,42 @@ Status check_calculate_kv_scales(const EngineFlags& f, backend::KvDtypes dtypes)
   return {};
 }
 
+Result<engine::ParallelConfig> parallel_config(const EngineFlags& f) {
+  engine::ParallelConfig p;
+  p.tensor_parallel_size = f.tensor_parallel_size;
+  p.pipeline_parallel_size = f.pipeline_parallel_size;
+  const int64_t ranks = f.tensor_parallel_size * f.pipeline_parallel_size;
+  const dist::LaunchInfo launch = dist::launch_info();
+  if (ranks > 1) {
+    VESPER_ASSIGN_OR_RETURN(p.group, dist::world(static_cast<int>(ranks)));
+  } else if (launch.size > 1) {
+    return make_error("mpirun started " + std::to_string(launch.size) +
+                      " processes: pass --tensor-parallel-size " + std::to_string(launch.size) +
+                      " so that they share the model (or run one process without mpirun)");
+  }
+  return p;
+}
+
+void add_parallel_flags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("--tensor-parallel-size", f.tensor_parallel_size,
+                  "-tp: processes that each hold a part of every layer (Megatron's split of heads, "
+                  "feed-forward width and vocabulary); run under `mpirun -n N`, N = this times "
+                  "--pipeline-parallel-size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
+                  "-pp: processes that each hold a stage of consecutive layers (not built yet: "
+                  "only 1)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   engine::EngineConfig c;
   c.model_path = f.model_path;
   c.threads = f.threads;
+  VESPER_ASSIGN_OR_RETURN(c.parallel, parallel_config(f));
+  VESPER_TRY(engine::check_parallel_config(c));
   c.cache.block_size = f.block_size;
   c.cache.num_gpu_blocks_override = f.num_gpu_blocks_override;
   c.cache.swap_space_gib = f.swap_space;
@@ -518,6 +553,13 @@ Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {
   VESPER_TRY(speculative_config(f, c.speculative));
   VESPER_TRY(lora_config(f, c.lora));
   return c;
+}
+
+std::optional<int> run_if_follower(const engine::EngineConfig& config) {
+  if (!config.parallel.follower()) return std::nullopt;
+  if (Status s = engine::run_follower(config); !s)
+    config.parallel.group->abort(config.model_path + ": " + s.error().message);
+  return 0;
 }
 
 }  // namespace vesper::cli

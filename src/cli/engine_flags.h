@@ -2,7 +2,8 @@
 // --max-model-len, --max-num-batched-tokens, --max-num-seqs, --block-size, --kv-cache-memory,
 // --kv-cache-dtype (and -k / -v, llama.cpp's -ctk / -ctv),
 // --num-gpu-blocks-override, --swap-space, --preemption-mode, --(no-)enable-chunked-prefill,
-// -t/--threads, --disable-async-output-proc, --num-scheduler-steps, --(no-)async-scheduling,
+// -t/--threads, -tp/--tensor-parallel-size, -pp/--pipeline-parallel-size,
+// --disable-async-output-proc, --num-scheduler-steps, --(no-)async-scheduling,
 // and speculative decoding: --speculative-model, --num-speculative-tokens,
 // --ngram-prompt-lookup-min/-max, --speculative-disable-by-batch-size, --speculative-config,
 // --spec-decoding-acceptance-method, --typical-acceptance-sampler-posterior-threshold/-alpha,
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,8 @@ namespace vesper::cli {
 struct EngineFlags {
   std::string model_path;
   int threads = 0;
+  int64_t tensor_parallel_size = 1;    // -tp, --tensor-parallel-size
+  int64_t pipeline_parallel_size = 1;  // -pp, --pipeline-parallel-size
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
@@ -90,6 +94,16 @@ Status check_calculate_kv_scales(const EngineFlags& f, backend::KvDtypes dtypes)
 // cache's, engine::kv_sparsity_config).
 Status check_kv_sparsity_flags(const EngineFlags& f);
 
+// -tp / --tensor-parallel-size and -pp / --pipeline-parallel-size alone (add_engine_flags
+// includes them), and the job they ask for: the world group of an mpirun job when they ask for
+// more than one process; errors say how to launch.
+void add_parallel_flags(CLI::App* cmd, EngineFlags& f);
+Result<engine::ParallelConfig> parallel_config(const EngineFlags& flags);
+
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& flags);
+
+// A rank other than 0 of a parallel job (config.parallel.follower()) follows rank 0's model
+// instead of running the command: the command's exit code then. Nothing for rank 0 or one process.
+std::optional<int> run_if_follower(const engine::EngineConfig& config);
 
 }  // namespace vesper::cli

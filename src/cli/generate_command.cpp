@@ -129,6 +129,8 @@ Result<PromptJob> parse_job_line(const std::string& line, const sample::Sampling
         p.n = value.get<int32_t>();
       else if (key == "ignore_eos")
         p.ignore_eos = value.get<bool>();
+      else if (key == "logprobs")
+        p.logprobs = value.get<int32_t>();
       else if (key == "stop")
         p.stop = value.is_string() ? std::vector<std::string>{value.get<std::string>()}
                                    : value.get<std::vector<std::string>>();
@@ -179,6 +181,18 @@ nlohmann::json result_json(const PromptJob& job, const engine::RequestOutput& r)
                       {"prompt_token_ids", r.prompt_token_ids},
                       {"token_ids", first.token_ids},
                       {"finish_reason", first.finish_reason.value_or("")}};
+  if (job.params.logprobs >= 0) {
+    // vLLM's offline form: per generated token, the sampled token's and the top ones'
+    // log-probabilities (token id to logprob).
+    nlohmann::json lps = nlohmann::json::array();
+    for (const sample::LogprobEntry& e : first.logprobs) {
+      nlohmann::json top = nlohmann::json::object();
+      top[std::to_string(e.token)] = e.logprob;
+      for (const sample::TokenLogprob& t : e.top) top[std::to_string(t.token)] = t.logprob;
+      lps.push_back(std::move(top));
+    }
+    j["logprobs"] = std::move(lps);
+  }
   if (r.outputs.size() > 1) {
     nlohmann::json outs = nlohmann::json::array();
     for (const auto& c : r.outputs)
@@ -200,6 +214,7 @@ int run_generate(GenerateOptions& o) {
   if (!constraint) return fail(constraint.error().message);
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
+  if (const std::optional<int> rc = run_if_follower(*config)) return *rc;
   auto engine = engine::Engine::create(*config);
   if (!engine) return fail(engine.error().message);
   engine::Engine& e = **engine;
@@ -274,7 +289,7 @@ CommandRunner add_generate_command(CLI::App& app) {
       "--prompts-file", o->prompts_file,
       "File of prompts: one per line, or JSONL objects with \"prompt\" (or \"prompt_token_ids\": "
       "the prompt as token ids, no BOS added) and per-prompt sampling fields (max_tokens, model, "
-      "temperature, top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, "
+      "temperature, top_p, top_k, min_p, seed, n, stop, stop_token_ids, ignore_eos, logprobs, "
       "penalties, priority)");
   auto& p = o->params;
   cmd->add_option("-n,--max-tokens", p.max_tokens, "Tokens to generate per prompt")

@@ -25,9 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu_backend.h"
+#include "backend/backend_factory.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "engine/follower.h"
 #include "engine/kv_sparsity_config.h"
 #include "model/forward_batch.h"
 #include "model/model.h"
@@ -91,8 +92,18 @@ int run_perplexity(const PerplexityOptions& o) {
   if (!dtypes) return fail(dtypes.error().message);
   if (Status s = check_calculate_kv_scales(o.engine, *dtypes); !s) return fail(s.error().message);
 
-  backend::CpuBackend backend(o.engine.threads);
-  auto model = model::Model::load(o.engine.model_path, backend);
+  engine::EngineConfig config;  // what a tensor-parallel job's ranks share
+  config.model_path = o.engine.model_path;
+  config.threads = o.engine.threads;
+  auto parallel = parallel_config(o.engine);
+  if (!parallel) return fail(parallel.error().message);
+  config.parallel = *parallel;
+  if (Status s = engine::check_parallel_config(config); !s) return fail(s.error().message);
+  if (const std::optional<int> rc = run_if_follower(config)) return *rc;
+  auto created = backend::create_backend(engine::backend_options(config));
+  if (!created) return fail(created.error().message);
+  backend::Backend& backend = **created;
+  auto model = model::Model::load(o.engine.model_path, backend, config.parallel.group);
   if (!model) return fail(model.error().message);
   model::Model& m = **model;
   auto tok = tokenizer::Tokenizer::from_gguf(m.file());
@@ -188,9 +199,9 @@ int run_perplexity(const PerplexityOptions& o) {
   auto window = engine::kv_sparsity_config(sparse, spec.block_size, spec.dtypes);
   if (!window) return fail(window.error().message);
   spec.key_bounds = window->quest();
-  const backend::KvHandle kv = backend.create_kv(spec, blocks, backend::MemoryKind::kDevice);
+  const backend::KvHandle kv = m.create_kv(spec, blocks, backend::MemoryKind::kDevice);
   // Calibrated fp8 scales: fixed by the first chunk's rows, then kept for every chunk.
-  if (o.engine.calculate_kv_scales) backend.calibrate_kv_scales(kv);
+  if (o.engine.calculate_kv_scales) m.calibrate_kv_scales(kv);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   std::iota(table.begin(), table.end(), 0);
   const int64_t pass_rows = std::min(o.batch_size, o.ctx);
@@ -312,6 +323,7 @@ CommandRunner add_perplexity_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({8, 16, 32, 64, 128}));
   add_kv_cache_dtype_flags(cmd, o->engine);
+  add_parallel_flags(cmd, o->engine);
   cmd->add_option("--kl-divergence-base", o->kl_base,
                   "Alone: save this run's log-probabilities of the scored tokens to FILE (the "
                   "base, e.g. with --kv-cache-dtype f32). With --kl-divergence: read them and "

@@ -82,6 +82,7 @@ int run_serve(ServeOptions& o) {
       return fail("--tool-call-parser: " + p.error().message);
   auto config = to_engine_config(o.engine);
   if (!config) return fail(config.error().message);
+  if (const std::optional<int> rc = run_if_follower(*config)) return *rc;
   auto created = engine::Engine::create(*config);
   if (!created) return fail(created.error().message);
   auto tmpl = load_chat_template(o.server.chat_template_path, (*created)->model().file());

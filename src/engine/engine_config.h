@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/kv_cache_spec.h"
+#include "dist/communicator.h"
 #include "lora/adapter_registry.h"
 #include "sched/scheduler.h"
 #include "spec/speculative_config.h"
@@ -43,6 +44,17 @@ struct CacheConfig {
   int64_t kv_sparse_budget = 0;
 };
 
+// --tensor-parallel-size / --pipeline-parallel-size (vLLM's): how many processes (mpirun ranks)
+// share the model. With tensor parallelism every rank holds 1/T of each layer (model.h); rank 0
+// runs the engine, the others follow its model (engine/follower.h).
+struct ParallelConfig {
+  int64_t tensor_parallel_size = 1;
+  int64_t pipeline_parallel_size = 1;
+  // The job's ranks when there are several (dist::world), or none.
+  dist::Communicator* group = nullptr;
+  bool follower() const { return group != nullptr && group->rank() != 0; }
+};
+
 // Speculative decoding's settings (spec/speculative_config.h).
 using SpeculativeConfig = spec::SpeculativeConfig;
 
@@ -67,6 +79,7 @@ struct EngineConfig {
   // check that outputs do not depend on it).
   bool prefetch_grammar_masks = true;
   CacheConfig cache;
+  ParallelConfig parallel;
   sched::SchedulerConfig scheduler;  // scheduler.max_model_len 0 = the model's context length
   SpeculativeConfig speculative;
   lora::LoraConfig lora;

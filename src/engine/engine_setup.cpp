@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "backend/cpu_backend.h"
+#include "backend/backend_factory.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/follower.h"
 #include "engine/kv_sparsity_config.h"
 #include "spec/make_proposer.h"
 
@@ -30,8 +31,10 @@ class RegistryBinder final : public sched::AdapterBinder {
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
-  e->backend_ = std::make_unique<backend::CpuBackend>(config.threads);
-  VESPER_ASSIGN_OR_RETURN(e->model_, model::Model::load(config.model_path, *e->backend_));
+  VESPER_TRY(check_parallel_config(config));
+  VESPER_ASSIGN_OR_RETURN(e->backend_, backend::create_backend(backend_options(config)));
+  VESPER_ASSIGN_OR_RETURN(
+      e->model_, model::Model::load(config.model_path, *e->backend_, config.parallel.group));
   VESPER_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok,
                           tokenizer::Tokenizer::from_gguf(e->model_->file()));
   e->tokenizer_.emplace(std::move(tok));
@@ -169,7 +172,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e->runner_->calibrate_speculation();
   // After every warm-up pass (the speculation timing above writes synthetic rows): the first
   // requests' rows set the scales.
-  if (config.cache.calculate_kv_scales) e->backend_->calibrate_kv_scales(e->runner_->device_kv());
+  if (config.cache.calculate_kv_scales) e->model_->calibrate_kv_scales(e->runner_->device_kv());
   log_info(
       "model %s: %s, %lld layers, n_embd %lld, %lld heads (%lld kv, head size %lld), vocab %lld, "
       "context %lld",
@@ -178,6 +181,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       static_cast<long long>(mc.n_head_kv), static_cast<long long>(mc.head_dim),
       static_cast<long long>(mc.n_vocab), static_cast<long long>(mc.context_length));
   log_info("%s", e->plan_.describe().c_str());
+  if (const dist::Communicator* group = config.parallel.group)
+    log_info(
+        "tensor parallel: %d ranks (%s); each holds 1/%d of the attention heads, feed-forward "
+        "width and vocabulary, its own KV heads (%lld of %lld), and the same block count",
+        group->size(), group->describe().c_str(), group->size(),
+        static_cast<long long>(e->model_->shard_config().n_head_kv),
+        static_cast<long long>(mc.n_head_kv));
   if (config.cache.calculate_kv_scales)
     log_info(
         "KV cache: fp8 scales per layer and head, fixed from the first step's rows "

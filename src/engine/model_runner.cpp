@@ -13,8 +13,8 @@ ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, 
       layout_(spec),
       n_vocab_(model.config().n_vocab),
       num_blocks_(num_blocks),
-      device_(backend_.create_kv(spec, num_blocks, backend::MemoryKind::kDevice)),
-      host_(backend_.create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible)),
+      device_(model.create_kv(spec, num_blocks, backend::MemoryKind::kDevice)),
+      host_(model.create_kv(spec, num_swap_blocks, backend::MemoryKind::kHostVisible)),
       sampler_(static_cast<int32_t>(model.config().n_vocab), backend_.host_pool()),
       proposer_(std::move(proposer)) {
   mirror_.set_bounds(num_blocks, static_cast<int32_t>(n_vocab_));
@@ -37,8 +37,8 @@ ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, 
 }
 
 ModelRunner::~ModelRunner() {
-  backend_.release_kv(device_);
-  backend_.release_kv(host_);
+  model_.release_kv(device_);
+  model_.release_kv(host_);
 }
 
 Status ModelRunner::execute(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out) {
@@ -91,12 +91,17 @@ void ModelRunner::move_memory(const sched::SchedulerOutput& plan) {
   // the target's storage and on each companion's; a run of ops of one kind between the same
   // two storages goes to the backend as one call.
   using Kind = kv::BlockOp::Kind;
-  auto run_ops = [&](backend::KvHandle device, backend::KvHandle host) {
+  // The target's storage moves through its model (every tensor-parallel rank moves its part);
+  // a companion's is the proposer's own.
+  auto run_ops = [&](backend::KvHandle device, backend::KvHandle host, bool target) {
     const std::vector<kv::BlockOp>& ops = plan.block_ops;
     for (size_t i = 0; i < ops.size();) {
       const Kind kind = ops[i].kind;
       if (kind == Kind::kQuantizeGroup) {
-        backend_.quantize_kv_group(device, ops[i].rows, ops[i].dst);
+        if (target)
+          model_.quantize_kv_group(device, ops[i].rows, ops[i].dst);
+        else
+          backend_.quantize_kv_group(device, ops[i].rows, ops[i].dst);
         ++i;
         continue;
       }
@@ -106,12 +111,16 @@ void ModelRunner::move_memory(const sched::SchedulerOutput& plan) {
         copy_src_.push_back(ops[i].src);
         copy_dst_.push_back(ops[i].dst);
       }
-      backend_.copy_kv_blocks(kind == Kind::kSwapOut ? host : device,
-                              kind == Kind::kSwapIn ? host : device, copy_src_, copy_dst_);
+      const backend::KvHandle to = kind == Kind::kSwapOut ? host : device;
+      const backend::KvHandle from = kind == Kind::kSwapIn ? host : device;
+      if (target)
+        model_.copy_kv_blocks(to, from, copy_src_, copy_dst_);
+      else
+        backend_.copy_kv_blocks(to, from, copy_src_, copy_dst_);
     }
   };
-  run_ops(device_, host_);
-  for (const auto& [device, host] : companions_) run_ops(device, host);
+  run_ops(device_, host_, true);
+  for (const auto& [device, host] : companions_) run_ops(device, host, false);
 }
 
 backend::KvSparsity ModelRunner::sparsity_of(const sched::SequenceMirror::Entry& e) const {

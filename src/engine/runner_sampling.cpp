@@ -174,7 +174,7 @@ sched::SampledSequence ModelRunner::verify(sched::SequenceMirror::Entry& e,
       slot_dst_.push_back(layout.slot(e.block_table, first + static_cast<int64_t>(i)));
     }
   if (!slot_src_.empty()) {
-    backend_.copy_kv_slots(device_, slot_src_, slot_dst_);
+    model_.copy_kv_slots(device_, slot_src_, slot_dst_);
     for (const auto& [device, host] : companions_)
       backend_.copy_kv_slots(device, slot_src_, slot_dst_);
   }

@@ -5,6 +5,7 @@
 
 #include "gguf/composite_weight.h"
 #include "hf/model_file.h"
+#include "model/shard_commands.h"
 #include "tensor/quant.h"
 
 namespace vesper::model {
@@ -16,9 +17,14 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Whether a matrix is split across the ranks of a tensor-parallel group: by output rows, which
+// keeps every output's whole dot product on one rank (so its bits are one process's).
+enum class Split { kNone, kOutputs };
+
 class Binder {
  public:
-  Binder(const gguf::GgufFile& file, backend::Backend& backend) : file_(file), backend_(backend) {}
+  Binder(const gguf::GgufFile& file, backend::Backend& backend, int rank, int ranks)
+      : file_(file), backend_(backend), rank_(rank), ranks_(ranks) {}
 
   const gguf::TensorInfo* find(const std::string& name) const { return file_.find_tensor(name); }
 
@@ -27,11 +33,17 @@ class Binder {
     return find(name) != nullptr || find(gguf::composite_order_name(name)) != nullptr;
   }
 
-  Result<Weight> matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
-    if (find(name) == nullptr && find(gguf::composite_order_name(name)) != nullptr)
+  // Matrix `name` of the whole model's shape [n_in, n_out], or this rank's part of it.
+  Result<Weight> matrix(const std::string& name, int64_t n_in, int64_t n_out,
+                        Split split = Split::kNone) const {
+    if (find(name) == nullptr && find(gguf::composite_order_name(name)) != nullptr) {
+      if (ranks_ > 1)
+        return make_error(file_.path() + ": " + name +
+                          " is an EXL2 layer, which tensor parallelism does not split yet");
       return composite(name, n_in, n_out);
+    }
     VESPER_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, file_.require_tensor(name));
-    return matrix_from(t, n_in, n_out);
+    return matrix_from(t, n_in, n_out, split);
   }
 
   // A composite weight (gguf/composite_weight.h): its parts, each [inputs, n_out], gathering by
@@ -76,14 +88,21 @@ class Binder {
     return w;
   }
 
-  Result<Weight> matrix_from(const gguf::TensorInfo* t, int64_t n_in, int64_t n_out) const {
+  Result<Weight> matrix_from(const gguf::TensorInfo* t, int64_t n_in, int64_t n_out,
+                             Split split = Split::kNone) const {
     if (t->shape.size() != 2 || t->shape[0] != n_in || t->shape[1] != n_out)
       return make_error(file_.path() + ": tensor " + t->name + " has shape " +
                         shape_string(t->shape) + ", expected [" + std::to_string(n_in) + ", " +
                         std::to_string(n_out) + "]");
+    const void* data = t->data;
+    if (ranks_ > 1 && split == Split::kOutputs) {
+      // Output rows are whole rows of the file: this rank's lie contiguous, in place.
+      n_out /= ranks_;
+      data = t->data + tensor::row_size(t->type, n_in) * static_cast<size_t>(rank_ * n_out);
+    }
     backend::WeightSource source;
     source.type = t->type;
-    source.data = t->data;
+    source.data = data;
     source.n_in = n_in;
     source.n_out = n_out;
     auto loaded = backend_.load_weight(source);
@@ -93,11 +112,11 @@ class Binder {
                         ", which Vesper cannot compute with yet");
     // A backend copy replaces the mapped bytes, so their pages need not stay resident (peak
     // memory stays about the file size). token_embd's stay: get_rows reads its rows.
-    if (loaded->copied && t->name != "token_embd.weight")
+    if (loaded->copied && t->name != "token_embd.weight" && split == Split::kNone)
       file_.release_pages(t->data, tensor::row_size(t->type, n_in) * n_out);
     Weight w;
     w.type = t->type;
-    w.data = t->data;
+    w.data = data;
     w.n_in = n_in;
     w.n_out = n_out;
     w.handle = loaded->handle;
@@ -120,6 +139,11 @@ class Binder {
     return reinterpret_cast<const float*>(t->data);
   }
 
+  // This rank's part of a vector split like its matrix's outputs (a bias); null stays null.
+  const float* part(const float* v, int64_t n) const {
+    return v == nullptr ? nullptr : v + rank_ * (n / ranks_);
+  }
+
   // The backend's copy (or in-place view) of a vector; no buffer for an absent one.
   backend::Tensor constant(const float* v, int64_t n) const {
     return v == nullptr ? backend::Tensor{} : backend_.constant(v, n);
@@ -128,17 +152,46 @@ class Binder {
  private:
   const gguf::GgufFile& file_;
   backend::Backend& backend_;
+  int rank_ = 0;
+  int ranks_ = 1;
 };
+
+// The shape this rank computes: heads, feed-forward width and vocabulary divided by the group's
+// size. Errors name the hyper-parameter that does not divide.
+Result<ModelConfig> shard_shape(const ModelConfig& c, int ranks, const std::string& path) {
+  ModelConfig s = c;
+  if (ranks == 1) return s;
+  for (const auto& [what, value] : {std::pair<const char*, int64_t>{"attention heads", c.n_head},
+                                    {"embedding width", c.n_embd},
+                                    {"KV heads", c.n_head_kv},
+                                    {"feed-forward width", c.n_ff},
+                                    {"vocabulary", c.n_vocab}})
+    if (value % ranks != 0)
+      return make_error(path + ": --tensor-parallel-size " + std::to_string(ranks) +
+                        ": the model's " + what + " (" + std::to_string(value) +
+                        ") do not split into " + std::to_string(ranks) + " equal parts");
+  s.n_head /= ranks;
+  s.n_head_kv /= ranks;
+  s.n_ff /= ranks;
+  s.n_vocab /= ranks;
+  return s;
+}
 }  // namespace
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Backend& backend) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Backend& backend,
+                                           dist::Communicator* group) {
   VESPER_ASSIGN_OR_RETURN(gguf::GgufFile file, hf::open_model_file(path));
   VESPER_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(file));
   std::unique_ptr<Model> m(new Model(backend));
   m->file_ = std::move(file);
   m->config_ = config;
+  const int rank = group != nullptr ? group->rank() : 0;
+  const int ranks = group != nullptr ? group->size() : 1;
+  if (ranks > 1) m->group_ = group;
+  VESPER_ASSIGN_OR_RETURN(m->shard_, shard_shape(config, ranks, path));
   const ModelConfig& c = m->config_;
-  Binder bind(m->file_, backend);
+  const ModelConfig& sc = m->shard_;
+  Binder bind(m->file_, backend, rank, ranks);
   ModelWeights& w = m->weights_;
 
   const gguf::TensorInfo* embd = m->file_.find_tensor("token_embd.weight");
@@ -159,9 +212,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   w.token_embd.handle = embd_loaded->handle;
   VESPER_ASSIGN_OR_RETURN(w.output_norm, bind.vector("output_norm.weight", c.n_embd));
   if (bind.has_matrix("output.weight")) {
-    VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix("output.weight", c.n_embd, c.n_vocab));
-  } else {
-    VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix_from(embd, c.n_embd, c.n_vocab));  // tied
+    VESPER_ASSIGN_OR_RETURN(w.output,
+                            bind.matrix("output.weight", c.n_embd, c.n_vocab, Split::kOutputs));
+  } else {  // tied
+    VESPER_ASSIGN_OR_RETURN(w.output, bind.matrix_from(embd, c.n_embd, c.n_vocab, Split::kOutputs));
   }
   VESPER_ASSIGN_OR_RETURN(w.rope_freqs, bind.vector("rope_freqs.weight", c.rope_dims / 2, false));
 
@@ -170,10 +224,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[i];
     VESPER_ASSIGN_OR_RETURN(l.attn_norm, bind.vector(p + "attn_norm.weight", c.n_embd));
-    VESPER_ASSIGN_OR_RETURN(l.wq, bind.matrix(p + "attn_q.weight", c.n_embd, c.q_dim()));
-    VESPER_ASSIGN_OR_RETURN(l.wk, bind.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim()));
-    VESPER_ASSIGN_OR_RETURN(l.wv, bind.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim()));
-    VESPER_ASSIGN_OR_RETURN(l.wo, bind.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd));
+    using enum Split;
+    VESPER_ASSIGN_OR_RETURN(l.wq, bind.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), kOutputs));
+    VESPER_ASSIGN_OR_RETURN(l.wk, bind.matrix(p + "attn_k.weight", c.n_embd, c.kv_dim(), kOutputs));
+    VESPER_ASSIGN_OR_RETURN(l.wv, bind.matrix(p + "attn_v.weight", c.n_embd, c.kv_dim(), kOutputs));
+    VESPER_ASSIGN_OR_RETURN(l.wo,
+                            bind.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, kOutputs));
     const bool bias = c.arch.qkv_bias;
     VESPER_ASSIGN_OR_RETURN(l.bq, bind.vector(p + "attn_q.bias", c.q_dim(), bias));
     VESPER_ASSIGN_OR_RETURN(l.bk, bind.vector(p + "attn_k.bias", c.kv_dim(), bias));
@@ -183,16 +239,22 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
     VESPER_ASSIGN_OR_RETURN(l.k_norm,
                             bind.vector(p + "attn_k_norm.weight", c.head_dim, c.arch.qk_norm));
     VESPER_ASSIGN_OR_RETURN(l.ffn_norm, bind.vector(p + "ffn_norm.weight", c.n_embd));
-    VESPER_ASSIGN_OR_RETURN(l.w_gate, bind.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff));
-    VESPER_ASSIGN_OR_RETURN(l.w_up, bind.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff));
-    VESPER_ASSIGN_OR_RETURN(l.w_down, bind.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd));
+    VESPER_ASSIGN_OR_RETURN(l.w_gate,
+                            bind.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, kOutputs));
+    VESPER_ASSIGN_OR_RETURN(l.w_up, bind.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, kOutputs));
+    VESPER_ASSIGN_OR_RETURN(l.w_down,
+                            bind.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, kOutputs));
+    // Biases follow their matrix's outputs.
+    l.bq = bind.part(l.bq, c.q_dim());
+    l.bk = bind.part(l.bk, c.kv_dim());
+    l.bv = bind.part(l.bv, c.kv_dim());
   }
   m->output_norm_ = bind.constant(w.output_norm, c.n_embd);
   m->rope_freqs_ = bind.constant(w.rope_freqs, c.rope_dims / 2);
   for (const LayerWeights& l : w.layers) {
     m->layers_.push_back(
-        LayerTensors{bind.constant(l.attn_norm, c.n_embd), bind.constant(l.bq, c.q_dim()),
-                     bind.constant(l.bk, c.kv_dim()), bind.constant(l.bv, c.kv_dim()),
+        LayerTensors{bind.constant(l.attn_norm, c.n_embd), bind.constant(l.bq, sc.q_dim()),
+                     bind.constant(l.bk, sc.kv_dim()), bind.constant(l.bv, sc.kv_dim()),
                      bind.constant(l.q_norm, c.head_dim), bind.constant(l.k_norm, c.head_dim),
                      bind.constant(l.ffn_norm, c.n_embd)});
   }
@@ -204,7 +266,7 @@ backend::KvCacheSpec Model::kv_spec(int64_t block_size, backend::KvDtypes dtypes
   spec.dtypes = dtypes;
   spec.n_layers = config_.n_layer;
   spec.block_size = block_size;
-  spec.n_kv_heads = config_.n_head_kv;
+  spec.n_kv_heads = shard_.n_head_kv;  // this rank's heads
   spec.head_dim = config_.head_dim;
   return spec;
 }
@@ -227,6 +289,7 @@ int64_t Model::activation_bytes(const ModelConfig& c, const StepCapacity& cap) {
 }
 
 Model::~Model() {
+  if (leads()) broadcast(stop_command());
   release_activations();
 }
 
@@ -242,6 +305,10 @@ void Model::release_activations() {
                              &tmp_,
                              &last_,
                              &logits_,
+                             &logits_part_,
+                             &attn_full_,
+                             &gate_full_,
+                             &tmp_part_,
                              &token_ids_,
                              &positions_,
                              &token_seq_,
@@ -267,9 +334,10 @@ void Model::reserve(const StepCapacity& want) {
   if (cap.tokens == capacity_.tokens && cap.logits_rows == capacity_.logits_rows &&
       cap.seqs == capacity_.seqs && cap.table_entries == capacity_.table_entries)
     return;
+  if (leads()) broadcast(reserve_command(cap));
   release_activations();
   capacity_ = cap;
-  const ModelConfig& c = config_;
+  const ModelConfig& c = shard_;
   using backend::DType;
   using backend::MemoryKind;
   auto f32 = [&](int64_t rows, int64_t cols) {
@@ -287,7 +355,15 @@ void Model::reserve(const StepCapacity& want) {
   gate_ = f32(n, c.n_ff);
   up_ = f32(n, c.n_ff);
   last_ = backend_.allocate(DType::kF32, m, c.n_embd, MemoryKind::kHostVisible);
-  logits_ = backend_.allocate(DType::kF32, m, c.n_vocab, MemoryKind::kHostVisible);
+  logits_ = backend_.allocate(DType::kF32, m, config_.n_vocab, MemoryKind::kHostVisible);
+  if (group_ != nullptr) {
+    // o and down read every rank's columns of their input and write this rank's share of
+    // n_embd (model.h).
+    attn_full_ = f32(n, config_.q_dim());
+    gate_full_ = f32(n, config_.n_ff);
+    tmp_part_ = f32(n, c.n_embd / group_->size());
+    logits_part_ = f32(m, c.n_vocab);
+  }
   token_ids_ = i32(n);
   positions_ = i32(n);
   token_seq_ = i32(n);
@@ -304,10 +380,11 @@ void Model::reserve(const StepCapacity& want) {
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHandle kv) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = shard_;
   const int64_t n = batch.num_tokens();
   const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
   if (n == 0) return {};
+  if (leads()) broadcast(forward_command(batch, kv));
   reserve(StepCapacity{n, m, batch.num_seqs(), static_cast<int64_t>(batch.block_tables.size())});
   backend::Backend& b = backend_;
 
@@ -354,6 +431,13 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   const backend::Tensor q = q_.rows_view(0, n), k = k_.rows_view(0, n), v = v_.rows_view(0, n);
   const backend::Tensor attn = attn_.rows_view(0, n), gate = gate_.rows_view(0, n),
                         up = up_.rows_view(0, n);
+  // Tensor parallelism's gathered inputs of o and down, and a rank's share of their outputs.
+  backend::Tensor attn_full, gate_full, tmp_part;
+  if (group_ != nullptr) {
+    attn_full = attn_full_.rows_view(0, n);
+    gate_full = gate_full_.rows_view(0, n);
+    tmp_part = tmp_part_.rows_view(0, n);
+  }
 
   b.get_rows(weights_.token_embd.handle, ids, x);
 
@@ -409,7 +493,14 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     b.write_kv(kv, il, in, k, v);
     b.paged_attention(kv, il, in, q, c.n_head, kq_scale, attn);
     observe_linear_input(il, {"attn_output"}, attn, n);
-    b.matmul(l.wo.handle, attn, tmp);
+    if (group_ != nullptr) {
+      // Every rank's heads side by side, this rank's columns of o, then every rank's columns.
+      b.all_gather_columns(attn, attn_full);
+      b.matmul(l.wo.handle, attn_full, tmp_part);
+      b.all_gather_columns(tmp_part, tmp);
+    } else {
+      b.matmul(l.wo.handle, attn, tmp);
+    }
     add_adapter_deltas(il, Projection::kO, attn, tmp);
     b.add(x, tmp);
 
@@ -421,7 +512,13 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     add_adapter_deltas(il, Projection::kUp, xn, up);
     b.silu_mul(gate, up);
     observe_linear_input(il, {"ffn_down"}, gate, n);
-    b.matmul(l.w_down.handle, gate, tmp);
+    if (group_ != nullptr) {
+      b.all_gather_columns(gate, gate_full);
+      b.matmul(l.w_down.handle, gate_full, tmp_part);
+      b.all_gather_columns(tmp_part, tmp);
+    } else {
+      b.matmul(l.w_down.handle, gate, tmp);
+    }
     add_adapter_deltas(il, Projection::kDown, gate, tmp);
     b.add(x, tmp);
   }
@@ -431,11 +528,19 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   b.gather_rows(x, rows, last);
   b.rms_norm(last, output_norm_, c.rms_eps, last);
   observe_linear_input(-1, {"output"}, last, m);
-  b.matmul(weights_.output.handle, last, logits);
+  if (group_ != nullptr) {
+    // This rank's vocabulary columns, then every rank's side by side on the leader.
+    const backend::Tensor part = logits_part_.rows_view(0, m);
+    b.matmul(weights_.output.handle, last, part);
+    b.gather_columns(part, logits);
+  } else {
+    b.matmul(weights_.output.handle, last, logits);
+  }
   b.synchronize();
   hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
   hidden_states_ = last;
-  return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * c.n_vocab)};
+  if (group_ != nullptr && !leads()) return {};
+  return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * config_.n_vocab)};
 }
 
 void Model::observe_linear_input(int64_t layer, std::initializer_list<const char*> weights,

@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/kv_cache_spec.h"
 #include "core/result.h"
+#include "dist/communicator.h"
 #include "gguf/gguf.h"
 #include "model/adapter_source.h"
 #include "model/forward_batch.h"
@@ -80,23 +81,65 @@ struct StepCapacity {
   int64_t table_entries = 0;
 };
 
+// Tensor parallelism (over a dist::Communicator group of T ranks): each rank holds 1/T of the
+// attention heads (q, k, v split by output rows), of the feed-forward width (gate and up by rows)
+// and of every other matrix's outputs (o and down: n_embd / T rows each; the output matrix: the
+// vocabulary / T); the embedding table and the norms are whole on every rank. Megatron splits o
+// and down by inputs and adds the partial products with an all-reduce; here o and down read
+// every rank's columns of their input (an all-gather) and their outputs are gathered in turn, so
+// every output element is one dot product computed whole on one rank: the results are one
+// process's, bit for bit, for any weight and KV type (and every rank holds the same x). The
+// bytes moved per layer match the all-reduce's for o; down moves n_ff / T more columns a row.
+//
+// The leader's model (rank 0) is the one the engine drives; every other rank's model follows it
+// (follow_leader): each forward pass, reserve and KV storage operation of the leader's model is
+// first broadcast to the followers, which do the same with their parts, so a follower needs no
+// scheduler, runner or sampler. The leader alone gets the logits (gathered from every rank's
+// vocabulary columns).
 class Model {
  public:
-  // Opens, validates and binds a GGUF model to `backend` (which must outlive the model). Errors
-  // name the file and the fault.
-  static Result<std::unique_ptr<Model>> load(const std::string& path, backend::Backend& backend);
+  // Opens, validates and binds a GGUF model to `backend` (which must outlive the model). With a
+  // group of several ranks, binds this rank's rows of each matrix (whole rows: no quant block is
+  // ever cut); a shape that cannot split (heads, KV heads, widths or vocabulary not divisible by
+  // the group's size) is an error naming the hyper-parameter. Errors name the file and the fault.
+  static Result<std::unique_ptr<Model>> load(const std::string& path, backend::Backend& backend,
+                                             dist::Communicator* group = nullptr);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
+  // The whole model's hyper-parameters; shard_config() is the part this rank computes (equal to
+  // config() in one process).
   const ModelConfig& config() const { return config_; }
+  const ModelConfig& shard_config() const { return shard_; }
+  // The tensor-parallel group's size and this rank (1 and 0 in one process).
+  int tensor_parallel_size() const { return group_ != nullptr ? group_->size() : 1; }
+  int tensor_parallel_rank() const { return group_ != nullptr ? group_->rank() : 0; }
   const gguf::GgufFile& file() const { return file_; }
   const ModelWeights& weights() const { return weights_; }
   backend::Backend& backend() { return backend_; }
 
-  // The KV storage this model needs, with blocks of `block_size` tokens of keys and values of
-  // the given types (default: f16 both, --kv-cache-dtype auto).
+  // The KV storage this model needs (this rank's KV heads), with blocks of `block_size` tokens of
+  // keys and values of the given types (default: f16 both, --kv-cache-dtype auto).
   backend::KvCacheSpec kv_spec(int64_t block_size, backend::KvDtypes dtypes = {}) const;
+
+  // The model's KV storage and what moves its blocks (backend.h says what each does), through the
+  // model so that on a group's leader every rank does the same to its own storage (the spec's
+  // head count is each rank's).
+  backend::KvHandle create_kv(const backend::KvCacheSpec& spec, int64_t num_blocks,
+                              backend::MemoryKind kind);
+  void release_kv(backend::KvHandle kv);
+  void copy_kv_blocks(backend::KvHandle to, backend::KvHandle from, std::span<const int32_t> src,
+                      std::span<const int32_t> dst);
+  void copy_kv_slots(backend::KvHandle kv, std::span<const int64_t> src,
+                     std::span<const int64_t> dst);
+  void quantize_kv_group(backend::KvHandle kv, std::span<const int32_t> rows, int32_t dst);
+  void calibrate_kv_scales(backend::KvHandle kv);
+
+  // A follower (a rank other than 0 of the group): does what the leader's model does, command by
+  // command, until the leader's model is destroyed. An error when a command cannot be read
+  // (a corrupt message; the caller ends the job).
+  Status follow_leader();
 
   // Bytes of the activation buffers a step of `capacity` needs (the memory plan's figure).
   static int64_t activation_bytes(const ModelConfig& config, const StepCapacity& capacity);
@@ -107,8 +150,9 @@ class Model {
 
   // Runs the batch against `kv` (storage of kv_spec()) and returns the logits of each of
   // batch.logits_rows, in order ([logits_rows.size() x n_vocab], host memory valid until the
-  // next forward). K/V of every batch token are stored at its slot. Rows of a sequence with a
-  // tree description attend as forward_batch.h says.
+  // next forward; on a follower, nothing: the leader gathers the logits). K/V of every batch token
+  // are stored at its slot. Rows of a sequence with a tree description attend as forward_batch.h
+  // says.
   std::span<const float> forward(const ForwardBatch& batch, backend::KvHandle kv);
 
   // The adapters the forward pass applies by each sequence's seq_adapter slot (none: the base
@@ -136,6 +180,11 @@ class Model {
  private:
   explicit Model(backend::Backend& backend) : backend_(backend) {}
   void release_activations();
+  // The leader: hands `command` (tensor_parallel.cpp's encoding) to every follower.
+  bool leads() const { return group_ != nullptr && group_->rank() == 0; }
+  void broadcast(std::vector<uint8_t> command);
+  // A follower: its own storage for a leader's handle.
+  backend::KvHandle local_kv(uint64_t leader_handle) const;
 
   // What the backend holds of a layer: weight handles and f32 vectors.
   struct LayerTensors {
@@ -145,6 +194,10 @@ class Model {
   backend::Backend& backend_;
   gguf::GgufFile file_;
   ModelConfig config_;
+  ModelConfig shard_;                    // this rank's part of config_
+  dist::Communicator* group_ = nullptr;  // a tensor-parallel group of several ranks, or none
+  // A follower's storage for each of the leader's KV handles (by id).
+  std::vector<std::pair<uint64_t, backend::KvHandle>> follower_kv_;
   ModelWeights weights_;
   backend::Tensor output_norm_, rope_freqs_;
   std::vector<LayerTensors> layers_;
@@ -152,6 +205,9 @@ class Model {
   // Activations and batch inputs, allocated by reserve().
   StepCapacity capacity_;
   backend::Tensor x_, xn_, q_, k_, v_, attn_, gate_, up_, tmp_, last_, logits_;
+  // With several ranks: o's and down's gathered inputs, this rank's share of their outputs and
+  // its vocabulary columns (logits_ is the leader's).
+  backend::Tensor attn_full_, gate_full_, tmp_part_, logits_part_;
   backend::Tensor token_ids_, positions_, token_seq_, slot_mapping_, block_tables_, table_offsets_,
       logits_rows_;
   backend::Tensor tree_parents_, query_start_, quantized_groups_, gap_begin_, gap_end_,

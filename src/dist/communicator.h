@@ -1,0 +1,36 @@
+// Communicator: the collectives a group of processes running one model needs (tensor parallelism
+// today), over whatever transport carries them (Open MPI: dist/mpi_communicator.h).
+//
+// Every call is collective: each rank of the group makes the same calls in the same order, with
+// the same sizes. The collectives move values and never add them (there is no all-reduce), so
+// no result depends on the order a transport would reduce in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vesper::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "open-mpi, 2 ranks on vm, vm": what the startup log says.
+  virtual std::string describe() const = 0;
+
+  // `bytes` of rank `root` to every rank (the others' are replaced, sizes included).
+  virtual void broadcast(std::vector<uint8_t>& bytes, int root) = 0;
+  // Each rank's n floats, in rank order, into out [size x n] of every rank.
+  virtual void all_gather(const float* in, int64_t n, float* out) = 0;
+  // Each rank's n floats, in rank order, into out [size x n] of `root` (others' out unused).
+  virtual void gather(const float* in, int64_t n, float* out, int root) = 0;
+  // One int64 from every rank, in rank order, on every rank.
+  virtual std::vector<int64_t> all_gather_i64(int64_t value) = 0;
+  // Ends every process of the job with `why` on standard error (a worker's fatal error).
+  [[noreturn]] virtual void abort(const std::string& why) = 0;
+};
+
+}  // namespace vesper::dist

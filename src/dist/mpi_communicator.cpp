@@ -1,0 +1,95 @@
+#include "dist/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+namespace vesper::dist {
+namespace {
+
+MPI_Comm& as_comm(void*& p) {
+  return *reinterpret_cast<MPI_Comm*>(&p);
+}
+
+}  // namespace
+
+static_assert(sizeof(MPI_Comm) <= sizeof(void*), "MPI_Comm must fit a pointer");
+
+MpiCommunicator::MpiCommunicator() {
+  MPI_Comm_dup(MPI_COMM_WORLD, &as_comm(comm_));
+  // Failures come back as return codes (check() turns them into a clear abort) instead of MPI's
+  // default handler ending the job with MPI's own message only.
+  MPI_Comm_set_errhandler(as_comm(comm_), MPI_ERRORS_RETURN);
+  MPI_Comm_rank(as_comm(comm_), &rank_);
+  MPI_Comm_size(as_comm(comm_), &size_);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  // Every rank's host name, for the startup log.
+  std::vector<char> all(static_cast<size_t>(size_) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, as_comm(comm_));
+  for (int r = 0; r < size_; ++r)
+    hosts_ += (r ? ", " : "") + std::string(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  MPI_Comm_free(&as_comm(comm_));
+}
+
+std::string MpiCommunicator::describe() const {
+  return "Open MPI, " + std::to_string(size_) + " ranks on " + hosts_;
+}
+
+void MpiCommunicator::check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  abort(std::string(call) + " failed on rank " + std::to_string(rank_) + ": " + text);
+}
+
+void MpiCommunicator::broadcast(std::vector<uint8_t>& bytes, int root) {
+  unsigned long long n = bytes.size();
+  check(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, as_comm(comm_)), "MPI_Bcast");
+  if (n > static_cast<unsigned long long>(INT_MAX))
+    abort("a broadcast of " + std::to_string(n) + " bytes is larger than one MPI message");
+  bytes.resize(n);
+  if (n > 0)
+    check(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, as_comm(comm_)),
+          "MPI_Bcast");
+}
+
+void MpiCommunicator::all_gather(const float* in, int64_t n, float* out) {
+  check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT,
+                      as_comm(comm_)),
+        "MPI_Allgather");
+}
+
+void MpiCommunicator::gather(const float* in, int64_t n, float* out, int root) {
+  check(MPI_Gather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, root,
+                   as_comm(comm_)),
+        "MPI_Gather");
+}
+
+std::vector<int64_t> MpiCommunicator::all_gather_i64(int64_t value) {
+  std::vector<int64_t> out(static_cast<size_t>(size_));
+  long long v = value;
+  std::vector<long long> all(static_cast<size_t>(size_));
+  check(MPI_Allgather(&v, 1, MPI_LONG_LONG, all.data(), 1, MPI_LONG_LONG, as_comm(comm_)),
+        "MPI_Allgather");
+  for (int r = 0; r < size_; ++r) out[static_cast<size_t>(r)] = all[static_cast<size_t>(r)];
+  return out;
+}
+
+void MpiCommunicator::abort(const std::string& why) {
+  std::fprintf(stderr, "vesper: error: rank %d: %s; ending all %d ranks\n", rank_, why.c_str(),
+               size_);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+}  // namespace vesper::dist

@@ -1,0 +1,37 @@
+// MpiCommunicator: Communicator over an Open MPI communicator (built only with VESPER_HAVE_MPI).
+// Errors return to the caller instead of MPI's default of ending the job silently; a failed
+// call ends the job through abort() with the MPI error string and the call that failed.
+#pragma once
+
+#include <string>
+
+#include "dist/communicator.h"
+
+namespace vesper::dist {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // A duplicate of MPI_COMM_WORLD (MPI must be initialised).
+  MpiCommunicator();
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override;
+
+  void broadcast(std::vector<uint8_t>& bytes, int root) override;
+  void all_gather(const float* in, int64_t n, float* out) override;
+  void gather(const float* in, int64_t n, float* out, int root) override;
+  std::vector<int64_t> all_gather_i64(int64_t value) override;
+  [[noreturn]] void abort(const std::string& why) override;
+
+ private:
+  void check(int rc, const char* call);
+
+  void* comm_ = nullptr;  // MPI_Comm, kept opaque so this header needs no mpi.h
+  int rank_ = 0;
+  int size_ = 1;
+  std::string hosts_;
+};
+
+}  // namespace vesper::dist

@@ -1,0 +1,53 @@
+#include "engine/follower.h"
+
+#include <csignal>
+
+#include "model/model.h"
+
+namespace vesper::engine {
+
+Status check_parallel_config(const EngineConfig& config) {
+  const ParallelConfig& p = config.parallel;
+  if (p.tensor_parallel_size < 1)
+    return make_error("--tensor-parallel-size " + std::to_string(p.tensor_parallel_size) +
+                      ": must be at least 1");
+  if (p.pipeline_parallel_size < 1)
+    return make_error("--pipeline-parallel-size " + std::to_string(p.pipeline_parallel_size) +
+                      ": must be at least 1");
+  if (p.pipeline_parallel_size > 1)
+    return make_error("--pipeline-parallel-size " + std::to_string(p.pipeline_parallel_size) +
+                      ": pipeline parallelism is not built yet; --tensor-parallel-size splits "
+                      "the model across processes");
+  const int64_t ranks = p.tensor_parallel_size * p.pipeline_parallel_size;
+  const int64_t group = p.group != nullptr ? p.group->size() : 1;
+  if (ranks != group)
+    return make_error("--tensor-parallel-size " + std::to_string(p.tensor_parallel_size) +
+                      " needs " + std::to_string(ranks) + " processes, and this job has " +
+                      std::to_string(group));
+  if (ranks > 1 && config.lora.any())
+    return make_error("--enable-lora: adapters are not split across tensor-parallel ranks yet");
+  return {};
+}
+
+backend::BackendOptions backend_options(const EngineConfig& config) {
+  backend::BackendOptions o;
+  o.threads = config.threads;
+  o.group = config.parallel.group;
+  return o;
+}
+
+Status run_follower(const EngineConfig& config) {
+  VESPER_TRY(check_parallel_config(config));
+  // Rank 0 decides when the job ends: mpirun passes a SIGTERM or Ctrl-C on to every rank, and a
+  // follower that died on it would leave rank 0 unable to finish (drain) its requests. The
+  // follower leaves when rank 0's model is gone.
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGINT, SIG_IGN);
+  VESPER_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> backend,
+                          backend::create_backend(backend_options(config)));
+  VESPER_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
+                          model::Model::load(config.model_path, *backend, config.parallel.group));
+  return model->follow_leader();
+}
+
+}  // namespace vesper::engine

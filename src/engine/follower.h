@@ -1,0 +1,23 @@
+// The ranks other than 0 of a tensor-parallel job (ParallelConfig): each loads its part of the
+// model and does what rank 0's model does (model::Model::follow_leader); it has no scheduler,
+// runner, sampler or server. Rank 0's engine is the only one that decides anything.
+#pragma once
+
+#include "backend/backend_factory.h"
+#include "core/result.h"
+#include "engine/engine_config.h"
+
+namespace vesper::engine {
+
+// What the parallel sizes ask for against what is built; errors name the flag.
+Status check_parallel_config(const EngineConfig& config);
+
+// The backend every rank of `config` computes on (its threads, and the job's group).
+backend::BackendOptions backend_options(const EngineConfig& config);
+
+// A follower's life: its model part loaded, then the leader's commands until rank 0's model is
+// gone. Errors (a model that does not load or split, a corrupt command) are the caller's to
+// report and end the job with.
+Status run_follower(const EngineConfig& config);
+
+}  // namespace vesper::engine

@@ -1,0 +1,244 @@
+// Tensor parallelism through the `vesper` command line under Open MPI's mpirun (2 ranks, 1
+// thread each): token ids and log-probabilities equal one process's, bit for bit, on 64 prompts of
+// 48 tokens for stories260K (f16, fp8 and KIVI KV caches) and a 512-wide model in q4_0, q8_0,
+// q4_K, q6_K and f16; the same run to run; chunked prefill, preemption by recompute and swap,
+// prefix caching off, multi-step and speculative decoding (n-gram, draft model) under the split;
+// perplexity; and the launch and shape errors, each naming the flag or hyper-parameter.
+// Skipped where vesper was built without Open MPI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "sanitized.h"
+
+namespace vesper {
+namespace {
+
+using testing_util::CommandResult;
+using testing_util::json_lines;
+using testing_util::read_file;
+using testing_util::run_vesper;
+using testing_util::shell_quote;
+
+const std::string kStories = "../shared/models/stories260K-f32.gguf";
+const std::string kDraft = "../shared/models/stories-draft.gguf";
+
+#ifdef VESPER_MPIEXEC
+constexpr bool kHaveMpi = true;
+const char* const kMpiexec = VESPER_MPIEXEC;
+#else
+constexpr bool kHaveMpi = false;
+const char* const kMpiexec = "";
+#endif
+
+// `vesper args` as `ranks` processes of one mpirun job (as root where the tests run as root; more
+// ranks than cores allowed), ended after 180 s if it hangs.
+CommandResult run_mpi(int ranks, const std::vector<std::string>& args, const std::string& tag) {
+  const std::string base = "/tmp/vesper_tp_" + std::to_string(::getpid()) + "_" + tag;
+  std::string cmd = "timeout 180 " + shell_quote(kMpiexec) +
+                    " --allow-run-as-root --oversubscribe --bind-to none -n " +
+                    std::to_string(ranks) + " " + shell_quote(VESPER_BINARY);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " >" + base + ".out 2>" + base + ".err </dev/null";
+  const int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(base + ".out");
+  r.err = read_file(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::filesystem::path work_dir() {
+  static const std::filesystem::path dir = [] {
+    auto d =
+        std::filesystem::temp_directory_path() / ("vesper_tp_models_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+// stories260K widened to 512 (8 heads of 64, 4 KV heads, n_ff 1024) in `type`: the same function
+// as stories260K (vesper synth --widen-from), with shapes every type splits in two on block
+// boundaries (o: 256 inputs a rank, down: 512).
+std::string wide_model(const std::string& type) {
+  const std::string path = (work_dir() / ("wide-" + type + ".gguf")).string();
+  if (!std::filesystem::exists(path)) {
+    auto r = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "512", "--n-head", "8",
+                         "--n-head-kv", "4", "--n-ff", "1024", "--type", type, "-o", path},
+                        "synth");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  return path;
+}
+
+// 64 prompts of 48 tokens each from the held-out text (token ids, so every model reads the same
+// 48), greedy, 16 tokens each, with the top 2 log-probabilities.
+std::string prompts_file() {
+  static const std::string path = [] {
+    std::ifstream text("../shared/data/tinystories-heldout.txt");
+    std::vector<std::string> words;
+    for (std::string w; text >> w && words.size() < 64 * 200;) words.push_back(w);
+    const std::string texts = (work_dir() / "texts.txt").string();
+    {
+      std::ofstream out(texts);
+      for (size_t p = 0; p < 64; ++p) {
+        std::string line;
+        for (size_t i = 0; i < 40; ++i) line += (i ? " " : "") + words[p * 200 + i];
+        out << line << "\n";
+      }
+    }
+    auto r =
+        run_vesper({"generate", kStories, "--prompts-file", texts, "-n", "1", "--json"}, "tokens");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const std::string file = (work_dir() / "prompts.jsonl").string();
+    std::ofstream out(file);
+    for (const auto& j : json_lines(r.out)) {
+      std::vector<int32_t> ids = j["prompt_token_ids"].get<std::vector<int32_t>>();
+      EXPECT_GE(ids.size(), 48u);
+      ids.resize(48);
+      out << nlohmann::json{{"prompt_token_ids", ids},
+                            {"max_tokens", 16},
+                            {"temperature", 0},
+                            {"ignore_eos", true},
+                            {"logprobs", 2}}
+                 .dump()
+          << "\n";
+    }
+    return file;
+  }();
+  return path;
+}
+
+std::vector<std::string> generate(const std::string& model, std::vector<std::string> extra = {}) {
+  return with({"generate", model, "--prompts-file", prompts_file(), "--json", "-t", "1"}, extra);
+}
+
+// Tensor parallelism computes every output element whole on one rank (model.h), so its token ids
+// and log-probabilities are one process's, bit for bit.
+void expect_same_outputs(const CommandResult& one, const CommandResult& tp,
+                         const std::string& what) {
+  ASSERT_EQ(one.exit_code, 0) << what << ": " << one.err;
+  ASSERT_EQ(tp.exit_code, 0) << what << ": " << tp.err;
+  const auto a = json_lines(one.out), b = json_lines(tp.out);
+  ASSERT_EQ(a.size(), 64u) << what;
+  ASSERT_EQ(b.size(), 64u) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["token_ids"], b[i]["token_ids"]) << what << ", prompt " << i;
+    EXPECT_EQ(a[i]["logprobs"], b[i]["logprobs"]) << what << ", prompt " << i;
+  }
+}
+
+class TensorParallelCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kHaveMpi) GTEST_SKIP() << "vesper was built without Open MPI";
+    // Open MPI's own allocations and shared-memory transport are reported by LeakSanitizer and
+    // ThreadSanitizer as if they were vesper's; the release run covers these paths.
+    if (testing_util::sanitized()) GTEST_SKIP() << "mpirun jobs do not run under sanitizers";
+  }
+};
+
+TEST_F(TensorParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
+  struct Case {
+    std::string model, what;
+    std::vector<std::string> flags;
+  };
+  std::vector<Case> cases = {
+      {kStories, "stories260K f32", {}},
+      {kStories, "stories260K f32, fp8 KV", {"--kv-cache-dtype", "fp8"}},
+      {kStories, "stories260K f32, kivi2 KV", {"--kv-cache-dtype", "kivi2"}}};
+  for (const std::string type : {"q4_0", "q8_0", "q4_K", "q6_K", "f16"})
+    cases.push_back({wide_model(type), "wide " + type, {}});
+  for (const Case& c : cases)
+    expect_same_outputs(run_vesper(generate(c.model, c.flags), "one"),
+                        run_mpi(2, generate(c.model, with(c.flags, {"-tp", "2"})), "tp"), c.what);
+}
+
+TEST_F(TensorParallelCli, OutputIsIdenticalRunToRun) {
+  const std::string model = wide_model("q4_0");
+  const auto first = run_mpi(2, generate(model, {"-tp", "2"}), "tp1");
+  const auto second = run_mpi(2, generate(model, {"-tp", "2"}), "tp2");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(json_lines(first.out).size(), 64u);
+  EXPECT_EQ(first.out, second.out);  // token ids and log-probabilities, bit for bit
+  EXPECT_NE(first.err.find("tensor parallel: 2 ranks"), std::string::npos) << first.err;
+}
+
+TEST_F(TensorParallelCli, EngineFeaturesUnderTheSplit) {
+  const auto one = run_vesper(generate(kStories), "one");
+  struct Case {
+    std::string name;
+    std::vector<std::string> flags;
+  };
+  std::vector<Case> cases = {
+      {"chunked prefill", {"--max-num-batched-tokens", "40"}},
+      {"preemption by recompute", {"--num-gpu-blocks-override", "12", "--max-num-seqs", "8"}},
+      {"preemption by swap",
+       {"--num-gpu-blocks-override", "12", "--max-num-seqs", "8", "--preemption-mode", "swap"}},
+      {"no prefix caching", {"--no-enable-prefix-caching"}},
+      {"n-gram speculation", {"--speculative-model", "[ngram]", "--num-speculative-tokens", "3"}},
+      {"draft model", {"--speculative-model", kDraft, "--num-speculative-tokens", "3"}},
+      {"multi-step", {"--num-scheduler-steps", "4"}},
+  };
+  for (const Case& c : cases)
+    expect_same_outputs(one, run_mpi(2, generate(kStories, with(c.flags, {"-tp", "2"})), "tp"),
+                        c.name);
+}
+
+TEST_F(TensorParallelCli, PerplexityEqualsOneProcess) {
+  const std::vector<std::string> args = {
+      "perplexity", kStories, "-f",       "../shared/data/tinystories-heldout.txt",
+      "--ctx",      "128",    "--chunks", "8",
+      "-t",         "1"};
+  const auto one = run_vesper(args, "ppl1");
+  const auto tp = run_mpi(2, with(args, {"-tp", "2"}), "ppl2");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(tp.exit_code, 0) << tp.err;
+  auto final_ppl = [](const std::string& s) {
+    const size_t at = s.find("PPL = ");
+    return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 6));
+  };
+  const double a = final_ppl(one.out + one.err), b = final_ppl(tp.out + tp.err);
+  ASSERT_GT(a, 1.0) << one.out << one.err;
+  EXPECT_EQ(b, a) << tp.out << tp.err;
+}
+
+TEST_F(TensorParallelCli, LaunchAndShapeErrorsNameTheFlagOrTensor) {
+  auto expect_error = [](const CommandResult& r, const std::string& text) {
+    EXPECT_NE(r.exit_code, 0) << text;
+    EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
+  };
+  expect_error(run_vesper(generate(kStories, {"-tp", "2"}), "nompi"), "mpirun -n 2");
+  expect_error(run_mpi(2, generate(kStories), "notp"), "pass --tensor-parallel-size 2");
+  expect_error(run_mpi(3, generate(kStories, {"-tp", "3"}), "tp3"),
+               "attention heads (8) do not split into 3 equal parts");
+  expect_error(run_mpi(2, generate(kStories, {"-pp", "2"}), "pp2"),
+               "--pipeline-parallel-size 2: pipeline parallelism is not built yet");
+  expect_error(run_mpi(2,
+                       generate(kStories, {"-tp", "2", "--enable-lora", "--lora-modules",
+                                           "bim=../shared/models/lora/bim"}),
+                       "lora"),
+               "--enable-lora: adapters are not split");
+  // One KV head cannot be split in two.
+  const std::string mqa = (work_dir() / "mqa.gguf").string();
+  ASSERT_EQ(
+      run_vesper({"synth", "--n-head", "4", "--n-head-kv", "1", "-o", mqa}, "synth").exit_code, 0);
+  expect_error(run_mpi(2, generate(mqa, {"-tp", "2"}), "mqa"),
+               "KV heads (1) do not split into 2 equal parts");
+}
+
+}  // namespace
+}  // namespace vesper
