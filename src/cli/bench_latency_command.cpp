@@ -16,6 +16,7 @@
 #include "cli/bench_commands.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "dist/communicator.h"
 #include "engine/engine.h"
 
 namespace vesper::cli {
@@ -188,6 +189,9 @@ struct Test {
   // Speculative decoding over the timed runs: proposals verified and accepted, and target
   // passes (steps) against tokens generated per sequence.
   int64_t draft_tokens = 0, accepted_tokens = 0, steps = 0, generated_per_seq = 0;
+  // Tensor parallelism: what rank 0's collectives moved over the timed runs, and their passes.
+  dist::Communicator::Traffic traffic = {};
+  int64_t passes = 0;
 
   double acceptance_rate() const {
     return draft_tokens ? static_cast<double>(accepted_tokens) / draft_tokens : 0;
@@ -246,6 +250,10 @@ int run_latency(LatencyOptions& o) {
                                       : o.shared_prompt ? tokens.prompt(o.n_depth)
                                                         : std::vector<int32_t>{};
 
+  // Rank 0's collectives so far (nothing in one process).
+  auto traffic_now = [group = config->parallel.group] {
+    return group != nullptr ? group->traffic() : dist::Communicator::Traffic{};
+  };
   std::vector<Test> tests;
   if (o.n_prompt > 0) tests.push_back({"pp" + std::to_string(o.n_prompt), o.n_prompt, 0, {}});
   if (o.n_gen > 0) {
@@ -263,6 +271,7 @@ int run_latency(LatencyOptions& o) {
     for (int64_t r = 0; r <= o.repetitions; ++r) {
       const int64_t n_gen = r == 0 ? std::min<int64_t>(o.n_gen, 8) : o.n_gen;
       engine::EngineStats before = e.stats();
+      const dist::Communicator::Traffic traffic_before = traffic_now();
       int64_t steps = 0;
       auto rate = t.n_prompt > 0 ? run_prefill(e, tokens, t.n_prompt, run++)
                                  : run_decode(e, tokens, prompt, o.shared_prompt, o.n_depth,
@@ -276,6 +285,11 @@ int run_latency(LatencyOptions& o) {
         t.accepted_tokens += after.spec_num_accepted_tokens - before.spec_num_accepted_tokens;
         t.steps += steps;
         t.generated_per_seq += n_gen;
+        const dist::Communicator::Traffic traffic_after = traffic_now();
+        t.traffic.calls += traffic_after.calls - traffic_before.calls;
+        t.traffic.bytes += traffic_after.bytes - traffic_before.bytes;
+        t.traffic.seconds += traffic_after.seconds - traffic_before.seconds;
+        t.passes += after.num_passes - before.num_passes;
       }
     }
     if (!o.json) std::fprintf(stderr, "bench latency: %s done\n", t.name.c_str());
@@ -295,6 +309,13 @@ int run_latency(LatencyOptions& o) {
     for (const Test& t : tests) {
       j[t.name + "_tokens_per_s"] = median(t.samples);
       j["samples"][t.name] = t.samples;
+      if (config->parallel.group != nullptr && t.passes > 0) {
+        const double passes = static_cast<double>(t.passes);
+        j["tensor_parallel"][t.name] = {
+            {"collectives_per_pass", static_cast<double>(t.traffic.calls) / passes},
+            {"bytes_per_pass", static_cast<double>(t.traffic.bytes) / passes},
+            {"collective_seconds_per_pass", t.traffic.seconds / passes}};
+      }
       if (speculating && t.n_prompt == 0)
         j["speculative"][t.name] = {{"acceptance_rate", t.acceptance_rate()},
                                     {"tokens_per_target_pass", t.tokens_per_pass()},
@@ -315,6 +336,14 @@ int run_latency(LatencyOptions& o) {
                 static_cast<long long>(std::max<int64_t>(t.n_seqs, 1)), median(t.samples), *lo,
                 *hi);
   }
+  for (const Test& t : tests)
+    if (config->parallel.group != nullptr && t.passes > 0) {
+      const double passes = static_cast<double>(t.passes);
+      std::printf("%s: rank 0's collectives per pass: %.1f, %.3f MB moved, %.3f ms\n",
+                  t.name.c_str(), static_cast<double>(t.traffic.calls) / passes,
+                  static_cast<double>(t.traffic.bytes) / passes / 1e6,
+                  t.traffic.seconds / passes * 1e3);
+    }
   for (const Test& t : tests)
     if (speculating && t.n_prompt == 0)
       std::printf(

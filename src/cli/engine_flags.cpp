@@ -498,10 +498,12 @@ Result<engine::ParallelConfig> parallel_config(const EngineFlags& f) {
 }
 
 void add_parallel_flags(CLI::App* cmd, EngineFlags& f) {
-  cmd->add_option("--tensor-parallel-size", f.tensor_parallel_size,
-                  "-tp: processes that each hold a part of every layer (Megatron's split of heads, "
-                  "feed-forward width and vocabulary); run under `mpirun -n N`, N = this times "
-                  "--pipeline-parallel-size")
+  cmd->add_option(
+         "--tensor-parallel-size", f.tensor_parallel_size,
+         "-tp: processes that each hold a part of every layer (1/N of the heads, the "
+         "feed-forward width, o's and down's outputs and the vocabulary; outputs equal one "
+         "process's bit for bit); run under `mpirun -n N`, N = this times "
+         "--pipeline-parallel-size (README: Parallelism)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pipeline-parallel-size", f.pipeline_parallel_size,

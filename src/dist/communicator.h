@@ -31,6 +31,18 @@ class Communicator {
   virtual std::vector<int64_t> all_gather_i64(int64_t value) = 0;
   // Ends every process of the job with `why` on standard error (a worker's fatal error).
   [[noreturn]] virtual void abort(const std::string& why) = 0;
+
+  // What this rank's collectives have moved so far: calls, bytes this rank sent and received
+  // (commands included), and seconds inside them (waiting for the slowest rank included).
+  struct Traffic {
+    int64_t calls = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+  };
+  Traffic traffic() const { return traffic_; }
+
+ protected:
+  Traffic traffic_;
 };
 
 }  // namespace vesper::dist

@@ -17,6 +17,26 @@ MPI_Comm& as_comm(void*& p) {
 
 static_assert(sizeof(MPI_Comm) <= sizeof(void*), "MPI_Comm must fit a pointer");
 
+namespace {
+
+// Counts one collective into `t` when it goes out of scope.
+class Counted {
+ public:
+  Counted(Communicator::Traffic& t, int64_t bytes) : t_(t), bytes_(bytes), start_(MPI_Wtime()) {}
+  ~Counted() {
+    ++t_.calls;
+    t_.bytes += bytes_;
+    t_.seconds += MPI_Wtime() - start_;
+  }
+
+ private:
+  Communicator::Traffic& t_;
+  int64_t bytes_;
+  double start_;
+};
+
+}  // namespace
+
 MpiCommunicator::MpiCommunicator() {
   MPI_Comm_dup(MPI_COMM_WORLD, &as_comm(comm_));
   // Failures come back as return codes (check() turns them into a clear abort) instead of MPI's
@@ -52,23 +72,29 @@ void MpiCommunicator::check(int rc, const char* call) {
 }
 
 void MpiCommunicator::broadcast(std::vector<uint8_t>& bytes, int root) {
+  Counted counted(traffic_, 0);
   unsigned long long n = bytes.size();
   check(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, as_comm(comm_)), "MPI_Bcast");
   if (n > static_cast<unsigned long long>(INT_MAX))
     abort("a broadcast of " + std::to_string(n) + " bytes is larger than one MPI message");
   bytes.resize(n);
+  traffic_.bytes += static_cast<int64_t>(n);
   if (n > 0)
     check(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, as_comm(comm_)),
           "MPI_Bcast");
 }
 
 void MpiCommunicator::all_gather(const float* in, int64_t n, float* out) {
+  // Sends its n floats to every other rank and receives theirs.
+  Counted counted(traffic_, 2 * (size_ - 1) * n * static_cast<int64_t>(sizeof(float)));
   check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT,
                       as_comm(comm_)),
         "MPI_Allgather");
 }
 
 void MpiCommunicator::gather(const float* in, int64_t n, float* out, int root) {
+  Counted counted(traffic_,
+                  (rank_ == root ? size_ - 1 : 1) * n * static_cast<int64_t>(sizeof(float)));
   check(MPI_Gather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, root,
                    as_comm(comm_)),
         "MPI_Gather");
