@@ -40,7 +40,10 @@ const char* const kMpiexec = "";
 CommandResult run_mpi(int ranks, const std::vector<std::string>& args, const std::string& tag) {
   const std::string base = "/tmp/vesper_tp_" + std::to_string(::getpid()) + "_" + tag;
   std::string cmd = "timeout 180 " + shell_quote(kMpiexec) +
-                    " --allow-run-as-root --oversubscribe --bind-to none -n " +
+                    " --allow-run-as-root --oversubscribe --bind-to none"
+                    // Containers often forbid the cross-process reads (CMA) Open MPI's
+                    // shared-memory transport uses for large messages; plain copies always work.
+                    " --mca btl_vader_single_copy_mechanism none -n " +
                     std::to_string(ranks) + " " + shell_quote(VESPER_BINARY);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " >" + base + ".out 2>" + base + ".err </dev/null";
