@@ -264,6 +264,9 @@ class Backend {
   // added, so a split computation gives one process's bits.
   virtual void all_gather_columns(const Tensor& part, const Tensor& full) = 0;
   virtual void gather_columns(const Tensor& part, const Tensor& full) = 0;
+  // Pipeline stages: x's elements to rank `to` of the group / into x from rank `from`.
+  virtual void send(const Tensor& x, int to) = 0;
+  virtual void receive(const Tensor& x, int from) = 0;
 
   // Waits until every op issued so far is done.
   virtual void synchronize() = 0;

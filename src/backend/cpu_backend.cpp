@@ -392,6 +392,16 @@ void CpuBackend::gather_columns(const Tensor& part, const Tensor& full) {
   collect_columns(part, full, false);
 }
 
+void CpuBackend::send(const Tensor& x, int to) {
+  VESPER_CHECK(group_ != nullptr && x.dtype == DType::kF32, "send: f32 within a group only");
+  group_->send(ptr(x), x.numel(), to);
+}
+
+void CpuBackend::receive(const Tensor& x, int from) {
+  VESPER_CHECK(group_ != nullptr && x.dtype == DType::kF32, "receive: f32 within a group only");
+  group_->receive(ptr(x), x.numel(), from);
+}
+
 void CpuBackend::collect_columns(const Tensor& part, const Tensor& full, bool everyone) {
   const int ranks = group_ != nullptr ? group_->size() : 1;
   VESPER_CHECK(part.dtype == DType::kF32 && full.dtype == DType::kF32 && part.rows == full.rows &&

@@ -72,6 +72,8 @@ class CpuBackend final : public Backend {
   void gather_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
   void all_gather_columns(const Tensor& part, const Tensor& full) override;
   void gather_columns(const Tensor& part, const Tensor& full) override;
+  void send(const Tensor& x, int to) override;
+  void receive(const Tensor& x, int from) override;
   void synchronize() override {}
 
  private:

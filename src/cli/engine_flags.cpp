@@ -485,6 +485,7 @@ Result<engine::ParallelConfig> parallel_config(const EngineFlags& f) {
   engine::ParallelConfig p;
   p.tensor_parallel_size = f.tensor_parallel_size;
   p.pipeline_parallel_size = f.pipeline_parallel_size;
+  p.pipeline_layer_split = f.pipeline_layer_split;
   const int64_t ranks = f.tensor_parallel_size * f.pipeline_parallel_size;
   const dist::LaunchInfo launch = dist::launch_info();
   if (ranks > 1) {
@@ -507,10 +508,15 @@ void add_parallel_flags(CLI::App* cmd, EngineFlags& f) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
-                  "-pp: processes that each hold a stage of consecutive layers (not built yet: "
-                  "only 1)")
+                  "-pp: processes that each hold a stage of consecutive layers (and their KV "
+                  "cache), the activations passed stage to stage; not together with "
+                  "--tensor-parallel-size above 1 yet")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--pipeline-layer-split", f.pipeline_layer_split,
+                  "Layers per pipeline stage, comma-separated (e.g. 10,6; default: as even as they "
+                  "go, earlier stages one more)")
+      ->delimiter(',');
 }
 
 Result<engine::EngineConfig> to_engine_config(const EngineFlags& f) {

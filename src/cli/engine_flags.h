@@ -25,8 +25,9 @@ namespace vesper::cli {
 struct EngineFlags {
   std::string model_path;
   int threads = 0;
-  int64_t tensor_parallel_size = 1;    // -tp, --tensor-parallel-size
-  int64_t pipeline_parallel_size = 1;  // -pp, --pipeline-parallel-size
+  int64_t tensor_parallel_size = 1;           // -tp, --tensor-parallel-size
+  int64_t pipeline_parallel_size = 1;         // -pp, --pipeline-parallel-size
+  std::vector<int64_t> pipeline_layer_split;  // --pipeline-layer-split
   int64_t max_model_len = 0;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;

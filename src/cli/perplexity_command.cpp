@@ -103,7 +103,7 @@ int run_perplexity(const PerplexityOptions& o) {
   auto created = backend::create_backend(engine::backend_options(config));
   if (!created) return fail(created.error().message);
   backend::Backend& backend = **created;
-  auto model = model::Model::load(o.engine.model_path, backend, config.parallel.group);
+  auto model = engine::load_model_part(config, backend);
   if (!model) return fail(model.error().message);
   model::Model& m = **model;
   auto tok = tokenizer::Tokenizer::from_gguf(m.file());

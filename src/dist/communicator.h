@@ -1,5 +1,6 @@
-// Communicator: the collectives a group of processes running one model needs (tensor parallelism
-// today), over whatever transport carries them (Open MPI: dist/mpi_communicator.h).
+// Communicator: what a group of processes running one model needs (tensor parallelism's
+// collectives, pipeline stages' activations), over whatever transport carries it (Open MPI:
+// dist/mpi_communicator.h).
 //
 // Every call is collective: each rank of the group makes the same calls in the same order, with
 // the same sizes. The collectives move values and never add them (there is no all-reduce), so
@@ -27,6 +28,10 @@ class Communicator {
   virtual void all_gather(const float* in, int64_t n, float* out) = 0;
   // Each rank's n floats, in rank order, into out [size x n] of `root` (others' out unused).
   virtual void gather(const float* in, int64_t n, float* out, int root) = 0;
+  // Point to point (pipeline stages): n floats to rank `to` / from rank `from`; a send completes
+  // once the receiver has them or they are buffered.
+  virtual void send(const float* data, int64_t n, int to) = 0;
+  virtual void receive(float* data, int64_t n, int from) = 0;
   // One int64 from every rank, in rank order, on every rank.
   virtual std::vector<int64_t> all_gather_i64(int64_t value) = 0;
   // Ends every process of the job with `why` on standard error (a worker's fatal error).

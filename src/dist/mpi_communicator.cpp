@@ -100,6 +100,17 @@ void MpiCommunicator::gather(const float* in, int64_t n, float* out, int root) {
         "MPI_Gather");
 }
 
+void MpiCommunicator::send(const float* data, int64_t n, int to) {
+  Counted counted(traffic_, n * static_cast<int64_t>(sizeof(float)));
+  check(MPI_Send(data, static_cast<int>(n), MPI_FLOAT, to, 0, as_comm(comm_)), "MPI_Send");
+}
+
+void MpiCommunicator::receive(float* data, int64_t n, int from) {
+  Counted counted(traffic_, n * static_cast<int64_t>(sizeof(float)));
+  check(MPI_Recv(data, static_cast<int>(n), MPI_FLOAT, from, 0, as_comm(comm_), MPI_STATUS_IGNORE),
+        "MPI_Recv");
+}
+
 std::vector<int64_t> MpiCommunicator::all_gather_i64(int64_t value) {
   std::vector<int64_t> out(static_cast<size_t>(size_));
   long long v = value;

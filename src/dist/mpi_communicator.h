@@ -22,6 +22,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast(std::vector<uint8_t>& bytes, int root) override;
   void all_gather(const float* in, int64_t n, float* out) override;
   void gather(const float* in, int64_t n, float* out, int root) override;
+  void send(const float* data, int64_t n, int to) override;
+  void receive(float* data, int64_t n, int from) override;
   std::vector<int64_t> all_gather_i64(int64_t value) override;
   [[noreturn]] void abort(const std::string& why) override;
 

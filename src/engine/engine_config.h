@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/kv_cache_spec.h"
 #include "dist/communicator.h"
@@ -46,10 +47,13 @@ struct CacheConfig {
 
 // --tensor-parallel-size / --pipeline-parallel-size (vLLM's): how many processes (mpirun ranks)
 // share the model. With tensor parallelism every rank holds 1/T of each layer (model.h); rank 0
-// runs the engine, the others follow its model (engine/follower.h).
+// runs the engine, the others follow its model (engine/follower.h). With pipeline parallelism each
+// rank holds a stage of consecutive layers (model.h).
 struct ParallelConfig {
   int64_t tensor_parallel_size = 1;
   int64_t pipeline_parallel_size = 1;
+  // --pipeline-layer-split: layers per pipeline stage (empty: as even as they go).
+  std::vector<int64_t> pipeline_layer_split;
   // The job's ranks when there are several (dist::world), or none.
   dist::Communicator* group = nullptr;
   bool follower() const { return group != nullptr && group->rank() != 0; }

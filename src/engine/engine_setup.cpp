@@ -33,8 +33,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e->config_ = config;
   VESPER_TRY(check_parallel_config(config));
   VESPER_ASSIGN_OR_RETURN(e->backend_, backend::create_backend(backend_options(config)));
-  VESPER_ASSIGN_OR_RETURN(
-      e->model_, model::Model::load(config.model_path, *e->backend_, config.parallel.group));
+  VESPER_ASSIGN_OR_RETURN(e->model_, load_model_part(config, *e->backend_));
   VESPER_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok,
                           tokenizer::Tokenizer::from_gguf(e->model_->file()));
   e->tokenizer_.emplace(std::move(tok));
@@ -181,7 +180,18 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       static_cast<long long>(mc.n_head_kv), static_cast<long long>(mc.head_dim),
       static_cast<long long>(mc.n_vocab), static_cast<long long>(mc.context_length));
   log_info("%s", e->plan_.describe().c_str());
-  if (const dist::Communicator* group = config.parallel.group)
+  const dist::Communicator* group = config.parallel.group;
+  if (group != nullptr && e->model_->pipeline_parallel_size() > 1) {
+    std::string stages;
+    const auto layers = model::pipeline_stage_layers(mc.n_layer, group->size(),
+                                                     config.parallel.pipeline_layer_split);
+    for (size_t s = 0; layers && s < layers->size(); ++s)
+      stages += (s ? ", " : "") + std::to_string((*layers)[s]);
+    log_info(
+        "pipeline parallel: %d stages (%s); layers per stage %s; each stage holds its layers' KV "
+        "cache, the same block count",
+        group->size(), group->describe().c_str(), stages.c_str());
+  } else if (group != nullptr)
     log_info(
         "tensor parallel: %d ranks (%s); each holds 1/%d of the attention heads, feed-forward "
         "width and vocabulary, its own KV heads (%lld of %lld), and the same block count",

@@ -14,10 +14,12 @@ Status check_parallel_config(const EngineConfig& config) {
   if (p.pipeline_parallel_size < 1)
     return make_error("--pipeline-parallel-size " + std::to_string(p.pipeline_parallel_size) +
                       ": must be at least 1");
-  if (p.pipeline_parallel_size > 1)
-    return make_error("--pipeline-parallel-size " + std::to_string(p.pipeline_parallel_size) +
-                      ": pipeline parallelism is not built yet; --tensor-parallel-size splits "
-                      "the model across processes");
+  if (p.pipeline_parallel_size > 1 && p.tensor_parallel_size > 1)
+    return make_error("--tensor-parallel-size " + std::to_string(p.tensor_parallel_size) +
+                      " with --pipeline-parallel-size " + std::to_string(p.pipeline_parallel_size) +
+                      ": both at once are not built yet; use one or the other");
+  if (!p.pipeline_layer_split.empty() && p.pipeline_parallel_size == 1)
+    return make_error("--pipeline-layer-split needs --pipeline-parallel-size above 1");
   const int64_t ranks = p.tensor_parallel_size * p.pipeline_parallel_size;
   const int64_t group = p.group != nullptr ? p.group->size() : 1;
   if (ranks != group)
@@ -25,8 +27,15 @@ Status check_parallel_config(const EngineConfig& config) {
                       " needs " + std::to_string(ranks) + " processes, and this job has " +
                       std::to_string(group));
   if (ranks > 1 && config.lora.any())
-    return make_error("--enable-lora: adapters are not split across tensor-parallel ranks yet");
+    return make_error("--enable-lora: adapters are not split across parallel ranks yet");
   return {};
+}
+
+Result<std::unique_ptr<model::Model>> load_model_part(const EngineConfig& config,
+                                                      backend::Backend& backend) {
+  const ParallelConfig& p = config.parallel;
+  return model::Model::load(config.model_path, backend, p.group,
+                            static_cast<int>(p.pipeline_parallel_size), p.pipeline_layer_split);
 }
 
 backend::BackendOptions backend_options(const EngineConfig& config) {
@@ -45,8 +54,7 @@ Status run_follower(const EngineConfig& config) {
   std::signal(SIGINT, SIG_IGN);
   VESPER_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> backend,
                           backend::create_backend(backend_options(config)));
-  VESPER_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
-                          model::Model::load(config.model_path, *backend, config.parallel.group));
+  VESPER_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, load_model_part(config, *backend));
   return model->follow_leader();
 }
 

@@ -178,8 +178,34 @@ Result<ModelConfig> shard_shape(const ModelConfig& c, int ranks, const std::stri
 }
 }  // namespace
 
+Result<std::vector<int64_t>> pipeline_stage_layers(int64_t n_layer, int stages,
+                                                   std::span<const int64_t> split) {
+  std::vector<int64_t> layers;
+  if (split.empty()) {
+    // Even, the earlier stages taking one more where it does not divide.
+    for (int s = 0; s < stages; ++s) layers.push_back(n_layer / stages + (s < n_layer % stages));
+  } else {
+    layers.assign(split.begin(), split.end());
+    int64_t sum = 0;
+    for (const int64_t l : layers) sum += l;
+    if (static_cast<int>(layers.size()) != stages || sum != n_layer)
+      return make_error("--pipeline-layer-split gives " + std::to_string(layers.size()) +
+                        " stages of " + std::to_string(sum) + " layers in all; the model has " +
+                        std::to_string(n_layer) + " layers and --pipeline-parallel-size is " +
+                        std::to_string(stages));
+  }
+  for (const int64_t l : layers)
+    if (l < 1)
+      return make_error("--pipeline-parallel-size " + std::to_string(stages) +
+                        ": every stage needs "
+                        "a layer, and the model has " +
+                        std::to_string(n_layer));
+  return layers;
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Backend& backend,
-                                           dist::Communicator* group) {
+                                           dist::Communicator* group, int pipeline_stages,
+                                           std::span<const int64_t> layer_split) {
   VESPER_ASSIGN_OR_RETURN(gguf::GgufFile file, hf::open_model_file(path));
   VESPER_ASSIGN_OR_RETURN(ModelConfig config, read_model_config(file));
   std::unique_ptr<Model> m(new Model(backend));
@@ -188,10 +214,23 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   const int rank = group != nullptr ? group->rank() : 0;
   const int ranks = group != nullptr ? group->size() : 1;
   if (ranks > 1) m->group_ = group;
-  VESPER_ASSIGN_OR_RETURN(m->shard_, shard_shape(config, ranks, path));
+  if (pipeline_stages < 1 || ranks % pipeline_stages != 0)
+    return make_error("--pipeline-parallel-size " + std::to_string(pipeline_stages) +
+                      " does not divide the job's " + std::to_string(ranks) + " ranks");
+  // Tensor parallelism splits every layer over the ranks, pipeline parallelism the layers (one
+  // or the other for now: EngineConfig checks).
+  const int tensor_ranks = ranks / pipeline_stages;
+  m->tensor_ranks_ = tensor_ranks;
+  m->stages_ = pipeline_stages;
+  m->stage_ = pipeline_stages > 1 ? rank : 0;
+  VESPER_ASSIGN_OR_RETURN(m->shard_, shard_shape(config, tensor_ranks, path));
+  VESPER_ASSIGN_OR_RETURN(const std::vector<int64_t> stage_layers,
+                          pipeline_stage_layers(config.n_layer, pipeline_stages, layer_split));
+  for (int s = 0; s < m->stage_; ++s) m->first_layer_ += stage_layers[static_cast<size_t>(s)];
+  m->shard_.n_layer = stage_layers[static_cast<size_t>(m->stage_)];
   const ModelConfig& c = m->config_;
   const ModelConfig& sc = m->shard_;
-  Binder bind(m->file_, backend, rank, ranks);
+  Binder bind(m->file_, backend, tensor_ranks > 1 ? rank : 0, tensor_ranks);
   ModelWeights& w = m->weights_;
 
   const gguf::TensorInfo* embd = m->file_.find_tensor("token_embd.weight");
@@ -211,7 +250,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   w.token_embd.n_out = c.n_vocab;
   w.token_embd.handle = embd_loaded->handle;
   VESPER_ASSIGN_OR_RETURN(w.output_norm, bind.vector("output_norm.weight", c.n_embd));
-  if (bind.has_matrix("output.weight")) {
+  if (!m->last_stage()) {
+    // An earlier pipeline stage hands its activations on and never computes logits; the type is
+    // kept (Medusa heads are stored in it).
+    const gguf::TensorInfo* output = m->file_.find_tensor("output.weight");
+    w.output.type = (output != nullptr ? output : embd)->type;
+  } else if (bind.has_matrix("output.weight")) {
     VESPER_ASSIGN_OR_RETURN(w.output,
                             bind.matrix("output.weight", c.n_embd, c.n_vocab, Split::kOutputs));
   } else {  // tied
@@ -219,10 +263,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   }
   VESPER_ASSIGN_OR_RETURN(w.rope_freqs, bind.vector("rope_freqs.weight", c.rope_dims / 2, false));
 
-  w.layers.resize(c.n_layer);
-  for (int64_t i = 0; i < c.n_layer; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights& l = w.layers[i];
+  // This stage's layers (all of them in one process).
+  w.layers.resize(sc.n_layer);
+  for (int64_t li = 0; li < sc.n_layer; ++li) {
+    const std::string p = "blk." + std::to_string(m->first_layer_ + li) + ".";
+    LayerWeights& l = w.layers[li];
     VESPER_ASSIGN_OR_RETURN(l.attn_norm, bind.vector(p + "attn_norm.weight", c.n_embd));
     using enum Split;
     VESPER_ASSIGN_OR_RETURN(l.wq, bind.matrix(p + "attn_q.weight", c.n_embd, c.q_dim(), kOutputs));
@@ -356,12 +401,12 @@ void Model::reserve(const StepCapacity& want) {
   up_ = f32(n, c.n_ff);
   last_ = backend_.allocate(DType::kF32, m, c.n_embd, MemoryKind::kHostVisible);
   logits_ = backend_.allocate(DType::kF32, m, config_.n_vocab, MemoryKind::kHostVisible);
-  if (group_ != nullptr) {
+  if (tensor_ranks_ > 1) {
     // o and down read every rank's columns of their input and write this rank's share of
     // n_embd (model.h).
     attn_full_ = f32(n, config_.q_dim());
     gate_full_ = f32(n, config_.n_ff);
-    tmp_part_ = f32(n, c.n_embd / group_->size());
+    tmp_part_ = f32(n, c.n_embd / tensor_ranks_);
     logits_part_ = f32(m, c.n_vocab);
   }
   token_ids_ = i32(n);
@@ -385,6 +430,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
   if (n == 0) return {};
   if (leads()) broadcast(forward_command(batch, kv));
+  const bool tensor_split = tensor_ranks_ > 1;
   reserve(StepCapacity{n, m, batch.num_seqs(), static_cast<int64_t>(batch.block_tables.size())});
   backend::Backend& b = backend_;
 
@@ -433,13 +479,17 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
                         up = up_.rows_view(0, n);
   // Tensor parallelism's gathered inputs of o and down, and a rank's share of their outputs.
   backend::Tensor attn_full, gate_full, tmp_part;
-  if (group_ != nullptr) {
+  if (tensor_split) {
     attn_full = attn_full_.rows_view(0, n);
     gate_full = gate_full_.rows_view(0, n);
     tmp_part = tmp_part_.rows_view(0, n);
   }
 
-  b.get_rows(weights_.token_embd.handle, ids, x);
+  // A later pipeline stage starts from the stage before's activations.
+  if (stage_ > 0)
+    b.receive(x, stage_ - 1);
+  else
+    b.get_rows(weights_.token_embd.handle, ids, x);
 
   // Runs of consecutive sequences with the same adapter slot: each gets its modules at once.
   adapter_runs_.clear();
@@ -478,11 +528,11 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     const LayerTensors& t = layers_[il];
     b.rms_norm(x, t.attn_norm, c.rms_eps, xn);
     const backend::MatmulGroupTarget qkv[] = {{l.wq.handle, q}, {l.wk.handle, k}, {l.wv.handle, v}};
-    observe_linear_input(il, {"attn_q", "attn_k", "attn_v"}, xn, n);
+    observe_linear_input(first_layer_ + il, {"attn_q", "attn_k", "attn_v"}, xn, n);
     b.matmul_group(qkv, xn);
-    add_adapter_deltas(il, Projection::kQ, xn, q);
-    add_adapter_deltas(il, Projection::kK, xn, k);
-    add_adapter_deltas(il, Projection::kV, xn, v);
+    add_adapter_deltas(first_layer_ + il, Projection::kQ, xn, q);
+    add_adapter_deltas(first_layer_ + il, Projection::kK, xn, k);
+    add_adapter_deltas(first_layer_ + il, Projection::kV, xn, v);
     if (t.bq.buffer.valid()) b.add_bias(q, t.bq);
     if (t.bk.buffer.valid()) b.add_bias(k, t.bk);
     if (t.bv.buffer.valid()) b.add_bias(v, t.bv);
@@ -492,8 +542,8 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     b.rope_qk(q, k, c.head_dim, in.positions, rope);
     b.write_kv(kv, il, in, k, v);
     b.paged_attention(kv, il, in, q, c.n_head, kq_scale, attn);
-    observe_linear_input(il, {"attn_output"}, attn, n);
-    if (group_ != nullptr) {
+    observe_linear_input(first_layer_ + il, {"attn_output"}, attn, n);
+    if (tensor_split) {
       // Every rank's heads side by side, this rank's columns of o, then every rank's columns.
       b.all_gather_columns(attn, attn_full);
       b.matmul(l.wo.handle, attn_full, tmp_part);
@@ -501,34 +551,53 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     } else {
       b.matmul(l.wo.handle, attn, tmp);
     }
-    add_adapter_deltas(il, Projection::kO, attn, tmp);
+    add_adapter_deltas(first_layer_ + il, Projection::kO, attn, tmp);
     b.add(x, tmp);
 
     b.rms_norm(x, t.ffn_norm, c.rms_eps, xn);
     const backend::MatmulGroupTarget gate_up[] = {{l.w_gate.handle, gate}, {l.w_up.handle, up}};
-    observe_linear_input(il, {"ffn_gate", "ffn_up"}, xn, n);
+    observe_linear_input(first_layer_ + il, {"ffn_gate", "ffn_up"}, xn, n);
     b.matmul_group(gate_up, xn);
-    add_adapter_deltas(il, Projection::kGate, xn, gate);
-    add_adapter_deltas(il, Projection::kUp, xn, up);
+    add_adapter_deltas(first_layer_ + il, Projection::kGate, xn, gate);
+    add_adapter_deltas(first_layer_ + il, Projection::kUp, xn, up);
     b.silu_mul(gate, up);
-    observe_linear_input(il, {"ffn_down"}, gate, n);
-    if (group_ != nullptr) {
+    observe_linear_input(first_layer_ + il, {"ffn_down"}, gate, n);
+    if (tensor_split) {
       b.all_gather_columns(gate, gate_full);
       b.matmul(l.w_down.handle, gate_full, tmp_part);
       b.all_gather_columns(tmp_part, tmp);
     } else {
       b.matmul(l.w_down.handle, gate, tmp);
     }
-    add_adapter_deltas(il, Projection::kDown, gate, tmp);
+    add_adapter_deltas(first_layer_ + il, Projection::kDown, gate, tmp);
     b.add(x, tmp);
   }
 
-  // Only the rows whose logits are wanted go through the final norm and the output matmul.
   const backend::Tensor last = last_.rows_view(0, m), logits = logits_.rows_view(0, m);
+  if (!last_stage()) {
+    // The next stage goes on; the leader gets the logits and hidden rows from the last one.
+    b.send(x, stage_ + 1);
+    if (!leads()) return {};
+    b.receive(logits, stages_ - 1);
+    b.receive(last, stages_ - 1);
+    b.synchronize();
+    hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
+    hidden_states_ = last;
+    return {static_cast<const float*>(b.host_view(logits)),
+            static_cast<size_t>(m * config_.n_vocab)};
+  }
+  // Only the rows whose logits are wanted go through the final norm and the output matmul.
   b.gather_rows(x, rows, last);
   b.rms_norm(last, output_norm_, c.rms_eps, last);
   observe_linear_input(-1, {"output"}, last, m);
-  if (group_ != nullptr) {
+  if (stages_ > 1 && !leads()) {
+    // The last pipeline stage: logits and hidden rows to the leader.
+    b.matmul(weights_.output.handle, last, logits);
+    b.send(logits, 0);
+    b.send(last, 0);
+    return {};
+  }
+  if (tensor_split) {
     // This rank's vocabulary columns, then every rank's side by side on the leader.
     const backend::Tensor part = logits_part_.rows_view(0, m);
     b.matmul(weights_.output.handle, last, part);
@@ -539,7 +608,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   b.synchronize();
   hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
   hidden_states_ = last;
-  if (group_ != nullptr && !leads()) return {};
+  if (tensor_split && !leads()) return {};
   return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * config_.n_vocab)};
 }
 

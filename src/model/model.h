@@ -91,19 +91,35 @@ struct StepCapacity {
 // process's, bit for bit, for any weight and KV type (and every rank holds the same x). The
 // bytes moved per layer match the all-reduce's for o; down moves n_ff / T more columns a row.
 //
+// Pipeline parallelism (pipeline_stages > 1): rank s holds a contiguous run of layers and their KV
+// cache; a forward pass runs stage after stage, each sending its activations [rows x n_embd] to
+// the next, and the last sends the logits rows (and the hidden rows Medusa reads) to the leader.
+// Every op is one process's, so are the results.
+//
 // The leader's model (rank 0) is the one the engine drives; every other rank's model follows it
 // (follow_leader): each forward pass, reserve and KV storage operation of the leader's model is
 // first broadcast to the followers, which do the same with their parts, so a follower needs no
 // scheduler, runner or sampler. The leader alone gets the logits (gathered from every rank's
 // vocabulary columns).
+// Layers per pipeline stage: `split` checked against the model (errors name
+// --pipeline-layer-split), or as even as they go (earlier stages one more).
+Result<std::vector<int64_t>> pipeline_stage_layers(int64_t n_layer, int stages,
+                                                   std::span<const int64_t> split);
+
 class Model {
  public:
   // Opens, validates and binds a GGUF model to `backend` (which must outlive the model). With a
   // group of several ranks, binds this rank's rows of each matrix (whole rows: no quant block is
   // ever cut); a shape that cannot split (heads, KV heads, widths or vocabulary not divisible by
   // the group's size) is an error naming the hyper-parameter. Errors name the file and the fault.
+  // With pipeline_stages > 1 the group's ranks are pipeline stages instead: rank s holds the
+  // layers of stage s (layer_split: layers per stage; empty: as even as they go) and its KV cache,
+  // the first stage the embeddings, the last the output norm and matrix. Its errors name
+  // --pipeline-layer-split.
   static Result<std::unique_ptr<Model>> load(const std::string& path, backend::Backend& backend,
-                                             dist::Communicator* group = nullptr);
+                                             dist::Communicator* group = nullptr,
+                                             int pipeline_stages = 1,
+                                             std::span<const int64_t> layer_split = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -112,9 +128,12 @@ class Model {
   // config() in one process).
   const ModelConfig& config() const { return config_; }
   const ModelConfig& shard_config() const { return shard_; }
-  // The tensor-parallel group's size and this rank (1 and 0 in one process).
-  int tensor_parallel_size() const { return group_ != nullptr ? group_->size() : 1; }
-  int tensor_parallel_rank() const { return group_ != nullptr ? group_->rank() : 0; }
+  // How the job splits the model: ranks per layer (tensor parallelism), pipeline stages, this
+  // rank's stage and the first of its layers (shard_config().n_layer of them).
+  int tensor_parallel_size() const { return tensor_ranks_; }
+  int pipeline_parallel_size() const { return stages_; }
+  int pipeline_stage() const { return stage_; }
+  int64_t first_layer() const { return first_layer_; }
   const gguf::GgufFile& file() const { return file_; }
   const ModelWeights& weights() const { return weights_; }
   backend::Backend& backend() { return backend_; }
@@ -182,6 +201,7 @@ class Model {
   void release_activations();
   // The leader: hands `command` (tensor_parallel.cpp's encoding) to every follower.
   bool leads() const { return group_ != nullptr && group_->rank() == 0; }
+  bool last_stage() const { return stage_ == stages_ - 1; }
   void broadcast(std::vector<uint8_t> command);
   // A follower: its own storage for a leader's handle.
   backend::KvHandle local_kv(uint64_t leader_handle) const;
@@ -195,7 +215,11 @@ class Model {
   gguf::GgufFile file_;
   ModelConfig config_;
   ModelConfig shard_;                    // this rank's part of config_
-  dist::Communicator* group_ = nullptr;  // a tensor-parallel group of several ranks, or none
+  dist::Communicator* group_ = nullptr;  // the job's ranks when there are several, or none
+  int tensor_ranks_ = 1;
+  int stages_ = 1;
+  int stage_ = 0;
+  int64_t first_layer_ = 0;
   // A follower's storage for each of the leader's KV handles (by id).
   std::vector<std::pair<uint64_t, backend::KvHandle>> follower_kv_;
   ModelWeights weights_;

@@ -1,9 +1,10 @@
-// Tensor parallelism through the `vesper` command line under Open MPI's mpirun (2 ranks, 1
-// thread each): token ids and log-probabilities equal one process's, bit for bit, on 64 prompts of
-// 48 tokens for stories260K (f16, fp8 and KIVI KV caches) and a 512-wide model in q4_0, q8_0,
-// q4_K, q6_K and f16; the same run to run; chunked prefill, preemption by recompute and swap,
-// prefix caching off, multi-step and speculative decoding (n-gram, draft model) under the split;
-// perplexity; and the launch and shape errors, each naming the flag or hyper-parameter.
+// Tensor and pipeline parallelism through the `vesper` command line under Open MPI's mpirun (2
+// ranks, 1 thread each): token ids and log-probabilities equal one process's, bit for bit, on 64
+// prompts of 48 tokens for stories260K (f16, fp8 and KIVI KV caches) and a 512-wide model in
+// q4_0, q8_0, q4_K, q6_K and f16, under either split; the same run to run; chunked prefill,
+// preemption by recompute and swap, prefix caching off, multi-step and speculative decoding
+// (n-gram, draft model, Medusa) under either split; perplexity; and the launch, shape and split
+// errors, each naming the flag or hyper-parameter.
 // Skipped where vesper was built without Open MPI.
 #include <gtest/gtest.h>
 
@@ -143,7 +144,7 @@ void expect_same_outputs(const CommandResult& one, const CommandResult& tp,
   }
 }
 
-class TensorParallelCli : public ::testing::Test {
+class ParallelCli : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!kHaveMpi) GTEST_SKIP() << "vesper was built without Open MPI";
@@ -153,7 +154,11 @@ class TensorParallelCli : public ::testing::Test {
   }
 };
 
-TEST_F(TensorParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
+// The two splits: tensor parallelism (every layer over 2 ranks) and pipeline parallelism (2
+// stages of layers).
+const std::vector<std::vector<std::string>> kSplits = {{"-tp", "2"}, {"-pp", "2"}};
+
+TEST_F(ParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
   struct Case {
     std::string model, what;
     std::vector<std::string> flags;
@@ -164,12 +169,15 @@ TEST_F(TensorParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
       {kStories, "stories260K f32, kivi2 KV", {"--kv-cache-dtype", "kivi2"}}};
   for (const std::string type : {"q4_0", "q8_0", "q4_K", "q6_K", "f16"})
     cases.push_back({wide_model(type), "wide " + type, {}});
-  for (const Case& c : cases)
-    expect_same_outputs(run_vesper(generate(c.model, c.flags), "one"),
-                        run_mpi(2, generate(c.model, with(c.flags, {"-tp", "2"})), "tp"), c.what);
+  for (const Case& c : cases) {
+    const auto one = run_vesper(generate(c.model, c.flags), "one");
+    for (const auto& split : kSplits)
+      expect_same_outputs(one, run_mpi(2, generate(c.model, with(c.flags, split)), "split"),
+                          c.what + " " + split[0]);
+  }
 }
 
-TEST_F(TensorParallelCli, OutputIsIdenticalRunToRun) {
+TEST_F(ParallelCli, OutputIsIdenticalRunToRun) {
   const std::string model = wide_model("q4_0");
   const auto first = run_mpi(2, generate(model, {"-tp", "2"}), "tp1");
   const auto second = run_mpi(2, generate(model, {"-tp", "2"}), "tp2");
@@ -180,13 +188,13 @@ TEST_F(TensorParallelCli, OutputIsIdenticalRunToRun) {
   EXPECT_NE(first.err.find("tensor parallel: 2 ranks"), std::string::npos) << first.err;
 }
 
-TEST_F(TensorParallelCli, EngineFeaturesUnderTheSplit) {
+TEST_F(ParallelCli, EngineFeaturesUnderEitherSplit) {
   const auto one = run_vesper(generate(kStories), "one");
   struct Case {
     std::string name;
     std::vector<std::string> flags;
   };
-  std::vector<Case> cases = {
+  const std::vector<Case> cases = {
       {"chunked prefill", {"--max-num-batched-tokens", "40"}},
       {"preemption by recompute", {"--num-gpu-blocks-override", "12", "--max-num-seqs", "8"}},
       {"preemption by swap",
@@ -194,32 +202,37 @@ TEST_F(TensorParallelCli, EngineFeaturesUnderTheSplit) {
       {"no prefix caching", {"--no-enable-prefix-caching"}},
       {"n-gram speculation", {"--speculative-model", "[ngram]", "--num-speculative-tokens", "3"}},
       {"draft model", {"--speculative-model", kDraft, "--num-speculative-tokens", "3"}},
+      {"Medusa heads",
+       {"--speculative-model", "../shared/models/medusa", "--num-speculative-tokens", "3"}},
       {"multi-step", {"--num-scheduler-steps", "4"}},
   };
-  for (const Case& c : cases)
-    expect_same_outputs(one, run_mpi(2, generate(kStories, with(c.flags, {"-tp", "2"})), "tp"),
-                        c.name);
+  for (const auto& split : kSplits)
+    for (const Case& c : cases)
+      expect_same_outputs(one, run_mpi(2, generate(kStories, with(c.flags, split)), "split"),
+                          c.name + " " + split[0]);
 }
 
-TEST_F(TensorParallelCli, PerplexityEqualsOneProcess) {
+TEST_F(ParallelCli, PerplexityEqualsOneProcess) {
   const std::vector<std::string> args = {
       "perplexity", kStories, "-f",       "../shared/data/tinystories-heldout.txt",
       "--ctx",      "128",    "--chunks", "8",
       "-t",         "1"};
   const auto one = run_vesper(args, "ppl1");
-  const auto tp = run_mpi(2, with(args, {"-tp", "2"}), "ppl2");
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  ASSERT_EQ(tp.exit_code, 0) << tp.err;
   auto final_ppl = [](const std::string& s) {
     const size_t at = s.find("PPL = ");
     return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 6));
   };
-  const double a = final_ppl(one.out + one.err), b = final_ppl(tp.out + tp.err);
+  const double a = final_ppl(one.out + one.err);
   ASSERT_GT(a, 1.0) << one.out << one.err;
-  EXPECT_EQ(b, a) << tp.out << tp.err;
+  for (const auto& split : kSplits) {
+    const auto r = run_mpi(2, with(args, split), "ppl2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(final_ppl(r.out + r.err), a) << split[0] << "\n" << r.out << r.err;
+  }
 }
 
-TEST_F(TensorParallelCli, LaunchAndShapeErrorsNameTheFlagOrTensor) {
+TEST_F(ParallelCli, LaunchAndShapeErrorsNameTheFlagOrTensor) {
   auto expect_error = [](const CommandResult& r, const std::string& text) {
     EXPECT_NE(r.exit_code, 0) << text;
     EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
@@ -228,8 +241,16 @@ TEST_F(TensorParallelCli, LaunchAndShapeErrorsNameTheFlagOrTensor) {
   expect_error(run_mpi(2, generate(kStories), "notp"), "pass --tensor-parallel-size 2");
   expect_error(run_mpi(3, generate(kStories, {"-tp", "3"}), "tp3"),
                "attention heads (8) do not split into 3 equal parts");
-  expect_error(run_mpi(2, generate(kStories, {"-pp", "2"}), "pp2"),
-               "--pipeline-parallel-size 2: pipeline parallelism is not built yet");
+  expect_error(run_mpi(4, generate(kStories, {"-tp", "2", "-pp", "2"}), "tppp"),
+               "both at once are not built yet");
+  expect_error(
+      run_mpi(2, generate(kStories, {"-pp", "2", "--pipeline-layer-split", "4,4"}), "split"),
+      "--pipeline-layer-split gives 2 stages of 8 layers in all; the model has 5 layers");
+  expect_error(
+      run_mpi(2, generate(kStories, {"-pp", "2", "--pipeline-layer-split", "5,0"}), "empty"),
+      "every stage needs a layer");
+  expect_error(run_vesper(generate(kStories, {"--pipeline-layer-split", "3,2"}), "nopp"),
+               "--pipeline-layer-split needs --pipeline-parallel-size above 1");
   expect_error(run_mpi(2,
                        generate(kStories, {"-tp", "2", "--enable-lora", "--lora-modules",
                                            "bim=../shared/models/lora/bim"}),
