@@ -122,6 +122,24 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       e->plan_, plan_memory(kv_specs, weight_bytes + adapter_bytes, activation_bytes, config.cache,
                             sc.max_model_len, sc.max_num_seqs));
   e->plan_.adapter_bytes = adapter_bytes;
+  // A parallel job: every rank plans its own share from its own memory; all run the fewest
+  // blocks (and swap blocks) any rank holds.
+  std::string rank_plans;
+  if (config.parallel.group != nullptr) {
+    const int64_t own[] = {e->plan_.num_blocks, e->plan_.num_swap_blocks, e->plan_.bytes_per_block};
+    const auto per_rank =
+        e->model_->ask_followers(rank_plan_request(kv_specs[0], config.cache, sc.max_model_len,
+                                                   sc.max_num_seqs, activation_bytes),
+                                 own);
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      e->plan_.num_blocks = std::min(e->plan_.num_blocks, per_rank[r][0]);
+      e->plan_.num_swap_blocks = std::min(e->plan_.num_swap_blocks, per_rank[r][1]);
+      rank_plans += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": " +
+                    std::to_string(per_rank[r][0]) + " blocks of " +
+                    std::to_string(per_rank[r][2]) + " bytes (" + std::to_string(per_rank[r][1]) +
+                    " swap)";
+    }
+  }
   e->model_->reserve(capacity);
   e->kv_ = std::make_unique<kv::KvCacheManager>(e->plan_.num_blocks, e->plan_.num_swap_blocks,
                                                 e->plan_.block_size,
@@ -180,6 +198,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       static_cast<long long>(mc.n_head_kv), static_cast<long long>(mc.head_dim),
       static_cast<long long>(mc.n_vocab), static_cast<long long>(mc.context_length));
   log_info("%s", e->plan_.describe().c_str());
+  if (!rank_plans.empty())
+    log_info("memory plan per rank (each from its own memory; the job runs the fewest): %s",
+             rank_plans.c_str());
   const dist::Communicator* group = config.parallel.group;
   if (group != nullptr && e->model_->pipeline_parallel_size() > 1) {
     std::string stages;

@@ -2,6 +2,7 @@
 
 #include <csignal>
 
+#include "engine/memory_plan.h"
 #include "model/model.h"
 
 namespace vesper::engine {
@@ -55,7 +56,7 @@ Status run_follower(const EngineConfig& config) {
   VESPER_ASSIGN_OR_RETURN(std::unique_ptr<backend::Backend> backend,
                           backend::create_backend(backend_options(config)));
   VESPER_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model, load_model_part(config, *backend));
-  return model->follow_leader();
+  return model->follow_leader(plan_rank_memory);
 }
 
 }  // namespace vesper::engine

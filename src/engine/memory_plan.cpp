@@ -1,6 +1,10 @@
 #include "engine/memory_plan.h"
 
+#include "core/byte_stream.h"
+#include "model/shard_commands.h"
+
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -136,6 +140,39 @@ Result<int64_t> parse_byte_size(const std::string& text) {
     return make_error("\"" + text + "\": unknown size unit \"" + text.substr(i) +
                       "\" (use K, M, G or T)");
   return static_cast<int64_t>(std::llround(number * scale));
+}
+
+std::vector<uint8_t> rank_plan_request(const backend::KvCacheSpec& spec, const CacheConfig& cache,
+                                       int64_t max_model_len, int64_t max_num_seqs,
+                                       int64_t activation_bytes) {
+  ByteWriter w;
+  model::write_kv_spec(w, spec);
+  for (const int64_t v : {cache.block_size, cache.kv_cache_memory, cache.num_gpu_blocks_override,
+                          max_model_len, max_num_seqs, activation_bytes})
+    w.i64(v);
+  w.u64(std::bit_cast<uint64_t>(cache.swap_space_gib));
+  return w.take();
+}
+
+Result<std::vector<int64_t>> plan_rank_memory(const model::Model& model,
+                                              std::span<const uint8_t> request) {
+  ByteReader r(request);
+  VESPER_ASSIGN_OR_RETURN(backend::KvCacheSpec spec, model::read_kv_spec(r));
+  CacheConfig cache;
+  int64_t max_model_len = 0, max_num_seqs = 0, activation_bytes = 0;
+  for (int64_t* v : {&cache.block_size, &cache.kv_cache_memory, &cache.num_gpu_blocks_override,
+                     &max_model_len, &max_num_seqs, &activation_bytes}) {
+    VESPER_ASSIGN_OR_RETURN(*v, r.i64());
+  }
+  VESPER_ASSIGN_OR_RETURN(const uint64_t swap_bits, r.u64());
+  cache.swap_space_gib = std::bit_cast<double>(swap_bits);
+  // This rank's share of the cache: its KV heads of its layers.
+  spec.n_layers = model.shard_config().n_layer;
+  spec.n_kv_heads = model.shard_config().n_head_kv;
+  const backend::KvCacheSpec specs[] = {spec};
+  VESPER_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(specs, 0, activation_bytes, cache,
+                                                             max_model_len, max_num_seqs));
+  return std::vector<int64_t>{plan.num_blocks, plan.num_swap_blocks, plan.bytes_per_block};
 }
 
 }  // namespace vesper::engine

@@ -12,6 +12,7 @@
 #include "backend/kv_cache_spec.h"
 #include "core/result.h"
 #include "engine/engine_config.h"
+#include "model/model.h"
 
 namespace vesper::engine {
 
@@ -43,6 +44,17 @@ struct MemoryPlan {
   }
   std::string describe() const;
 };
+
+// Parallel jobs: each rank sizes its KV cache from its own memory. Rank 0 sends what its plan was
+// made from (its target KV spec, the cache flags, the limits and its activation bytes); each rank
+// plans again with its own KV heads and layers (model.shard_config()) and its own free memory,
+// and answers {num_blocks, num_swap_blocks, bytes_per_block}. The job runs the fewest blocks any
+// rank can hold (engine_setup.cpp).
+std::vector<uint8_t> rank_plan_request(const backend::KvCacheSpec& spec, const CacheConfig& cache,
+                                       int64_t max_model_len, int64_t max_num_seqs,
+                                       int64_t activation_bytes);
+Result<std::vector<int64_t>> plan_rank_memory(const model::Model& model,
+                                              std::span<const uint8_t> request);
 
 // Bytes of memory the OS reports available (MemAvailable), or 0 when unknown.
 int64_t available_memory_bytes();

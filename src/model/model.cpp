@@ -309,7 +309,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
 backend::KvCacheSpec Model::kv_spec(int64_t block_size, backend::KvDtypes dtypes) const {
   backend::KvCacheSpec spec;
   spec.dtypes = dtypes;
-  spec.n_layers = config_.n_layer;
+  spec.n_layers = shard_.n_layer;  // this stage's layers
   spec.block_size = block_size;
   spec.n_kv_heads = shard_.n_head_kv;  // this rank's heads
   spec.head_dim = config_.head_dim;

@@ -155,10 +155,19 @@ class Model {
   void quantize_kv_group(backend::KvHandle kv, std::span<const int32_t> rows, int32_t dst);
   void calibrate_kv_scales(backend::KvHandle kv);
 
+  // The leader asks every rank a question only the caller understands (the engine: how many KV
+  // blocks each rank's memory holds): `request` reaches each follower's `answer`, which returns
+  // its figures; with the leader's own `figures`, the result is every rank's, in rank order.
+  // Each rank answers figures.size() figures. On the leader only.
+  using FollowerAnswer =
+      std::function<Result<std::vector<int64_t>>(Model& model, std::span<const uint8_t> request)>;
+  std::vector<std::vector<int64_t>> ask_followers(std::vector<uint8_t> request,
+                                                  std::span<const int64_t> figures);
+
   // A follower (a rank other than 0 of the group): does what the leader's model does, command by
-  // command, until the leader's model is destroyed. An error when a command cannot be read
-  // (a corrupt message; the caller ends the job).
-  Status follow_leader();
+  // command, until the leader's model is destroyed; `answer` answers ask_followers. An error when
+  // a command cannot be read (a corrupt message) or answered; the caller ends the job.
+  Status follow_leader(const FollowerAnswer& answer = {});
 
   // Bytes of the activation buffers a step of `capacity` needs (the memory plan's figure).
   static int64_t activation_bytes(const ModelConfig& config, const StepCapacity& capacity);

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/byte_stream.h"
+#include "core/check.h"
 #include "model/model.h"
 #include "model/shard_commands.h"
 
@@ -24,15 +25,6 @@ void put(ByteWriter& w, const std::vector<Int>& v) {
 template <class Int>
 void put(ByteWriter& w, std::span<const Int> v) {
   w.ints(v);
-}
-
-void put_spec(ByteWriter& w, const backend::KvCacheSpec& spec) {
-  w.u64(static_cast<uint64_t>(spec.dtypes.k));
-  w.u64(static_cast<uint64_t>(spec.dtypes.v));
-  for (const int64_t v : {spec.n_layers, spec.block_size, spec.n_kv_heads, spec.head_dim,
-                          spec.kivi_residual_length, spec.residual_rows})
-    w.i64(v);
-  w.boolean(spec.key_bounds);
 }
 
 // Reads a command's fields in order; the first fault sticks and every later read gives zero.
@@ -57,23 +49,20 @@ class Fields {
     if (!v) return fail(v.error()), false;
     return *v;
   }
+  void str(std::string& out) {
+    if (ok())
+      if (Status s = r_.str(out); !s) fail(s.error());
+  }
   template <class Int>
   void ints(std::vector<Int>& out) {
     if (ok())
       if (Status s = r_.ints(out); !s) fail(s.error());
   }
   backend::KvCacheSpec spec() {
-    backend::KvCacheSpec s;
-    s.dtypes.k = static_cast<backend::KvDtype>(u64());
-    s.dtypes.v = static_cast<backend::KvDtype>(u64());
-    s.n_layers = i64();
-    s.block_size = i64();
-    s.n_kv_heads = i64();
-    s.head_dim = i64();
-    s.kivi_residual_length = i64();
-    s.residual_rows = i64();
-    s.key_bounds = boolean();
-    return s;
+    if (!ok()) return {};
+    auto s = read_kv_spec(r_);
+    if (!s) return fail(s.error()), backend::KvCacheSpec{};
+    return *s;
   }
   bool ok() const { return !error_; }
   Status status() const {
@@ -91,6 +80,30 @@ class Fields {
 };
 
 }  // namespace
+
+void write_kv_spec(ByteWriter& w, const backend::KvCacheSpec& spec) {
+  w.u64(static_cast<uint64_t>(spec.dtypes.k));
+  w.u64(static_cast<uint64_t>(spec.dtypes.v));
+  for (const int64_t v : {spec.n_layers, spec.block_size, spec.n_kv_heads, spec.head_dim,
+                          spec.kivi_residual_length, spec.residual_rows})
+    w.i64(v);
+  w.boolean(spec.key_bounds);
+}
+
+Result<backend::KvCacheSpec> read_kv_spec(ByteReader& r) {
+  backend::KvCacheSpec s;
+  VESPER_ASSIGN_OR_RETURN(const uint64_t k, r.u64());
+  VESPER_ASSIGN_OR_RETURN(const uint64_t v, r.u64());
+  if (k > 255 || v > 255) return make_error("a KV element type out of range");
+  s.dtypes.k = static_cast<backend::KvDtype>(k);
+  s.dtypes.v = static_cast<backend::KvDtype>(v);
+  for (int64_t* field : {&s.n_layers, &s.block_size, &s.n_kv_heads, &s.head_dim,
+                         &s.kivi_residual_length, &s.residual_rows}) {
+    VESPER_ASSIGN_OR_RETURN(*field, r.i64());
+  }
+  VESPER_ASSIGN_OR_RETURN(s.key_bounds, r.boolean());
+  return s;
+}
 
 std::vector<uint8_t> stop_command() {
   return command(ShardCommand::kStop).take();
@@ -132,7 +145,7 @@ backend::KvHandle Model::create_kv(const backend::KvCacheSpec& spec, int64_t num
   if (leads()) {
     ByteWriter w = command(ShardCommand::kCreateKv);
     w.u64(kv.id);
-    put_spec(w, spec);
+    write_kv_spec(w, spec);
     w.i64(num_blocks);
     w.u64(static_cast<uint64_t>(kind));
     broadcast(w.take());
@@ -194,13 +207,28 @@ void Model::calibrate_kv_scales(backend::KvHandle kv) {
   backend_.calibrate_kv_scales(kv);
 }
 
+std::vector<std::vector<int64_t>> Model::ask_followers(std::vector<uint8_t> request,
+                                                       std::span<const int64_t> figures) {
+  VESPER_CHECK(leads(), "ask_followers: not the leader");
+  ByteWriter w = command(ShardCommand::kAsk);
+  w.u64(figures.size());
+  w.str(std::string_view(reinterpret_cast<const char*>(request.data()), request.size()));
+  broadcast(w.take());
+  std::vector<std::vector<int64_t>> per_rank(static_cast<size_t>(group_->size()));
+  for (const int64_t figure : figures) {
+    const std::vector<int64_t> all = group_->all_gather_i64(figure);
+    for (size_t r = 0; r < all.size(); ++r) per_rank[r].push_back(all[r]);
+  }
+  return per_rank;
+}
+
 backend::KvHandle Model::local_kv(uint64_t leader_handle) const {
   for (const auto& [id, kv] : follower_kv_)
     if (id == leader_handle) return kv;
   return {};
 }
 
-Status Model::follow_leader() {
+Status Model::follow_leader(const FollowerAnswer& answer) {
   if (group_ == nullptr || leads()) return make_error("follow_leader: not a follower");
   std::vector<uint8_t> bytes;
   ForwardBatch batch;
@@ -298,6 +326,21 @@ Status Model::follow_leader() {
         VESPER_ASSIGN_OR_RETURN(const backend::KvHandle kv, storage());
         VESPER_TRY(f.status());
         backend_.calibrate_kv_scales(kv);
+        break;
+      }
+      case ShardCommand::kAsk: {
+        const uint64_t count = f.u64();
+        std::string request;
+        f.str(request);
+        VESPER_TRY(f.status());
+        if (!answer) return make_error("the leader asks a question this rank has no answer for");
+        VESPER_ASSIGN_OR_RETURN(
+            const std::vector<int64_t> figures,
+            answer(*this, {reinterpret_cast<const uint8_t*>(request.data()), request.size()}));
+        if (figures.size() != count)
+          return make_error("this rank answers " + std::to_string(figures.size()) +
+                            " figures, the leader " + std::to_string(count));
+        for (const int64_t figure : figures) group_->all_gather_i64(figure);
         break;
       }
       default:

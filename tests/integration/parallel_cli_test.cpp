@@ -186,6 +186,10 @@ TEST_F(ParallelCli, OutputIsIdenticalRunToRun) {
   EXPECT_EQ(json_lines(first.out).size(), 64u);
   EXPECT_EQ(first.out, second.out);  // token ids and log-probabilities, bit for bit
   EXPECT_NE(first.err.find("tensor parallel: 2 ranks"), std::string::npos) << first.err;
+  EXPECT_NE(first.err.find("memory plan per rank (each from its own memory; the job runs the "
+                           "fewest): rank 0: "),
+            std::string::npos)
+      << first.err;
 }
 
 TEST_F(ParallelCli, EngineFeaturesUnderEitherSplit) {
