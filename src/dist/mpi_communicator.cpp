@@ -43,6 +43,8 @@ MpiCommunicator::MpiCommunicator() {
   // default handler ending the job with MPI's own message only.
   MPI_Comm_set_errhandler(as_comm(comm_), MPI_ERRORS_RETURN);
   MPI_Comm_rank(as_comm(comm_), &rank_);
+  if (const char* t = std::getenv("VESPER_DIST_TIMEOUT"); t != nullptr && *t != '\0')
+    timeout_seconds_ = std::atof(t);
   MPI_Comm_size(as_comm(comm_), &size_);
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;
@@ -71,44 +73,74 @@ void MpiCommunicator::check(int rc, const char* call) {
   abort(std::string(call) + " failed on rank " + std::to_string(rank_) + ": " + text);
 }
 
+void MpiCommunicator::wait(void* request, const char* call, bool bounded) {
+  MPI_Request& r = *static_cast<MPI_Request*>(request);
+  const double start = MPI_Wtime();
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&r, &done, MPI_STATUS_IGNORE), call);
+    if (done) return;
+    // A rank that stopped answering (a hung process, a broken link) would otherwise hold this
+    // one forever; a dead process ends the job through mpirun already.
+    if (bounded && timeout_seconds_ > 0 && MPI_Wtime() - start > timeout_seconds_)
+      abort(std::string(call) + " has waited " + std::to_string(timeout_seconds_) +
+            " s for the other ranks: one of them is hung or its link is down "
+            "(VESPER_DIST_TIMEOUT sets the limit)");
+  }
+}
+
 void MpiCommunicator::broadcast(std::vector<uint8_t>& bytes, int root) {
   Counted counted(traffic_, 0);
+  // A follower waits for rank 0's next command as long as rank 0 is idle (a server between
+  // requests): unbounded there, bounded everywhere else.
+  const bool bounded = rank_ == root;
   unsigned long long n = bytes.size();
-  check(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, as_comm(comm_)), "MPI_Bcast");
+  MPI_Request r;
+  check(MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, as_comm(comm_), &r), "MPI_Ibcast");
+  wait(&r, "MPI_Ibcast", bounded);
   if (n > static_cast<unsigned long long>(INT_MAX))
     abort("a broadcast of " + std::to_string(n) + " bytes is larger than one MPI message");
   bytes.resize(n);
   traffic_.bytes += static_cast<int64_t>(n);
-  if (n > 0)
-    check(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, as_comm(comm_)),
-          "MPI_Bcast");
+  if (n > 0) {
+    check(MPI_Ibcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, as_comm(comm_), &r),
+          "MPI_Ibcast");
+    wait(&r, "MPI_Ibcast", true);
+  }
 }
 
 void MpiCommunicator::all_gather(const float* in, int64_t n, float* out) {
   // Sends its n floats to every other rank and receives theirs.
   Counted counted(traffic_, 2 * (size_ - 1) * n * static_cast<int64_t>(sizeof(float)));
-  check(MPI_Allgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT,
-                      as_comm(comm_)),
-        "MPI_Allgather");
+  MPI_Request r;
+  check(MPI_Iallgather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT,
+                       as_comm(comm_), &r),
+        "MPI_Iallgather");
+  wait(&r, "MPI_Iallgather", true);
 }
 
 void MpiCommunicator::gather(const float* in, int64_t n, float* out, int root) {
   Counted counted(traffic_,
                   (rank_ == root ? size_ - 1 : 1) * n * static_cast<int64_t>(sizeof(float)));
-  check(MPI_Gather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, root,
-                   as_comm(comm_)),
-        "MPI_Gather");
+  MPI_Request r;
+  check(MPI_Igather(in, static_cast<int>(n), MPI_FLOAT, out, static_cast<int>(n), MPI_FLOAT, root,
+                    as_comm(comm_), &r),
+        "MPI_Igather");
+  wait(&r, "MPI_Igather", true);
 }
 
 void MpiCommunicator::send(const float* data, int64_t n, int to) {
   Counted counted(traffic_, n * static_cast<int64_t>(sizeof(float)));
-  check(MPI_Send(data, static_cast<int>(n), MPI_FLOAT, to, 0, as_comm(comm_)), "MPI_Send");
+  MPI_Request r;
+  check(MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, to, 0, as_comm(comm_), &r), "MPI_Isend");
+  wait(&r, "MPI_Isend", true);
 }
 
 void MpiCommunicator::receive(float* data, int64_t n, int from) {
   Counted counted(traffic_, n * static_cast<int64_t>(sizeof(float)));
-  check(MPI_Recv(data, static_cast<int>(n), MPI_FLOAT, from, 0, as_comm(comm_), MPI_STATUS_IGNORE),
-        "MPI_Recv");
+  MPI_Request r;
+  check(MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, from, 0, as_comm(comm_), &r), "MPI_Irecv");
+  wait(&r, "MPI_Irecv", true);
 }
 
 std::vector<int64_t> MpiCommunicator::all_gather_i64(int64_t value) {

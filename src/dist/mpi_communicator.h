@@ -1,6 +1,9 @@
 // MpiCommunicator: Communicator over an Open MPI communicator (built only with VESPER_HAVE_MPI).
 // Errors return to the caller instead of MPI's default of ending the job silently; a failed
 // call ends the job through abort() with the MPI error string and the call that failed.
+// Every call waits at most VESPER_DIST_TIMEOUT seconds (default 600; 0: forever) for the other
+// ranks, then ends the job naming the call: a hung rank or a broken link cannot hold the job.
+// The one unbounded wait is a follower's for rank 0's next command (rank 0 may idle for days).
 #pragma once
 
 #include <string>
@@ -29,11 +32,14 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void check(int rc, const char* call);
+  // Completes a nonblocking call (an MPI_Request*), within the timeout when `bounded`.
+  void wait(void* request, const char* call, bool bounded);
 
   void* comm_ = nullptr;  // MPI_Comm, kept opaque so this header needs no mpi.h
   int rank_ = 0;
   int size_ = 1;
   std::string hosts_;
+  double timeout_seconds_ = 600;
 };
 
 }  // namespace vesper::dist

@@ -1,8 +1,9 @@
 // `vesper serve` split across 2 processes by mpirun (-tp 2 and -pp 2, 1 thread a rank): greedy
 // completions and chat completions, streamed or not and concurrent, equal one process's
 // `vesper generate`; a follower rank killed mid-stream ends the job (mpirun reports the rank)
-// within bounded time, with no hang; SIGTERM to mpirun lets rank 0 drain its streams, then every
-// rank stops. Skipped where vesper was built without Open MPI (VESPER_MPIEXEC unset).
+// within bounded time, with no hang; a follower that hangs (SIGSTOP) ends it after
+// VESPER_DIST_TIMEOUT with rank 0 naming the wait; SIGTERM to mpirun lets rank 0 drain its
+// streams, then every rank stops. Skipped where vesper was built without Open MPI (VESPER_MPIEXEC unset).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -13,12 +14,13 @@ const mpiexec = process.env.VESPER_MPIEXEC;
 const skip = mpiexec ? false : 'vesper was built without Open MPI';
 
 // mpirun -n 2 vesper serve ... on a free port; resolves once rank 0 listens.
-function startJob(split) {
+function startJob(split, env = {}) {
   return new Promise((resolve, reject) => {
+    const exported = Object.keys(env).flatMap((k) => ['-x', k]);
     const proc = spawn(mpiexec, ['--allow-run-as-root', '--oversubscribe', '--bind-to', 'none',
-      '--mca', 'btl_vader_single_copy_mechanism', 'none', '-n', '2',
+      '--mca', 'btl_vader_single_copy_mechanism', 'none', ...exported, '-n', '2',
       vesper, 'serve', storiesLong, '--port', '0', '-t', '1', ...split], {
-      cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'],
+      cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env },
     });
     let logs = '';
     const timer = setTimeout(() => reject(new Error('job did not start:\n' + logs)), 60000);
@@ -117,6 +119,30 @@ describe('faults and shutdown', { skip }, () => {
     await Promise.race([drained, deadline]);
     assert.ok(code !== 0 || signal !== null, `exit ${code} ${signal}`);
     assert.match(job.logs, /rank 1 .*(exited on signal 9|Killed)|process rank 1/s);
+  });
+
+  test('a follower that stops answering (SIGSTOP) ends the job after VESPER_DIST_TIMEOUT', async () => {
+    const job = await startJob(['-pp', '2'], { VESPER_DIST_TIMEOUT: '3' });
+    const res = await fetch(job.url + '/v1/completions', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 1900, temperature: 0,
+        ignore_eos: true, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    await reader.read();
+    const follower = rankPid(job, 1);
+    process.kill(follower, 'SIGSTOP');
+    const deadline = new Promise((_, reject) => setTimeout(() => reject(new Error(
+      'the job did not end within 60 s of a rank hanging:\n' + job.logs)), 60000).unref());
+    try {
+      const drained = (async () => { try { while (!(await reader.read()).done); } catch { /* cut */ } })();
+      await Promise.race([job.exited, deadline]);
+      await Promise.race([drained, deadline]);
+    } finally {
+      try { process.kill(follower, 'SIGKILL'); } catch { /* gone */ }
+    }
+    assert.match(job.logs, /rank 0: MPI_\w+ has waited 3\.0+ s for the other ranks: one of them is hung/);
   });
 
   test('SIGTERM to mpirun drains rank 0\'s streams, then every rank stops', async () => {
