@@ -14,8 +14,11 @@ namespace vesper::backend {
 struct BackendOptions {
   std::string name = "cpu";  // the only one so far
   int threads = 0;           // compute threads; 0: all hardware threads
-  // The tensor-parallel group the collectives run over (none: one process); outlives the backend.
+  // The job's ranks (pipeline stages send to one another over it), and the tensor-parallel group
+  // of this rank's stage that the collectives run over (none: no split); both outlive the
+  // backend.
   dist::Communicator* group = nullptr;
+  dist::Communicator* tensor_group = nullptr;
 };
 
 // Errors name the backend asked for.

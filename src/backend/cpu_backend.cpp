@@ -22,9 +22,10 @@ int64_t dtype_bytes(DType dtype) {
   return 0;
 }
 
-CpuBackend::CpuBackend(int threads, dist::Communicator* group)
+CpuBackend::CpuBackend(int threads, dist::Communicator* group, dist::Communicator* tensor_group)
     : pool_(std::make_unique<ThreadPool>(threads > 0 ? threads : ThreadPool::hardware_threads())),
-      group_(group) {}
+      group_(group),
+      tensor_group_(tensor_group) {}
 
 CpuBackend::~CpuBackend() = default;
 
@@ -403,7 +404,7 @@ void CpuBackend::receive(const Tensor& x, int from) {
 }
 
 void CpuBackend::collect_columns(const Tensor& part, const Tensor& full, bool everyone) {
-  const int ranks = group_ != nullptr ? group_->size() : 1;
+  const int ranks = tensor_group_ != nullptr ? tensor_group_->size() : 1;
   VESPER_CHECK(part.dtype == DType::kF32 && full.dtype == DType::kF32 && part.rows == full.rows &&
                    part.cols * ranks == full.cols,
                "gather_columns: shapes do not match");
@@ -413,12 +414,12 @@ void CpuBackend::collect_columns(const Tensor& part, const Tensor& full, bool ev
     std::memcpy(ptr(full), src, static_cast<size_t>(part.numel()) * sizeof(float));
     return;
   }
-  const bool receives = everyone || group_->rank() == 0;
+  const bool receives = everyone || tensor_group_->rank() == 0;
   if (receives) gathered_columns_.resize(static_cast<size_t>(ranks * part.numel()));
   if (everyone)
-    group_->all_gather(src, part.numel(), gathered_columns_.data());
+    tensor_group_->all_gather(src, part.numel(), gathered_columns_.data());
   else
-    group_->gather(src, part.numel(), receives ? gathered_columns_.data() : nullptr, 0);
+    tensor_group_->gather(src, part.numel(), receives ? gathered_columns_.data() : nullptr, 0);
   if (!receives) return;
   float* dst = ptr(full);
   for (int r = 0; r < ranks; ++r)

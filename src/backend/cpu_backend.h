@@ -22,9 +22,10 @@ namespace vesper::backend {
 
 class CpuBackend final : public Backend {
  public:
-  // `threads` compute threads (0: all hardware threads); collectives over `group` (none: one
-  // process), which must outlive the backend.
-  explicit CpuBackend(int threads, dist::Communicator* group = nullptr);
+  // `threads` compute threads (0: all hardware threads); send / receive between the ranks of
+  // `group`, collectives over `tensor_group` (none: one process); both must outlive the backend.
+  explicit CpuBackend(int threads, dist::Communicator* group = nullptr,
+                      dist::Communicator* tensor_group = nullptr);
   ~CpuBackend() override;
 
   ThreadPool& pool() { return *pool_; }
@@ -105,6 +106,7 @@ class CpuBackend final : public Backend {
 
   std::unique_ptr<ThreadPool> pool_;
   dist::Communicator* group_ = nullptr;
+  dist::Communicator* tensor_group_ = nullptr;
   // Collectives: the parts of every rank, rank after rank (reused).
   std::vector<float> gathered_columns_;
   void collect_columns(const Tensor& part, const Tensor& full, bool everyone);

@@ -490,6 +490,8 @@ Result<engine::ParallelConfig> parallel_config(const EngineFlags& f) {
   const dist::LaunchInfo launch = dist::launch_info();
   if (ranks > 1) {
     VESPER_ASSIGN_OR_RETURN(p.group, dist::world(static_cast<int>(ranks)));
+    if (f.tensor_parallel_size > 1)
+      p.tensor_group = dist::stage_group(*p.group, static_cast<int>(f.pipeline_parallel_size));
   } else if (launch.size > 1) {
     return make_error("mpirun started " + std::to_string(launch.size) +
                       " processes: pass --tensor-parallel-size " + std::to_string(launch.size) +
@@ -509,8 +511,8 @@ void add_parallel_flags(CLI::App* cmd, EngineFlags& f) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pipeline-parallel-size", f.pipeline_parallel_size,
                   "-pp: processes that each hold a stage of consecutive layers (and their KV "
-                  "cache), the activations passed stage to stage; not together with "
-                  "--tensor-parallel-size above 1 yet")
+                  "cache), the activations passed stage to stage; with --tensor-parallel-size T, "
+                  "each stage is T ranks")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pipeline-layer-split", f.pipeline_layer_split,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ class Communicator {
   // once the receiver has them or they are buffered.
   virtual void send(const float* data, int64_t n, int to) = 0;
   virtual void receive(float* data, int64_t n, int from) = 0;
+  // The ranks of this group with the same `color`, ordered by `key`, as a group of their own
+  // (collective: every rank calls it).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   // One int64 from every rank, in rank order, on every rank.
   virtual std::vector<int64_t> all_gather_i64(int64_t value) = 0;
   // Ends every process of the job with `why` on standard error (a worker's fatal error).

@@ -89,6 +89,16 @@ Result<Communicator*> world(int wanted) {
 #endif
 }
 
+Communicator* stage_group(Communicator& world, int stages) {
+  if (stages <= 1) return &world;
+  static std::unique_ptr<Communicator> group;
+  if (!group) {
+    const int per_stage = world.size() / stages;
+    group = world.split(world.rank() / per_stage, world.rank() % per_stage);
+  }
+  return group.get();
+}
+
 Communicator* started_world() {
 #if VESPER_HAVE_MPI
   return world_communicator;

@@ -32,4 +32,9 @@ Result<Communicator*> world(int wanted);
 // The world group if world() made it, else null.
 Communicator* started_world();
 
+// With the world's ranks laid out stage-major (rank = stage * (size / stages) + t), the
+// tensor-parallel group of this rank's stage: made once (collectively), lives until exit; the
+// world itself with one stage.
+Communicator* stage_group(Communicator& world, int stages);
+
 }  // namespace vesper::dist

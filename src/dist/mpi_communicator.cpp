@@ -42,9 +42,25 @@ MpiCommunicator::MpiCommunicator() {
   // Failures come back as return codes (check() turns them into a clear abort) instead of MPI's
   // default handler ending the job with MPI's own message only.
   MPI_Comm_set_errhandler(as_comm(comm_), MPI_ERRORS_RETURN);
-  MPI_Comm_rank(as_comm(comm_), &rank_);
+  describe_hosts();
   if (const char* t = std::getenv("VESPER_DIST_TIMEOUT"); t != nullptr && *t != '\0')
     timeout_seconds_ = std::atof(t);
+}
+
+MpiCommunicator::MpiCommunicator(void* comm, double timeout_seconds)
+    : comm_(comm), timeout_seconds_(timeout_seconds) {
+  MPI_Comm_set_errhandler(as_comm(comm_), MPI_ERRORS_RETURN);
+  describe_hosts();
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  void* comm = nullptr;
+  check(MPI_Comm_split(as_comm(comm_), color, key, &as_comm(comm)), "MPI_Comm_split");
+  return std::make_unique<MpiCommunicator>(comm, timeout_seconds_);
+}
+
+void MpiCommunicator::describe_hosts() {
+  MPI_Comm_rank(as_comm(comm_), &rank_);
   MPI_Comm_size(as_comm(comm_), &size_);
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int len = 0;

@@ -16,6 +16,8 @@ class MpiCommunicator final : public Communicator {
  public:
   // A duplicate of MPI_COMM_WORLD (MPI must be initialised).
   MpiCommunicator();
+  // Adopts `comm` (an MPI_Comm, split from another), whose timeout is `timeout_seconds`.
+  MpiCommunicator(void* comm, double timeout_seconds);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -28,10 +30,12 @@ class MpiCommunicator final : public Communicator {
   void send(const float* data, int64_t n, int to) override;
   void receive(float* data, int64_t n, int from) override;
   std::vector<int64_t> all_gather_i64(int64_t value) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
   [[noreturn]] void abort(const std::string& why) override;
 
  private:
   void check(int rc, const char* call);
+  void describe_hosts();
   // Completes a nonblocking call (an MPI_Request*), within the timeout when `bounded`.
   void wait(void* request, const char* call, bool bounded);
 

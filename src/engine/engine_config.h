@@ -54,8 +54,10 @@ struct ParallelConfig {
   int64_t pipeline_parallel_size = 1;
   // --pipeline-layer-split: layers per pipeline stage (empty: as even as they go).
   std::vector<int64_t> pipeline_layer_split;
-  // The job's ranks when there are several (dist::world), or none.
+  // The job's ranks when there are several (dist::world), or none; and, with tensor parallelism,
+  // the ranks of this rank's pipeline stage (the world itself with one stage).
   dist::Communicator* group = nullptr;
+  dist::Communicator* tensor_group = nullptr;
   bool follower() const { return group != nullptr && group->rank() != 0; }
 };
 

@@ -202,22 +202,28 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     log_info("memory plan per rank (each from its own memory; the job runs the fewest): %s",
              rank_plans.c_str());
   const dist::Communicator* group = config.parallel.group;
-  if (group != nullptr && e->model_->pipeline_parallel_size() > 1) {
-    std::string stages;
-    const auto layers = model::pipeline_stage_layers(mc.n_layer, group->size(),
-                                                     config.parallel.pipeline_layer_split);
+  const int stages = e->model_->pipeline_parallel_size();
+  const int tensor_ranks = e->model_->tensor_parallel_size();
+  if (group != nullptr)
+    log_info("parallel job: %s; %d pipeline stage%s of %d tensor-parallel rank%s",
+             group->describe().c_str(), stages, stages == 1 ? "" : "s", tensor_ranks,
+             tensor_ranks == 1 ? "" : "s");
+  if (stages > 1) {
+    std::string layers_text;
+    const auto layers =
+        model::pipeline_stage_layers(mc.n_layer, stages, config.parallel.pipeline_layer_split);
     for (size_t s = 0; layers && s < layers->size(); ++s)
-      stages += (s ? ", " : "") + std::to_string((*layers)[s]);
+      layers_text += (s ? ", " : "") + std::to_string((*layers)[s]);
     log_info(
-        "pipeline parallel: %d stages (%s); layers per stage %s; each stage holds its layers' KV "
+        "pipeline parallel: %d stages, layers per stage %s; each stage holds its layers' KV "
         "cache, the same block count",
-        group->size(), group->describe().c_str(), stages.c_str());
-  } else if (group != nullptr)
+        stages, layers_text.c_str());
+  }
+  if (tensor_ranks > 1)
     log_info(
-        "tensor parallel: %d ranks (%s); each holds 1/%d of the attention heads, feed-forward "
+        "tensor parallel: %d ranks a stage; each holds 1/%d of the attention heads, feed-forward "
         "width and vocabulary, its own KV heads (%lld of %lld), and the same block count",
-        group->size(), group->describe().c_str(), group->size(),
-        static_cast<long long>(e->model_->shard_config().n_head_kv),
+        tensor_ranks, tensor_ranks, static_cast<long long>(e->model_->shard_config().n_head_kv),
         static_cast<long long>(mc.n_head_kv));
   if (config.cache.calculate_kv_scales)
     log_info(

@@ -15,10 +15,6 @@ Status check_parallel_config(const EngineConfig& config) {
   if (p.pipeline_parallel_size < 1)
     return make_error("--pipeline-parallel-size " + std::to_string(p.pipeline_parallel_size) +
                       ": must be at least 1");
-  if (p.pipeline_parallel_size > 1 && p.tensor_parallel_size > 1)
-    return make_error("--tensor-parallel-size " + std::to_string(p.tensor_parallel_size) +
-                      " with --pipeline-parallel-size " + std::to_string(p.pipeline_parallel_size) +
-                      ": both at once are not built yet; use one or the other");
   if (!p.pipeline_layer_split.empty() && p.pipeline_parallel_size == 1)
     return make_error("--pipeline-layer-split needs --pipeline-parallel-size above 1");
   const int64_t ranks = p.tensor_parallel_size * p.pipeline_parallel_size;
@@ -43,6 +39,7 @@ backend::BackendOptions backend_options(const EngineConfig& config) {
   backend::BackendOptions o;
   o.threads = config.threads;
   o.group = config.parallel.group;
+  o.tensor_group = config.parallel.tensor_group;
   return o;
 }
 

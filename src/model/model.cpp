@@ -217,12 +217,13 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   if (pipeline_stages < 1 || ranks % pipeline_stages != 0)
     return make_error("--pipeline-parallel-size " + std::to_string(pipeline_stages) +
                       " does not divide the job's " + std::to_string(ranks) + " ranks");
-  // Tensor parallelism splits every layer over the ranks, pipeline parallelism the layers (one
-  // or the other for now: EngineConfig checks).
+  // Ranks stage-major: rank = stage * tensor_ranks + t. Pipeline parallelism splits the layers
+  // into stages, tensor parallelism each stage's layers over its ranks.
   const int tensor_ranks = ranks / pipeline_stages;
   m->tensor_ranks_ = tensor_ranks;
   m->stages_ = pipeline_stages;
-  m->stage_ = pipeline_stages > 1 ? rank : 0;
+  m->stage_ = rank / tensor_ranks;
+  m->tensor_rank_ = rank % tensor_ranks;
   VESPER_ASSIGN_OR_RETURN(m->shard_, shard_shape(config, tensor_ranks, path));
   VESPER_ASSIGN_OR_RETURN(const std::vector<int64_t> stage_layers,
                           pipeline_stage_layers(config.n_layer, pipeline_stages, layer_split));
@@ -230,7 +231,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, backend::Bac
   m->shard_.n_layer = stage_layers[static_cast<size_t>(m->stage_)];
   const ModelConfig& c = m->config_;
   const ModelConfig& sc = m->shard_;
-  Binder bind(m->file_, backend, tensor_ranks > 1 ? rank : 0, tensor_ranks);
+  Binder bind(m->file_, backend, m->tensor_rank_, tensor_ranks);
   ModelWeights& w = m->weights_;
 
   const gguf::TensorInfo* embd = m->file_.find_tensor("token_embd.weight");
@@ -487,7 +488,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
 
   // A later pipeline stage starts from the stage before's activations.
   if (stage_ > 0)
-    b.receive(x, stage_ - 1);
+    b.receive(x, rank_of(stage_ - 1));
   else
     b.get_rows(weights_.token_embd.handle, ids, x);
 
@@ -576,10 +577,10 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   const backend::Tensor last = last_.rows_view(0, m), logits = logits_.rows_view(0, m);
   if (!last_stage()) {
     // The next stage goes on; the leader gets the logits and hidden rows from the last one.
-    b.send(x, stage_ + 1);
+    b.send(x, rank_of(stage_ + 1));
     if (!leads()) return {};
-    b.receive(logits, stages_ - 1);
-    b.receive(last, stages_ - 1);
+    b.receive(logits, rank_of(stages_ - 1));
+    b.receive(last, rank_of(stages_ - 1));
     b.synchronize();
     hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
     hidden_states_ = last;
@@ -590,7 +591,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   b.gather_rows(x, rows, last);
   b.rms_norm(last, output_norm_, c.rms_eps, last);
   observe_linear_input(-1, {"output"}, last, m);
-  if (stages_ > 1 && !leads()) {
+  if (stages_ > 1 && !tensor_split) {
     // The last pipeline stage: logits and hidden rows to the leader.
     b.matmul(weights_.output.handle, last, logits);
     b.send(logits, 0);
@@ -604,6 +605,14 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     b.gather_columns(part, logits);
   } else {
     b.matmul(weights_.output.handle, last, logits);
+  }
+  if (stages_ > 1) {
+    // The last stage's first rank has every rank's vocabulary columns: on to the leader.
+    if (tensor_rank_ == 0) {
+      b.send(logits, 0);
+      b.send(last, 0);
+    }
+    return {};
   }
   b.synchronize();
   hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};

@@ -211,6 +211,8 @@ class Model {
   // The leader: hands `command` (tensor_parallel.cpp's encoding) to every follower.
   bool leads() const { return group_ != nullptr && group_->rank() == 0; }
   bool last_stage() const { return stage_ == stages_ - 1; }
+  // The job rank holding this rank's share of the layers of `stage`.
+  int rank_of(int stage) const { return stage * tensor_ranks_ + tensor_rank_; }
   void broadcast(std::vector<uint8_t> command);
   // A follower: its own storage for a leader's handle.
   backend::KvHandle local_kv(uint64_t leader_handle) const;
@@ -228,6 +230,7 @@ class Model {
   int tensor_ranks_ = 1;
   int stages_ = 1;
   int stage_ = 0;
+  int tensor_rank_ = 0;  // within the stage
   int64_t first_layer_ = 0;
   // A follower's storage for each of the leader's KV handles (by id).
   std::vector<std::pair<uint64_t, backend::KvHandle>> follower_kv_;
