@@ -23,8 +23,6 @@ Status check_parallel_config(const EngineConfig& config) {
     return make_error("--tensor-parallel-size " + std::to_string(p.tensor_parallel_size) +
                       " needs " + std::to_string(ranks) + " processes, and this job has " +
                       std::to_string(group));
-  if (ranks > 1 && config.lora.any())
-    return make_error("--enable-lora: adapters are not split across parallel ranks yet");
   return {};
 }
 

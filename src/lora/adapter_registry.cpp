@@ -91,6 +91,7 @@ int32_t AdapterRegistry::install(std::unique_ptr<Adapter> adapter, uint64_t id) 
   s.id = id;
   s.pins = 0;
   s.last_use = ++clock_;
+  s.version = clock_ + 1;  // distinct from every version before (slot -1's is 1)
   // Per projection: the adapter's module, then the merged ones.
   s.modules.assign(merged_modules_.size(), {});
   for (size_t i = 0; i < s.modules.size(); ++i) {

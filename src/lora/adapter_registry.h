@@ -121,6 +121,11 @@ class AdapterRegistry final : public model::AdapterSource {
   std::span<const backend::LowRankModule> modules(int32_t slot, int64_t layer,
                                                   model::Projection p) const override;
   bool any() const override { return num_pinned_ > 0 || !merged_.empty(); }
+  uint64_t slot_version(int32_t slot) const override {
+    return slot < 0 || slot >= static_cast<int32_t>(slots_.size())
+               ? 1
+               : slots_[static_cast<size_t>(slot)].version;
+  }
 
  private:
   struct Registration {
@@ -136,6 +141,7 @@ class AdapterRegistry final : public model::AdapterSource {
     uint64_t id = 0;                   // its registration
     int64_t pins = 0;                  // running sequences reading it
     uint64_t last_use = 0;             // for least-recently-used eviction
+    uint64_t version = 0;              // AdapterSource::slot_version: new with each copy
     // [layer * kNumProjections + projection]: the adapter's module, then the merged ones.
     std::vector<std::vector<backend::LowRankModule>> modules;
   };

@@ -33,6 +33,10 @@ class AdapterSource {
                                                           Projection p) const = 0;
   // False when no slot adds anything (the forward pass then skips the lookups).
   virtual bool any() const = 0;
+  // Changes whenever what `slot` holds changes (a copy loaded into it); slot -1 (the merged
+  // adapters) keeps one. A parallel job's leader sends a slot's modules to the other ranks when
+  // its version is new to them (model.h).
+  virtual uint64_t slot_version(int32_t slot) const = 0;
 };
 
 }  // namespace vesper::model

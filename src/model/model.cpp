@@ -430,6 +430,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   const int64_t n = batch.num_tokens();
   const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
   if (n == 0) return {};
+  if (leads() && adapters_ != nullptr && adapters_->any()) share_adapter_slots(batch);
   if (leads()) broadcast(forward_command(batch, kv));
   const bool tensor_split = tensor_ranks_ > 1;
   reserve(StepCapacity{n, m, batch.num_seqs(), static_cast<int64_t>(batch.block_tables.size())});
@@ -548,11 +549,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
       // Every rank's heads side by side, this rank's columns of o, then every rank's columns.
       b.all_gather_columns(attn, attn_full);
       b.matmul(l.wo.handle, attn_full, tmp_part);
+      add_adapter_deltas(first_layer_ + il, Projection::kO, attn_full, tmp_part);
       b.all_gather_columns(tmp_part, tmp);
     } else {
       b.matmul(l.wo.handle, attn, tmp);
+      add_adapter_deltas(first_layer_ + il, Projection::kO, attn, tmp);
     }
-    add_adapter_deltas(first_layer_ + il, Projection::kO, attn, tmp);
     b.add(x, tmp);
 
     b.rms_norm(x, t.ffn_norm, c.rms_eps, xn);
@@ -566,11 +568,12 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     if (tensor_split) {
       b.all_gather_columns(gate, gate_full);
       b.matmul(l.w_down.handle, gate_full, tmp_part);
+      add_adapter_deltas(first_layer_ + il, Projection::kDown, gate_full, tmp_part);
       b.all_gather_columns(tmp_part, tmp);
     } else {
       b.matmul(l.w_down.handle, gate, tmp);
+      add_adapter_deltas(first_layer_ + il, Projection::kDown, gate, tmp);
     }
-    add_adapter_deltas(first_layer_ + il, Projection::kDown, gate, tmp);
     b.add(x, tmp);
   }
 
@@ -635,8 +638,29 @@ void Model::add_adapter_deltas(int64_t layer, Projection p, const backend::Tenso
                                const backend::Tensor& y) {
   if (adapter_runs_.empty()) return;
   adapter_segments_.clear();
+  if (tensor_ranks_ > 1) {
+    // This rank's output rows of each module: b's rows (and lambda_b's) from its first output,
+    // whole heads for q and k, so a permuted head stays whole. Built before the segments point
+    // into it.
+    adapter_rank_rows_.clear();
+    for (const AdapterRun& run : adapter_runs_)
+      for (backend::LowRankModule m : adapters_->modules(run.slot, layer, p)) {
+        const int64_t rows = m.n_out / tensor_ranks_, first = tensor_rank_ * rows;
+        m.b = {m.b.buffer, m.b.dtype, m.b.offset + first * m.b_stride, rows, m.b_stride};
+        if (m.lambda_b.buffer.valid())
+          m.lambda_b = {m.lambda_b.buffer, m.lambda_b.dtype, m.lambda_b.offset + first, 1, rows};
+        m.n_out = rows;
+        adapter_rank_rows_.push_back(m);
+      }
+  }
+  size_t next = 0;
   for (const AdapterRun& run : adapter_runs_) {
-    const std::span<const backend::LowRankModule> modules = adapters_->modules(run.slot, layer, p);
+    std::span<const backend::LowRankModule> modules = adapters_->modules(run.slot, layer, p);
+    if (tensor_ranks_ > 1) {
+      modules =
+          std::span<const backend::LowRankModule>(adapter_rank_rows_).subspan(next, modules.size());
+      next += modules.size();
+    }
     if (!modules.empty())
       adapter_segments_.push_back(backend::LowRankSegment{run.row_begin, run.row_end, modules});
   }

@@ -17,6 +17,7 @@
 
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,6 +29,7 @@
 #include "dist/communicator.h"
 #include "gguf/gguf.h"
 #include "model/adapter_source.h"
+#include "model/follower_adapters.h"
 #include "model/forward_batch.h"
 #include "model/model_config.h"
 
@@ -184,7 +186,10 @@ class Model {
   std::span<const float> forward(const ForwardBatch& batch, backend::KvHandle kv);
 
   // The adapters the forward pass applies by each sequence's seq_adapter slot (none: the base
-  // model alone, whatever the slots say). The source must outlive the model or be unset.
+  // model alone, whatever the slots say). The source must outlive the model or be unset. In a
+  // parallel job the leader's source is the one that counts: it sends each slot's modules to the
+  // other ranks when the slot's version is new to them, and every rank applies its rows (tensor
+  // parallelism) or its layers (pipeline stages) of them.
   void set_adapters(const AdapterSource* adapters) { adapters_ = adapters; }
 
   // Calibration (model/calibration.h): while set, forward calls `observer` with the input of
@@ -216,6 +221,10 @@ class Model {
   void broadcast(std::vector<uint8_t> command);
   // A follower: its own storage for a leader's handle.
   backend::KvHandle local_kv(uint64_t leader_handle) const;
+  // The leader: sends the followers each adapter slot the batch reads whose version they lack.
+  void share_adapter_slots(const ForwardBatch& batch);
+  // A follower: takes a slot's modules (kAdapterSlot) into its own buffers.
+  Status receive_adapter_slot(std::span<const uint8_t> message);
 
   // What the backend holds of a layer: weight handles and f32 vectors.
   struct LayerTensors {
@@ -234,6 +243,9 @@ class Model {
   int64_t first_layer_ = 0;
   // A follower's storage for each of the leader's KV handles (by id).
   std::vector<std::pair<uint64_t, backend::KvHandle>> follower_kv_;
+  // Adapters in a parallel job: the slot versions the leader has sent; a follower's copies.
+  std::map<int32_t, uint64_t> shared_slot_versions_;
+  std::unique_ptr<FollowerAdapters> follower_adapters_;
   ModelWeights weights_;
   backend::Tensor output_norm_, rope_freqs_;
   std::vector<LayerTensors> layers_;
@@ -266,6 +278,8 @@ class Model {
   const AdapterSource* adapters_ = nullptr;
   std::vector<AdapterRun> adapter_runs_;
   std::vector<backend::LowRankSegment> adapter_segments_;
+  // Tensor parallelism: each module with its b (and lambda_b) cut to this rank's output rows.
+  std::vector<backend::LowRankModule> adapter_rank_rows_;
 };
 
 }  // namespace vesper::model

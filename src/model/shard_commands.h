@@ -24,7 +24,8 @@ enum class ShardCommand : uint64_t {
   kCopyKvSlots,        // handle, src slots, dst slots
   kQuantizeKvGroup,    // handle, rows, dst
   kCalibrateKvScales,  // handle
-  kAsk                 // figure count, request bytes (Model::ask_followers)
+  kAsk,                // figure count, request bytes (Model::ask_followers)
+  kAdapterSlot         // slot, version, its modules with their tensors' bytes
 };
 
 // A KV storage spec in a message (every field).

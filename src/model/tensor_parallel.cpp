@@ -2,6 +2,7 @@
 // the commands' encoding (shard_commands.h), and the follower's loop.
 #include <algorithm>
 #include <optional>
+#include <string>
 
 #include "core/byte_stream.h"
 #include "core/check.h"
@@ -222,6 +223,100 @@ std::vector<std::vector<int64_t>> Model::ask_followers(std::vector<uint8_t> requ
   return per_rank;
 }
 
+void Model::share_adapter_slots(const ForwardBatch& batch) {
+  std::vector<int32_t> slots(batch.seq_adapter.begin(), batch.seq_adapter.end());
+  if (static_cast<int64_t>(slots.size()) < batch.num_seqs()) slots.push_back(-1);
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  std::vector<uint8_t> bytes;
+  for (const int32_t slot : slots) {
+    const uint64_t version = adapters_->slot_version(slot);
+    const auto sent = shared_slot_versions_.find(slot);
+    if (sent != shared_slot_versions_.end() && sent->second == version) continue;
+    ByteWriter w = command(ShardCommand::kAdapterSlot);
+    w.i64(slot);
+    w.u64(version);
+    // Every layer's modules (a pipeline stage keeps its own), each tensor's elements as they lie.
+    auto put_tensor = [&](const backend::Tensor& t) {
+      w.boolean(t.buffer.valid());
+      if (!t.buffer.valid()) return;
+      w.u64(static_cast<uint64_t>(t.dtype));
+      w.i64(t.rows);
+      w.i64(t.cols);
+      bytes.resize(static_cast<size_t>(t.numel() * backend::dtype_bytes(t.dtype)));
+      backend_.copy_to_host(bytes.data(), t);
+      w.str(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    };
+    for (int64_t layer = 0; layer < config_.n_layer; ++layer)
+      for (int32_t p = 0; p < kNumProjections; ++p) {
+        const auto modules = adapters_->modules(slot, layer, static_cast<Projection>(p));
+        w.u64(modules.size());
+        for (const backend::LowRankModule& m : modules) {
+          for (const int64_t v :
+               {m.a_stride, m.b_stride, m.rank, m.n_in, m.n_out, m.permute_head_dim})
+            w.i64(v);
+          w.f32(m.scale);
+          for (const backend::Tensor* t : {&m.a, &m.b, &m.lambda_d, &m.lambda_b}) put_tensor(*t);
+        }
+      }
+    backend_.synchronize();
+    broadcast(w.take());
+    shared_slot_versions_[slot] = version;
+  }
+}
+
+Status Model::receive_adapter_slot(std::span<const uint8_t> message) {
+  ByteReader r(message);
+  VESPER_ASSIGN_OR_RETURN(const uint64_t kind, r.u64());
+  (void)kind;
+  VESPER_ASSIGN_OR_RETURN(const int64_t slot, r.i64());
+  VESPER_ASSIGN_OR_RETURN(const uint64_t version, r.u64());
+  std::vector<std::vector<backend::LowRankModule>> modules(
+      static_cast<size_t>(config_.n_layer * kNumProjections));
+  std::vector<backend::Buffer> buffers;
+  std::string data;
+  for (int64_t layer = 0; layer < config_.n_layer; ++layer)
+    for (int32_t p = 0; p < kNumProjections; ++p) {
+      VESPER_ASSIGN_OR_RETURN(const size_t count, r.count());
+      // A pipeline stage keeps its own layers' modules (the others are read and dropped).
+      const bool keep = layer >= first_layer_ && layer < first_layer_ + shard_.n_layer;
+      for (size_t i = 0; i < count; ++i) {
+        backend::LowRankModule m;
+        for (int64_t* v :
+             {&m.a_stride, &m.b_stride, &m.rank, &m.n_in, &m.n_out, &m.permute_head_dim}) {
+          VESPER_ASSIGN_OR_RETURN(*v, r.i64());
+        }
+        VESPER_ASSIGN_OR_RETURN(m.scale, r.f32());
+        for (backend::Tensor* t : {&m.a, &m.b, &m.lambda_d, &m.lambda_b}) {
+          VESPER_ASSIGN_OR_RETURN(const bool present, r.boolean());
+          if (!present) continue;
+          VESPER_ASSIGN_OR_RETURN(const uint64_t dtype, r.u64());
+          VESPER_ASSIGN_OR_RETURN(const int64_t rows, r.i64());
+          VESPER_ASSIGN_OR_RETURN(const int64_t cols, r.i64());
+          VESPER_TRY(r.str(data));
+          if (dtype > static_cast<uint64_t>(backend::DType::kF16) || rows < 0 || cols < 0 ||
+              static_cast<int64_t>(data.size()) !=
+                  rows * cols * backend::dtype_bytes(static_cast<backend::DType>(dtype)))
+            return make_error("an adapter tensor whose bytes do not match its shape");
+          if (!keep) continue;
+          *t = backend_.allocate(static_cast<backend::DType>(dtype), rows, cols,
+                                 backend::MemoryKind::kDevice);
+          backend_.copy_to_device(*t, data.data());
+          buffers.push_back(t->buffer);
+        }
+        if (keep) modules[static_cast<size_t>(layer * kNumProjections + p)].push_back(m);
+      }
+    }
+  if (!r.done()) return make_error("an adapter slot message with bytes left over");
+  if (!follower_adapters_) {
+    follower_adapters_ = std::make_unique<FollowerAdapters>(backend_);
+    adapters_ = follower_adapters_.get();
+  }
+  follower_adapters_->replace(static_cast<int32_t>(slot), version, std::move(modules),
+                              std::move(buffers));
+  return {};
+}
+
 backend::KvHandle Model::local_kv(uint64_t leader_handle) const {
   for (const auto& [id, kv] : follower_kv_)
     if (id == leader_handle) return kv;
@@ -328,6 +423,9 @@ Status Model::follow_leader(const FollowerAnswer& answer) {
         backend_.calibrate_kv_scales(kv);
         break;
       }
+      case ShardCommand::kAdapterSlot:
+        VESPER_TRY(receive_adapter_slot(bytes));
+        break;
       case ShardCommand::kAsk: {
         const uint64_t count = f.u64();
         std::string request;

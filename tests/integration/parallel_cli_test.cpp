@@ -3,9 +3,9 @@
 // process's, bit for bit, on 64 prompts of 48 tokens for stories260K (f16, fp8 and KIVI KV caches)
 // and a 512-wide model in q4_0, q8_0, q4_K, q6_K and f16, under each split; the same run to run;
 // chunked prefill, preemption by recompute and swap, prefix caching off, multi-step and speculative
-// decoding (n-gram, draft model, Medusa) under either split; perplexity; and the launch, shape and
-// split errors, each naming the flag or hyper-parameter. Skipped where vesper was built without
-// Open MPI.
+// decoding (n-gram, draft model, Medusa) under either split; LoRA and VeRA adapters under each
+// split; perplexity; and the launch, shape and split errors, each naming the flag or
+// hyper-parameter. Skipped where vesper was built without Open MPI.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -235,6 +235,50 @@ TEST_F(ParallelCli, EngineFeaturesUnderEitherSplit) {
         cases[i].name + kBoth.name());
 }
 
+// LoRA (llama.cpp GGUF and PEFT) and VeRA adapters: the leader sends each slot's modules to the
+// other ranks when the slot is loaded; every rank applies its output rows or its layers.
+TEST_F(ParallelCli, AdaptersUnderEachSplit) {
+  const std::string m = "../shared/models/";
+  std::ifstream text("../shared/data/tinystories-heldout.txt");
+  std::vector<std::string> words;
+  for (std::string w; text >> w && words.size() < 64 * 100;) words.push_back(w);
+  const std::string file = (work_dir() / "adapters.jsonl").string();
+  {
+    std::ofstream out(file);
+    const char* names[] = {"zed", "bim", "vz", "stories260K"};
+    for (size_t i = 0; i < 64; ++i) {
+      std::string prompt;
+      for (size_t k = 0; k < 12; ++k) prompt += (k ? " " : "") + words[i * 100 + k];
+      out << nlohmann::json{{"prompt", prompt}, {"model", names[i % 4]}, {"max_tokens", 16},
+                            {"temperature", 0}, {"ignore_eos", true},    {"logprobs", 2}}
+                 .dump()
+          << "\n";
+    }
+  }
+  const std::vector<std::string> args = {"generate",
+                                         m + "stories260K.gguf",
+                                         "--enable-lora",
+                                         "--max-loras",
+                                         "2",
+                                         "--max-lora-rank",
+                                         "64",
+                                         "--lora-modules",
+                                         "zed=" + m + "lora/zed/adapter.gguf",
+                                         "bim=" + m + "lora/bim",
+                                         "vz=" + m + "vera/zed",
+                                         "--prompts-file",
+                                         file,
+                                         "--json",
+                                         "-t",
+                                         "1"};
+  const auto one = run_vesper(args, "one");
+  std::vector<Split> splits = kSplits;
+  splits.push_back(kBoth);
+  for (const Split& split : splits)
+    expect_same_outputs(one, run_mpi(split.ranks, with(args, split.flags), "split"),
+                        "adapters" + split.name());
+}
+
 TEST_F(ParallelCli, PerplexityEqualsOneProcess) {
   const std::vector<std::string> args = {
       "perplexity", kStories, "-f",       "../shared/data/tinystories-heldout.txt",
@@ -276,11 +320,6 @@ TEST_F(ParallelCli, LaunchAndShapeErrorsNameTheFlagOrTensor) {
       "every stage needs a layer");
   expect_error(run_vesper(generate(kStories, {"--pipeline-layer-split", "3,2"}), "nopp"),
                "--pipeline-layer-split needs --pipeline-parallel-size above 1");
-  expect_error(run_mpi(2,
-                       generate(kStories, {"-tp", "2", "--enable-lora", "--lora-modules",
-                                           "bim=../shared/models/lora/bim"}),
-                       "lora"),
-               "--enable-lora: adapters are not split");
   // One KV head cannot be split in two.
   const std::string mqa = (work_dir() / "mqa.gguf").string();
   ASSERT_EQ(
