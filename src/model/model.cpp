@@ -36,20 +36,24 @@ class Binder {
   // Matrix `name` of the whole model's shape [n_in, n_out], or this rank's part of it.
   Result<Weight> matrix(const std::string& name, int64_t n_in, int64_t n_out,
                         Split split = Split::kNone) const {
-    if (find(name) == nullptr && find(gguf::composite_order_name(name)) != nullptr) {
-      if (ranks_ > 1)
-        return make_error(file_.path() + ": " + name +
-                          " is an EXL2 layer, which tensor parallelism does not split yet");
-      return composite(name, n_in, n_out);
-    }
+    if (find(name) == nullptr && find(gguf::composite_order_name(name)) != nullptr)
+      return composite(name, n_in, n_out, split);
     VESPER_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, file_.require_tensor(name));
     return matrix_from(t, n_in, n_out, split);
   }
 
   // A composite weight (gguf/composite_weight.h): its parts, each [inputs, n_out], gathering by
   // the order tensor.
-  Result<Weight> composite(const std::string& name, int64_t n_in, int64_t n_out) const {
+  // With a split, every part's rows of this rank (its parts all cover every output).
+  Result<Weight> composite(const std::string& name, int64_t n_in, int64_t n_out,
+                           Split split) const {
     const gguf::TensorInfo* order = find(gguf::composite_order_name(name));
+    const int64_t file_rows = n_out;
+    int64_t first_row = 0;
+    if (ranks_ > 1 && split == Split::kOutputs) {
+      n_out /= ranks_;
+      first_row = rank_ * n_out;
+    }
     if (order->type != tensor::GgmlType::kI32 || order->shape.size() != 1)
       return make_error(file_.path() + ": tensor " + order->name + " is not an I32 vector");
     Weight w;
@@ -61,17 +65,17 @@ class Binder {
     for (size_t i = 0;; ++i) {
       const gguf::TensorInfo* t = find(gguf::composite_part_name(name, i));
       if (t == nullptr) break;
-      if (t->shape.size() != 2 || t->shape[1] != n_out)
+      if (t->shape.size() != 2 || t->shape[1] != file_rows)
         return make_error(file_.path() + ": tensor " + t->name + " has shape " +
-                          shape_string(t->shape) + ", expected [..., " + std::to_string(n_out) +
+                          shape_string(t->shape) + ", expected [..., " + std::to_string(file_rows) +
                           "]");
       Weight part;
       part.type = t->type;
-      part.data = t->data;
+      part.data = t->data + tensor::row_size(t->type, t->shape[0]) * static_cast<size_t>(first_row);
       part.n_in = t->shape[0];
       part.n_out = n_out;
+      parts.push_back(backend::WeightPart{t->type, part.data, t->shape[0]});
       w.parts.push_back(std::move(part));
-      parts.push_back(backend::WeightPart{t->type, t->data, t->shape[0]});
       inputs += t->shape[0];
     }
     if (parts.empty() || inputs != order->shape[0])

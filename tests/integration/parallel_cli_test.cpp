@@ -1,11 +1,11 @@
 // Tensor and pipeline parallelism through the `vesper` command line under Open MPI's mpirun (2
 // ranks, 1 thread each; both splits at once on 4): token ids and log-probabilities equal one
 // process's, bit for bit, on 64 prompts of 48 tokens for stories260K (f16, fp8 and KIVI KV caches)
-// and a 512-wide model in q4_0, q8_0, q4_K, q6_K and f16, under each split; the same run to run;
-// chunked prefill, preemption by recompute and swap, prefix caching off, multi-step and speculative
-// decoding (n-gram, draft model, Medusa) under either split; LoRA and VeRA adapters under each
-// split; perplexity; and the launch, shape and split errors, each naming the flag or
-// hyper-parameter. Skipped where vesper was built without Open MPI.
+// and a 512-wide model in q4_0, q8_0, q4_K, q6_K and f16 and an EXL2 checkpoint, under each split;
+// the same run to run; chunked prefill, preemption by recompute and swap, prefix caching off,
+// multi-step and speculative decoding (n-gram, draft model, Medusa) under either split; LoRA and
+// VeRA adapters under each split; perplexity; and the launch, shape and split errors, each naming
+// the flag or hyper-parameter. Skipped where vesper was built without Open MPI.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,6 +85,19 @@ std::string wide_model(const std::string& type) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
   }
   return path;
+}
+
+// stories260K's Hugging Face checkpoint quantized to EXL2 at 4.0 bits per weight (layers of
+// composite weights: 2-8-bit parts, act order).
+std::string exl2_model() {
+  const std::string dir = (work_dir() / "exl2-4.0").string();
+  if (!std::filesystem::exists(dir)) {
+    auto r = run_vesper(
+        {"quantize", "../shared/models/hf/stories260K", "--to", "exl2", "--bits", "4.0", "-o", dir},
+        "exl2");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+  return dir;
 }
 
 // 64 prompts of 48 tokens each from the held-out text (token ids, so every model reads the same
@@ -179,6 +192,7 @@ TEST_F(ParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
       {kStories, "stories260K f32, kivi2 KV", {"--kv-cache-dtype", "kivi2"}}};
   for (const std::string type : {"q4_0", "q8_0", "q4_K", "q6_K", "f16"})
     cases.push_back({wide_model(type), "wide " + type, {}});
+  cases.push_back({exl2_model(), "stories260K EXL2 4.0", {}});
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     const auto one = run_vesper(generate(c.model, c.flags), "one");
