@@ -43,6 +43,7 @@ def test_bad_sampling_params(kwargs, error, words):
     (dict(no_such_argument=1), TypeError, "no_such_argument"),
     (dict(speculative_config={"method": "medusa2"}), ValueError, "speculative_config"),
     (dict(tensor_parallel_size=2), ValueError, "tensor_parallel_size"),
+    (dict(pipeline_parallel_size=2), ValueError, "pipeline_parallel_size"),
     (dict(enable_prefix_caching="yes"), TypeError, "enable_prefix_caching"),
     (dict(seed="7"), TypeError, "seed"),
 ])
