@@ -305,6 +305,9 @@ TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes)
           if (!f32 && (bs == 7 || hd == 1 || hd == 13 || hd == 80 || hd == 128)) continue;
           if (f32 && sanitized && (bs == 7 ? hd != 13 : (hd == 1 || hd == 80 || hd == 128)))
             continue;
+          // And the other types one block size and a head size with and without a tail: each
+          // type's row decoder runs on every grouping, which is what the sanitizer checks.
+          if (!f32 && sanitized && (bs != 16 || (hd != 8 && hd != 37))) continue;
           // Larger queries in some cases make the softmax peaked, exercising the running max.
           const float q_range = seed % 2 ? 1.0f : 6.0f;
           Fixture f(g.n_heads, g.n_kv_heads, hd, bs, kSeqLens, seed++, q_range, dtypes);

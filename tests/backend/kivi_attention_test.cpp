@@ -294,9 +294,11 @@ TEST(KiviAttention, MatchesReferenceAndIgnoresWhichGroupsAreStoredQuantized) {
   uint64_t seed = 1;
   double worst = 0;
   for (const Case& c : cases()) {
-    // Chunks: a whole prompt, a middle chunk crossing group boundaries, single decodes.
-    const std::vector<std::pair<int64_t, int64_t>> chunks = {
+    // Chunks: a whole prompt, a middle chunk crossing group boundaries, single decodes. Under a
+    // sanitizer, not the whole prompt (the middle chunk takes its paths, at a third of the rows).
+    std::vector<std::pair<int64_t, int64_t>> chunks = {
         {0, kLen}, {60, 50}, {kLen - 1, 1}, {100, 1}, {31, 1}};
+    if (testing_util::sanitized()) chunks.erase(chunks.begin());
     std::vector<float> expected;
     for (const auto& [first, count] : chunks) {
       // The groups a cache may store quantized: those before the chunk's first query's boundary.
@@ -327,10 +329,11 @@ TEST(KiviAttention, MatchesReferenceAndIgnoresWhichGroupsAreStoredQuantized) {
                                  << " isa " << cpu::isa_name(isa);
           }
         }
-        // The same query in the whole-prompt chunk gave the same bits (chunking invariance).
+        // The same query in the whole-prompt chunk gave the same bits (chunking invariance; not
+        // under a sanitizer, which runs no whole prompt).
         if (first == 0) {
           expected = a;
-        } else {
+        } else if (!expected.empty()) {
           ASSERT_EQ(0,
                     std::memcmp(a.data(), expected.data() + first * row, a.size() * sizeof(float)))
               << c.dtypes.describe() << " chunk " << first << "+" << count;
