@@ -549,16 +549,7 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     b.write_kv(kv, il, in, k, v);
     b.paged_attention(kv, il, in, q, c.n_head, kq_scale, attn);
     observe_linear_input(first_layer_ + il, {"attn_output"}, attn, n);
-    if (tensor_split) {
-      // Every rank's heads side by side, this rank's columns of o, then every rank's columns.
-      b.all_gather_columns(attn, attn_full);
-      b.matmul(l.wo.handle, attn_full, tmp_part);
-      add_adapter_deltas(first_layer_ + il, Projection::kO, attn_full, tmp_part);
-      b.all_gather_columns(tmp_part, tmp);
-    } else {
-      b.matmul(l.wo.handle, attn, tmp);
-      add_adapter_deltas(first_layer_ + il, Projection::kO, attn, tmp);
-    }
+    output_projection(l.wo, first_layer_ + il, Projection::kO, attn, attn_full, tmp_part, tmp);
     b.add(x, tmp);
 
     b.rms_norm(x, t.ffn_norm, c.rms_eps, xn);
@@ -569,15 +560,8 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
     add_adapter_deltas(first_layer_ + il, Projection::kUp, xn, up);
     b.silu_mul(gate, up);
     observe_linear_input(first_layer_ + il, {"ffn_down"}, gate, n);
-    if (tensor_split) {
-      b.all_gather_columns(gate, gate_full);
-      b.matmul(l.w_down.handle, gate_full, tmp_part);
-      add_adapter_deltas(first_layer_ + il, Projection::kDown, gate_full, tmp_part);
-      b.all_gather_columns(tmp_part, tmp);
-    } else {
-      b.matmul(l.w_down.handle, gate, tmp);
-      add_adapter_deltas(first_layer_ + il, Projection::kDown, gate, tmp);
-    }
+    output_projection(l.w_down, first_layer_ + il, Projection::kDown, gate, gate_full, tmp_part,
+                      tmp);
     b.add(x, tmp);
   }
 
@@ -626,6 +610,21 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
   hidden_states_ = last;
   if (tensor_split && !leads()) return {};
   return {static_cast<const float*>(b.host_view(logits)), static_cast<size_t>(m * config_.n_vocab)};
+}
+
+void Model::output_projection(const Weight& w, int64_t layer, Projection p,
+                              const backend::Tensor& x, const backend::Tensor& x_full,
+                              const backend::Tensor& y_part, const backend::Tensor& y) {
+  if (tensor_ranks_ == 1) {
+    backend_.matmul(w.handle, x, y);
+    add_adapter_deltas(layer, p, x, y);
+    return;
+  }
+  // Every rank's columns of x side by side, this rank's outputs, then every rank's outputs.
+  backend_.all_gather_columns(x, x_full);
+  backend_.matmul(w.handle, x_full, y_part);
+  add_adapter_deltas(layer, p, x_full, y_part);
+  backend_.all_gather_columns(y_part, y);
 }
 
 void Model::observe_linear_input(int64_t layer, std::initializer_list<const char*> weights,

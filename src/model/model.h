@@ -271,6 +271,12 @@ class Model {
   };
   void add_adapter_deltas(int64_t layer, Projection p, const backend::Tensor& x,
                           const backend::Tensor& y);
+  // y = x W^T (and its adapters) for o and down: at once in one process; under tensor
+  // parallelism from every rank's columns of x (gathered into x_full), this rank's outputs into
+  // y_part, then every rank's outputs into y.
+  void output_projection(const Weight& w, int64_t layer, Projection p, const backend::Tensor& x,
+                         const backend::Tensor& x_full, const backend::Tensor& y_part,
+                         const backend::Tensor& y);
   // Calls linear_input_observer_ (if set) for each of `weights` with x's first n_rows rows.
   void observe_linear_input(int64_t layer, std::initializer_list<const char*> weights,
                             const backend::Tensor& x, int64_t n_rows);

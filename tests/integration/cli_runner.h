@@ -32,9 +32,12 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-inline CommandResult run_vesper(const std::vector<std::string>& args, const std::string& tag = "cmd") {
+// `launcher` (a shell prefix such as "timeout 180 mpiexec -n 2", or nothing) runs vesper.
+inline CommandResult run_vesper_with(const std::string& launcher,
+                                     const std::vector<std::string>& args,
+                                     const std::string& tag = "cmd") {
   const std::string base = "/tmp/vesper_it_" + std::to_string(::getpid()) + "_" + tag;
-  std::string cmd = shell_quote(VESPER_BINARY);
+  std::string cmd = (launcher.empty() ? "" : launcher + " ") + shell_quote(VESPER_BINARY);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " >" + base + ".out 2>" + base + ".err </dev/null";
   const int status = std::system(cmd.c_str());
@@ -45,6 +48,11 @@ inline CommandResult run_vesper(const std::vector<std::string>& args, const std:
   std::remove((base + ".out").c_str());
   std::remove((base + ".err").c_str());
   return r;
+}
+
+inline CommandResult run_vesper(const std::vector<std::string>& args,
+                                const std::string& tag = "cmd") {
+  return run_vesper_with("", args, tag);
 }
 
 // The JSON objects among the lines of `out` (`generate --json` prints one per prompt).

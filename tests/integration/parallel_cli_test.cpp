@@ -21,7 +21,6 @@ namespace {
 
 using testing_util::CommandResult;
 using testing_util::json_lines;
-using testing_util::read_file;
 using testing_util::run_vesper;
 using testing_util::shell_quote;
 
@@ -39,23 +38,14 @@ const char* const kMpiexec = "";
 // `vesper args` as `ranks` processes of one mpirun job (as root where the tests run as root; more
 // ranks than cores allowed), ended after 180 s if it hangs.
 CommandResult run_mpi(int ranks, const std::vector<std::string>& args, const std::string& tag) {
-  const std::string base = "/tmp/vesper_tp_" + std::to_string(::getpid()) + "_" + tag;
-  std::string cmd = "timeout 180 " + shell_quote(kMpiexec) +
-                    " --allow-run-as-root --oversubscribe --bind-to none"
-                    // Containers often forbid the cross-process reads (CMA) Open MPI's
-                    // shared-memory transport uses for large messages; plain copies always work.
-                    " --mca btl_vader_single_copy_mechanism none -n " +
-                    std::to_string(ranks) + " " + shell_quote(VESPER_BINARY);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
-  cmd += " >" + base + ".out 2>" + base + ".err </dev/null";
-  const int status = std::system(cmd.c_str());
-  CommandResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_file(base + ".out");
-  r.err = read_file(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return r;
+  return testing_util::run_vesper_with(
+      "timeout 180 " + shell_quote(kMpiexec) +
+          " --allow-run-as-root --oversubscribe --bind-to none"
+          // Containers often forbid the cross-process reads (CMA) Open MPI's shared-memory
+          // transport uses for large messages; plain copies always work.
+          " --mca btl_vader_single_copy_mechanism none -n " +
+          std::to_string(ranks),
+      args, "mpi_" + tag);
 }
 
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {

@@ -6,40 +6,18 @@
 // streams, then every rank stops. Skipped where vesper was built without Open MPI (VESPER_MPIEXEC unset).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { repoRoot, vesper, storiesLong, postJson, readSse, generateJson } from './server_harness.mjs';
+import { startServer, storiesLong, postJson, readSse, generateJson } from './server_harness.mjs';
 
 const mpiexec = process.env.VESPER_MPIEXEC;
 const skip = mpiexec ? false : 'vesper was built without Open MPI';
 
-// mpirun -n 2 vesper serve ... on a free port; resolves once rank 0 listens.
+// mpirun -n 2 vesper serve ... on a free port (1 thread a rank); resolves once rank 0 listens.
 function startJob(split, env = {}) {
-  return new Promise((resolve, reject) => {
-    const exported = Object.keys(env).flatMap((k) => ['-x', k]);
-    const proc = spawn(mpiexec, ['--allow-run-as-root', '--oversubscribe', '--bind-to', 'none',
-      '--mca', 'btl_vader_single_copy_mechanism', 'none', ...exported, '-n', '2',
-      vesper, 'serve', storiesLong, '--port', '0', '-t', '1', ...split], {
-      cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env },
-    });
-    let logs = '';
-    const timer = setTimeout(() => reject(new Error('job did not start:\n' + logs)), 60000);
-    const exited = new Promise((r) => proc.on('exit', (code, signal) => r({ code, signal })));
-    const onData = (d) => {
-      logs += d.toString();
-      const m = logs.match(/on http:\/\/([0-9.]+):(\d+)/);
-      if (m && !proc.started) {
-        proc.started = true;
-        clearTimeout(timer);
-        resolve({ url: `http://${m[1]}:${m[2]}`, proc, exited, get logs() { return logs; } });
-      }
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.on('exit', (code) => {
-      if (!proc.started) { clearTimeout(timer); reject(new Error(`job exited with ${code}:\n${logs}`)); }
-    });
-  });
+  const launcher = [mpiexec, '--allow-run-as-root', '--oversubscribe', '--bind-to', 'none',
+    '--mca', 'btl_vader_single_copy_mechanism', 'none',
+    ...Object.keys(env).flatMap((k) => ['-x', k]), '-n', '2'];
+  return startServer(split, storiesLong, { launcher, env, threads: 1 });
 }
 
 // The pid of the job's rank `rank` (a child of mpirun whose environment names it).
@@ -51,6 +29,19 @@ function rankPid(job, rank) {
     if (env.split('\0').includes(`OMPI_COMM_WORLD_RANK=${rank}`)) return pid;
   }
   throw new Error('no rank ' + rank + ' among ' + children);
+}
+
+// A stream long enough to outlast the test's faults, once its first chunk has come.
+async function startLongStream(job) {
+  const res = await fetch(job.url + '/v1/completions', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 1900, temperature: 0,
+      ignore_eos: true, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  await reader.read();
+  return reader;
 }
 
 async function streamText(url, body) {
@@ -101,14 +92,7 @@ for (const split of [['-tp', '2'], ['-pp', '2']]) {
 describe('faults and shutdown', { skip }, () => {
   test('a follower killed mid-stream ends the job: no hang, mpirun names the rank', async () => {
     const job = await startJob(['-tp', '2']);
-    const res = await fetch(job.url + '/v1/completions', {
-      method: 'POST', headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 1900, temperature: 0,
-        ignore_eos: true, stream: true }),
-    });
-    assert.equal(res.status, 200);
-    const reader = res.body.getReader();
-    await reader.read();  // the stream has begun
+    const reader = await startLongStream(job);
     process.kill(rankPid(job, 1), 'SIGKILL');
     // The stream ends (cut short) and the whole job exits, within bounded time.
     const drained = (async () => { try { while (!(await reader.read()).done); } catch { /* cut */ } })();
@@ -123,14 +107,7 @@ describe('faults and shutdown', { skip }, () => {
 
   test('a follower that stops answering (SIGSTOP) ends the job after VESPER_DIST_TIMEOUT', async () => {
     const job = await startJob(['-pp', '2'], { VESPER_DIST_TIMEOUT: '3' });
-    const res = await fetch(job.url + '/v1/completions', {
-      method: 'POST', headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 1900, temperature: 0,
-        ignore_eos: true, stream: true }),
-    });
-    assert.equal(res.status, 200);
-    const reader = res.body.getReader();
-    await reader.read();
+    const reader = await startLongStream(job);
     const follower = rankPid(job, 1);
     process.kill(follower, 'SIGSTOP');
     const deadline = new Promise((_, reject) => setTimeout(() => reject(new Error(

@@ -11,12 +11,15 @@ export const repoRoot = path.resolve(here, '..', '..');
 export const vesper = process.env.VESPER_BINARY || path.join(repoRoot, 'build', 'bin', 'vesper');
 export const storiesLong = path.join(repoRoot, '..', 'shared', 'models', 'stories260K-f32.gguf');
 
-// Starts a server; resolves to {url, proc, logs, stop()} once it listens.
-export function startServer(args = [], model = storiesLong) {
+// Starts a server; resolves to {url, proc, logs, exited, stop()} once it listens. `launcher`
+// (a command and its arguments, e.g. mpirun's) runs vesper; `env` adds to the environment.
+export function startServer(args = [], model = storiesLong, { launcher = [], env = {}, threads = 2 } = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(vesper, ['serve', model, '--port', '0', '--threads', '2', ...args], {
+    const command = [...launcher, vesper, 'serve', model, '--port', '0', '--threads', String(threads), ...args];
+    const proc = spawn(command[0], command.slice(1), {
       cwd: repoRoot,
       stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...env },
     });
     let logs = '';
     const timer = setTimeout(() => reject(new Error('server did not start:\n' + logs)), 60000);
