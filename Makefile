@@ -1,7 +1,7 @@
 # Entry points for people and CI. Everything builds with CMake presets (CMakePresets.json).
 #   make run   install missing Debian packages, build, and run the main job on the default model
 #   make test  install missing packages, build with -Werror, run every test, then again under
-#              ASan+UBSan, the engine and server tests under TSan, and each fuzz target for 20 s
+#              ASan+UBSan, the engine and server tests under TSan, and each fuzz target for 15 s
 #   make fuzz  build the libFuzzer targets (clang) and run each for FUZZ_SECONDS (tests/fuzz/README.md)
 MODEL ?= ../shared/models/stories260K-f32.gguf
 PORT ?= 8000
@@ -9,7 +9,7 @@ JOBS ?= 2
 FUZZ_SECONDS ?= 45
 # What `make test` gives each fuzz target: a regression check that keeps CI inside its time; longer
 # campaigns run with `make fuzz` (FUZZ_SECONDS).
-CI_FUZZ_SECONDS ?= 20
+CI_FUZZ_SECONDS ?= 15
 
 .PHONY: deps node-deps build run test test-release test-asan test-tsan test-fuzz fuzz clean
 
