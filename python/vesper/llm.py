@@ -34,8 +34,10 @@ def _engine_args(engine_args: dict) -> dict:
         if key in _FIXED_ARGS:
             if value != _FIXED_ARGS[key]:
                 raise ValueError(
-                    f"{key}={value!r} is not supported: Vesper runs one CPU process on the "
-                    f"weights as the GGUF file stores them ({key}={_FIXED_ARGS[key]!r})")
+                    f"{key}={value!r} is not supported: the Python package runs one process on "
+                    f"the weights as the model file stores them ({key}={_FIXED_ARGS[key]!r}); "
+                    f"split a model across processes with `mpirun -n N vesper serve MODEL -tp N` "
+                    f"and call it with an OpenAI client")
         elif key not in _NO_OP_ARGS:
             out[key] = value
     return out

@@ -39,10 +39,6 @@ LaunchInfo launch_info() {
   return info;
 }
 
-bool mpi_available() {
-  return VESPER_HAVE_MPI != 0;
-}
-
 #if VESPER_HAVE_MPI
 namespace {
 

@@ -22,9 +22,6 @@ struct LaunchInfo {
 };
 LaunchInfo launch_info();
 
-// Whether this build can run across processes.
-bool mpi_available();
-
 // The job's world group: MPI is initialised on first call (with thread support for the serving
 // threads beside the one that calls collectives), and finalised at exit. `wanted` processes must
 // be what the launcher started; errors say how to launch. The communicator lives until exit.

@@ -130,12 +130,9 @@ class Model {
   // config() in one process).
   const ModelConfig& config() const { return config_; }
   const ModelConfig& shard_config() const { return shard_; }
-  // How the job splits the model: ranks per layer (tensor parallelism), pipeline stages, this
-  // rank's stage and the first of its layers (shard_config().n_layer of them).
+  // How the job splits the model: ranks per layer (tensor parallelism) and pipeline stages.
   int tensor_parallel_size() const { return tensor_ranks_; }
   int pipeline_parallel_size() const { return stages_; }
-  int pipeline_stage() const { return stage_; }
-  int64_t first_layer() const { return first_layer_; }
   const gguf::GgufFile& file() const { return file_; }
   const ModelWeights& weights() const { return weights_; }
   backend::Backend& backend() { return backend_; }

@@ -116,13 +116,6 @@ engine::EngineConfig engine_config_from_kwargs(const std::string& model, const p
   } catch (const CLI::ParseError& e) {
     throw py::value_error(with_keyword_names(e.what()));
   }
-  // The package runs one process: rank 0 of a parallel job is the `vesper` binary's (mpirun starts
-  // it on every rank).
-  if (p.flags.tensor_parallel_size * p.flags.pipeline_parallel_size > 1)
-    throw py::value_error(
-        "tensor_parallel_size / pipeline_parallel_size above 1: the Python package runs one "
-        "process; split a model with `mpirun -n N vesper serve MODEL -tp N` and call it with an "
-        "OpenAI client");
   auto config = cli::to_engine_config(p.flags);
   if (!config) throw py::value_error(with_keyword_names(config.error().message));
   return std::move(config).value();
