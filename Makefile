@@ -32,6 +32,10 @@ test-release: node-deps
 	cmake --build --preset ci -j $(JOBS)
 	ctest --preset ci -j $(JOBS)
 
+# The server suites that drive one engine feature over HTTP (adapters, grammar limits, KV
+# sparsity, speculation, HF checkpoints, prefix caching, logits controls; parallel needs Open MPI)
+# run in the release stage only (the asan test preset leaves them out): their engine paths run
+# under ASan in the engine tests, and their request parsing in the fuzz targets.
 test-asan: node-deps
 	cmake --preset asan >/dev/null
 	cmake --build --preset asan -j $(JOBS)

@@ -267,6 +267,13 @@ class Backend {
   // Pipeline stages: x's elements to rank `to` of the group / into x from rank `from`.
   virtual void send(const Tensor& x, int to) = 0;
   virtual void receive(const Tensor& x, int from) = 0;
+  // The same, begun without waiting (pipeline passes in flight): the transfer goes on while
+  // later ops run, x must not be written (a send) or read (a receive) until complete_transfer.
+  // Transfers between two ranks match in the order they were begun, blocking ones included.
+  using Transfer = int64_t;
+  virtual Transfer begin_send(const Tensor& x, int to) = 0;
+  virtual Transfer begin_receive(const Tensor& x, int from) = 0;
+  virtual void complete_transfer(Transfer transfer) = 0;
 
   // Waits until every op issued so far is done.
   virtual void synchronize() = 0;

@@ -403,6 +403,21 @@ void CpuBackend::receive(const Tensor& x, int from) {
   group_->receive(ptr(x), x.numel(), from);
 }
 
+Backend::Transfer CpuBackend::begin_send(const Tensor& x, int to) {
+  VESPER_CHECK(group_ != nullptr && x.dtype == DType::kF32, "send: f32 within a group only");
+  return group_->begin_send(ptr(x), x.numel(), to);
+}
+
+Backend::Transfer CpuBackend::begin_receive(const Tensor& x, int from) {
+  VESPER_CHECK(group_ != nullptr && x.dtype == DType::kF32, "receive: f32 within a group only");
+  return group_->begin_receive(ptr(x), x.numel(), from);
+}
+
+void CpuBackend::complete_transfer(Transfer transfer) {
+  VESPER_CHECK(group_ != nullptr, "complete_transfer: no group");
+  group_->complete(transfer);
+}
+
 void CpuBackend::collect_columns(const Tensor& part, const Tensor& full, bool everyone) {
   const int ranks = tensor_group_ != nullptr ? tensor_group_->size() : 1;
   VESPER_CHECK(part.dtype == DType::kF32 && full.dtype == DType::kF32 && part.rows == full.rows &&

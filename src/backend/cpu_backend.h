@@ -75,6 +75,9 @@ class CpuBackend final : public Backend {
   void gather_columns(const Tensor& part, const Tensor& full) override;
   void send(const Tensor& x, int to) override;
   void receive(const Tensor& x, int from) override;
+  Transfer begin_send(const Tensor& x, int to) override;
+  Transfer begin_receive(const Tensor& x, int from) override;
+  void complete_transfer(Transfer transfer) override;
   void synchronize() override {}
 
  private:

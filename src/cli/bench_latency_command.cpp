@@ -78,10 +78,13 @@ Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_pro
   const engine::EngineStats before = e.stats();
   const int64_t preemptions = before.num_preemptions;
   // Until the sequence sampled its one token and left the scheduler: one step, or (async
-  // scheduling) the step that planned it and the one that took its result.
+  // scheduling) the step that planned it and the one that took its result; a pipeline's virtual
+  // engines take turns, and a plan's result comes two steps after it.
+  const int64_t sets = e.scheduler_config().virtual_engines;
   const auto start = Clock::now();
   e.step();
-  for (int calls = 1; calls < 3 && e.phase(id) != engine::Engine::Phase::kUnknown; ++calls)
+  for (int64_t calls = 1; calls < 1 + 2 * sets && e.phase(id) != engine::Engine::Phase::kUnknown;
+       ++calls)
     e.step();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   // Prefilled in one step: one plan computed the whole prompt. Its output may come a step later
@@ -139,8 +142,11 @@ Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
     for (const auto& out : outs)
       for (const auto& c : out.outputs) delivered += static_cast<int64_t>(c.delta_token_ids.size());
   };
-  deliver(e.step());
-  bool started = e.stats().num_steps == at_start.num_steps + 1;
+  // One step, or one per virtual engine (each plan takes its set's sequences; a set without any
+  // plans nothing).
+  const int64_t sets = std::min(e.scheduler_config().virtual_engines, n_seqs);
+  for (int64_t i = 0; i < e.scheduler_config().virtual_engines; ++i) deliver(e.step());
+  bool started = e.stats().num_steps == at_start.num_steps + sets;
   for (int64_t s = 0; s < n_seqs; ++s)
     started = started && e.phase(prefix + std::to_string(s)) == engine::Engine::Phase::kDecoding;
   if (!started) {
@@ -151,7 +157,8 @@ Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
   }
   // Untimed: until the prompts' pass and one decode pass (one token each, or more when
   // speculating) have run.
-  while (e.stats().num_passes < at_start.num_passes + 2 && e.has_unfinished()) deliver(e.step());
+  while (e.stats().num_passes < at_start.num_passes + 2 * sets && e.has_unfinished())
+    deliver(e.step());
   int64_t committed = 0;
   e.scheduler().for_each_sequence(
       [&](const sched::Sequence& seq) { committed += seq.num_output_tokens(); });
@@ -163,13 +170,14 @@ Result<double> run_decode(engine::Engine& e, TokenSource& tokens,
   // Target passes (a multi-step plan runs several).
   const int64_t steps = e.stats().num_passes - timed_from.num_passes;
   const bool speculative = e.stats().spec_num_drafts > 0;
-  // Each pass samples one token per sequence without speculation: the prompts' pass, then n_gen
-  // + 1.
+  // Each pass samples one token per sequence (of its set) without speculation: the prompts'
+  // pass, then n_gen + 1.
   const int64_t passes = e.stats().num_passes - at_start.num_passes;
-  if (e.stats().num_preemptions != preemptions || (!speculative && passes != n_gen + 2) ||
+  if (e.stats().num_preemptions != preemptions || (!speculative && passes != sets * (n_gen + 2)) ||
       delivered != n_seqs * (n_gen + 2))
     return make_error("decoding " + std::to_string(n_seqs) + " sequences took " +
-                      std::to_string(passes) + " passes instead of " + std::to_string(n_gen + 2) +
+                      std::to_string(passes) + " passes instead of " +
+                      std::to_string(sets * (n_gen + 2)) +
                       " (preempted: KV cache too small); raise --kv-cache-memory");
   timed_steps += steps;
   return static_cast<double>(generated) / secs;

@@ -23,8 +23,14 @@ class Communicator {
   // "open-mpi, 2 ranks on vm, vm": what the startup log says.
   virtual std::string describe() const = 0;
 
-  // `bytes` of rank `root` to every rank (the others' are replaced, sizes included).
-  virtual void broadcast(std::vector<uint8_t>& bytes, int root) = 0;
+  // Messages of any size from one rank to another (the leader's commands to each follower).
+  // post_message takes the bytes and returns at once, whether or not `to` is receiving yet (the
+  // communicator keeps them until delivered: a leader never waits for a busy follower).
+  // receive_message waits for the next message from `from` (for ever when `unbounded`: a follower
+  // waiting for an idle leader's next command) and replaces `bytes` with it. Messages from one
+  // rank arrive in the order they were posted.
+  virtual void post_message(std::vector<uint8_t> bytes, int to) = 0;
+  virtual void receive_message(std::vector<uint8_t>& bytes, int from, bool unbounded) = 0;
   // Each rank's n floats, in rank order, into out [size x n] of every rank.
   virtual void all_gather(const float* in, int64_t n, float* out) = 0;
   // Each rank's n floats, in rank order, into out [size x n] of `root` (others' out unused).
@@ -33,6 +39,14 @@ class Communicator {
   // once the receiver has them or they are buffered.
   virtual void send(const float* data, int64_t n, int to) = 0;
   virtual void receive(float* data, int64_t n, int from) = 0;
+  // The same, begun without waiting: the transfer goes on while this rank computes, and
+  // complete() waits for it (the floats must stay untouched until then). Sends and receives,
+  // begun or not, between two ranks match in the order they were made. Pipeline parallelism
+  // keeps a pass in flight a stage with them.
+  using Transfer = int64_t;
+  virtual Transfer begin_send(const float* data, int64_t n, int to) = 0;
+  virtual Transfer begin_receive(float* data, int64_t n, int from) = 0;
+  virtual void complete(Transfer transfer) = 0;
   // The ranks of this group with the same `color`, ordered by `key`, as a group of their own
   // (collective: every rank calls it).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -74,6 +74,12 @@ void MpiCommunicator::describe_hosts() {
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // The followers read every posted message (the last is the stop command) before anyone frees.
+  reap_outbox(true);
+  for (auto& [id, begun] : transfers_) {
+    wait(begun.request, begun.call, true);
+    delete static_cast<MPI_Request*>(begun.request);
+  }
   MPI_Comm_free(&as_comm(comm_));
 }
 
@@ -105,24 +111,91 @@ void MpiCommunicator::wait(void* request, const char* call, bool bounded) {
   }
 }
 
-void MpiCommunicator::broadcast(std::vector<uint8_t>& bytes, int root) {
-  Counted counted(traffic_, 0);
-  // A follower waits for rank 0's next command as long as rank 0 is idle (a server between
-  // requests): unbounded there, bounded everywhere else.
-  const bool bounded = rank_ == root;
-  unsigned long long n = bytes.size();
-  MPI_Request r;
-  check(MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, as_comm(comm_), &r), "MPI_Ibcast");
-  wait(&r, "MPI_Ibcast", bounded);
-  if (n > static_cast<unsigned long long>(INT_MAX))
-    abort("a broadcast of " + std::to_string(n) + " bytes is larger than one MPI message");
-  bytes.resize(n);
-  traffic_.bytes += static_cast<int64_t>(n);
-  if (n > 0) {
-    check(MPI_Ibcast(bytes.data(), static_cast<int>(n), MPI_BYTE, root, as_comm(comm_), &r),
-          "MPI_Ibcast");
-    wait(&r, "MPI_Ibcast", true);
+namespace {
+constexpr int kDataTag = 0;
+constexpr int kMessageTag = 1;
+}  // namespace
+
+void MpiCommunicator::post_message(std::vector<uint8_t> bytes, int to) {
+  Counted counted(traffic_, static_cast<int64_t>(bytes.size()));
+  if (bytes.size() > static_cast<size_t>(INT_MAX))
+    abort("a message of " + std::to_string(bytes.size()) + " bytes is larger than one MPI message");
+  reap_outbox(false);
+  Outgoing& o = outbox_.emplace_back();
+  o.bytes = std::move(bytes);
+  o.request = new MPI_Request;
+  check(MPI_Isend(o.bytes.data(), static_cast<int>(o.bytes.size()), MPI_BYTE, to, kMessageTag,
+                  as_comm(comm_), static_cast<MPI_Request*>(o.request)),
+        "MPI_Isend");
+}
+
+void MpiCommunicator::reap_outbox(bool all) {
+  while (!outbox_.empty()) {
+    auto* r = static_cast<MPI_Request*>(outbox_.front().request);
+    if (all) {
+      wait(r, "MPI_Isend", true);
+    } else {
+      int done = 0;
+      check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Isend");
+      if (!done) return;
+    }
+    delete r;
+    outbox_.pop_front();
   }
+}
+
+void MpiCommunicator::receive_message(std::vector<uint8_t>& bytes, int from, bool unbounded) {
+  Counted counted(traffic_, 0);
+  // Probed first, for its size; the timeout as wait()'s.
+  const double start = MPI_Wtime();
+  MPI_Message message;
+  MPI_Status status;
+  for (;;) {
+    int found = 0;
+    check(MPI_Improbe(from, kMessageTag, as_comm(comm_), &found, &message, &status), "MPI_Improbe");
+    if (found) break;
+    // Meanwhile this rank's own posted messages move on.
+    reap_outbox(false);
+    if (!unbounded && timeout_seconds_ > 0 && MPI_Wtime() - start > timeout_seconds_)
+      abort("MPI_Improbe has waited " + std::to_string(timeout_seconds_) + " s for rank " +
+            std::to_string(from) +
+            ": it is hung or its link is down (VESPER_DIST_TIMEOUT sets the limit)");
+  }
+  int n = 0;
+  check(MPI_Get_count(&status, MPI_BYTE, &n), "MPI_Get_count");
+  bytes.resize(static_cast<size_t>(n));
+  traffic_.bytes += n;
+  MPI_Request r;
+  check(MPI_Imrecv(bytes.data(), n, MPI_BYTE, &message, &r), "MPI_Imrecv");
+  wait(&r, "MPI_Imrecv", true);
+}
+
+MpiCommunicator::Transfer MpiCommunicator::begin_send(const float* data, int64_t n, int to) {
+  traffic_.bytes += n * static_cast<int64_t>(sizeof(float));
+  auto* r = new MPI_Request;
+  check(MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, to, kDataTag, as_comm(comm_), r),
+        "MPI_Isend");
+  transfers_.emplace(next_transfer_, Begun{r, "MPI_Isend"});
+  return next_transfer_++;
+}
+
+MpiCommunicator::Transfer MpiCommunicator::begin_receive(float* data, int64_t n, int from) {
+  traffic_.bytes += n * static_cast<int64_t>(sizeof(float));
+  auto* r = new MPI_Request;
+  check(MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, from, kDataTag, as_comm(comm_), r),
+        "MPI_Irecv");
+  transfers_.emplace(next_transfer_, Begun{r, "MPI_Irecv"});
+  return next_transfer_++;
+}
+
+void MpiCommunicator::complete(Transfer transfer) {
+  auto it = transfers_.find(transfer);
+  if (it == transfers_.end()) return;
+  Counted counted(traffic_, 0);
+  auto* r = static_cast<MPI_Request*>(it->second.request);
+  wait(r, it->second.call, true);
+  delete r;
+  transfers_.erase(it);
 }
 
 void MpiCommunicator::all_gather(const float* in, int64_t n, float* out) {
@@ -148,14 +221,16 @@ void MpiCommunicator::gather(const float* in, int64_t n, float* out, int root) {
 void MpiCommunicator::send(const float* data, int64_t n, int to) {
   Counted counted(traffic_, n * static_cast<int64_t>(sizeof(float)));
   MPI_Request r;
-  check(MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, to, 0, as_comm(comm_), &r), "MPI_Isend");
+  check(MPI_Isend(data, static_cast<int>(n), MPI_FLOAT, to, kDataTag, as_comm(comm_), &r),
+        "MPI_Isend");
   wait(&r, "MPI_Isend", true);
 }
 
 void MpiCommunicator::receive(float* data, int64_t n, int from) {
   Counted counted(traffic_, n * static_cast<int64_t>(sizeof(float)));
   MPI_Request r;
-  check(MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, from, 0, as_comm(comm_), &r), "MPI_Irecv");
+  check(MPI_Irecv(data, static_cast<int>(n), MPI_FLOAT, from, kDataTag, as_comm(comm_), &r),
+        "MPI_Irecv");
   wait(&r, "MPI_Irecv", true);
 }
 

@@ -18,6 +18,7 @@
 // its own: the forward pass is batch-invariant and every sequence has its own random state.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -159,6 +160,10 @@ class Engine {
   // One step with the runner on this thread, and with the runner a step behind on its own.
   std::vector<RequestOutput> step_in_order();
   std::vector<RequestOutput> step_ahead();
+  // A pipeline's leader: a plan in flight a stage (pipeline_depth_), of the scheduler's virtual
+  // engines in turn. Each job on the runner thread launches the newest plan and finishes the
+  // oldest, so every stage computes one plan while the others compute theirs.
+  std::vector<RequestOutput> step_pipelined();
   // What a new plan means for the requests: failed admissions aborted, forks, preemptions and
   // first steps recorded, statistics.
   void record_plan(const sched::SchedulerOutput& plan, double scheduled_at);
@@ -208,6 +213,11 @@ class Engine {
   // Async scheduling: the plan the runner thread computes, and what it writes.
   sched::SchedulerOutput in_flight_plan_;
   bool in_flight_ = false;
+  // step_pipelined: the plans launched and not yet returned, oldest first, at most
+  // pipeline_depth_ (the stages; 0: the engine does not pipeline).
+  bool pipelined_ = false;
+  int pipeline_depth_ = 0;
+  std::deque<sched::SchedulerOutput> pipeline_plans_;
   bool last_step_computed_ = false;  // the last step ran a plan (end_step)
   sched::ModelRunnerOutput runner_output_;
   Status runner_status_;

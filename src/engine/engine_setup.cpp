@@ -161,10 +161,21 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   // Planning overlaps the forward pass only where a core is left for it; on a machine whose
   // cores all compute, the engine thread would take one from the pass.
   const bool spare_core = ThreadPool::hardware_threads() > compute_threads;
+  // A pipeline's leader plans ahead whether or not a core is spare: without it the stages take
+  // turns, each idle while the others compute.
+  const bool pipeline = e->model_->passes_overlap();
   const bool plans_ahead = config.async_scheduling == AsyncScheduling::kOn ||
                            (config.async_scheduling == AsyncScheduling::kAuto &&
-                            no_planning_ahead == nullptr && spare_core);
+                            no_planning_ahead == nullptr && (spare_core || pipeline));
   if (plans_ahead) sc.max_plans_in_flight = 2;
+  // A plan in flight a stage, on disjoint sequences (vLLM's virtual engines), where each plan is
+  // one pass without proposals.
+  e->pipelined_ = plans_ahead && pipeline && proposer == nullptr && sc.num_scheduler_steps == 1;
+  if (e->pipelined_) {
+    e->pipeline_depth_ = e->model_->max_passes_in_flight();
+    sc.virtual_engines = e->pipeline_depth_;
+    sc.max_plans_in_flight = e->pipeline_depth_ + 1;
+  }
   e->scheduler_ = std::make_unique<sched::Scheduler>(sc, *e->kv_);
   e->scheduler_->set_adapter_binder(e->adapter_binder_.get());
   if (companion)
@@ -216,8 +227,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
       layers_text += (s ? ", " : "") + std::to_string((*layers)[s]);
     log_info(
         "pipeline parallel: %d stages, layers per stage %s; each stage holds its layers' KV "
-        "cache, the same block count",
-        stages, layers_text.c_str());
+        "cache, the same block count; %s",
+        stages, layers_text.c_str(),
+        e->pipelined_ ? (std::to_string(e->pipeline_depth_) +
+                         " plans in flight on disjoint sequences (virtual engines)")
+                            .c_str()
+                      : "1 plan in flight (speculative decoding, multi-step, adapters or "
+                        "--no-async-scheduling: the stages take turns)");
   }
   if (tensor_ranks > 1)
     log_info(

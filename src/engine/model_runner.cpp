@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "core/check.h"
+
 namespace vesper::engine {
 
 ModelRunner::ModelRunner(model::Model& model, const backend::KvCacheSpec& spec, int64_t num_blocks,
@@ -66,6 +68,42 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan, sched::ModelRunn
   propose_next(plan, out);
   clock.lap(StepPhase::kPropose);
   return {};
+}
+
+Status ModelRunner::launch(const sched::SchedulerOutput& plan) {
+  VESPER_CHECK(
+      proposer_ == nullptr && static_cast<int>(launched_.size()) < model_.max_passes_in_flight(),
+      "launch: at most one plan in flight a pipeline stage, without speculation");
+  // A job launches one plan and finishes the one before: its phases start here.
+  phases_ = {};
+  passes_ = 0;
+  PhaseClock clock(phases_);
+  VESPER_TRY(mirror_.apply(plan));
+  VESPER_TRY(check_tables(plan));
+  move_memory(plan);
+  build_batch(plan);
+  clock.lap(StepPhase::kBatchBuild);
+  Launched& l = launched_.emplace_back();
+  l.first_logits_row = first_logits_row_;
+  l.forward = batch_.num_tokens() > 0;
+  if (l.forward) model_.begin_forward(batch_, device_);
+  clock.lap(StepPhase::kForward);
+  return {};
+}
+
+void ModelRunner::finish(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out) {
+  VESPER_CHECK(!launched_.empty(), "finish: no plan launched");
+  PhaseClock clock(phases_);
+  out.sequences.clear();
+  Launched l = std::move(launched_.front());
+  launched_.erase(launched_.begin());
+  if (!l.forward) return;
+  logits_ = model_.finish_forward();
+  ++passes_;
+  clock.lap(StepPhase::kForward);
+  first_logits_row_ = std::move(l.first_logits_row);
+  sample_step(plan, out);
+  clock.lap(StepPhase::kSample);
 }
 
 Status ModelRunner::check_tables(const sched::SchedulerOutput& plan) const {

@@ -77,6 +77,14 @@ class ModelRunner {
   // plan does not fit the mirror, the storage or the vocabulary (a plan from another history, or
   // corrupt); the mirror and the proposer have then taken the plan up to the fault.
   Status execute(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out);
+  // execute() in two halves, for a pipeline with a plan in flight a stage (Model::begin_forward):
+  // launch takes a plan up to its forward pass begun, finish waits for that pass's logits and
+  // samples into `out`. Plans finish in the order they were launched, at most
+  // Model::max_passes_in_flight() in flight, on disjoint sequences (the scheduler's virtual
+  // engines). A sequence a later plan ended (an abort)
+  // is not sampled. For plans of one pass without proposals: no speculation, no multi-step.
+  Status launch(const sched::SchedulerOutput& plan);
+  void finish(const sched::SchedulerOutput& plan, sched::ModelRunnerOutput& out);
   // Seconds per phase of the last execute (batch build, forward, sample, propose), and its
   // forward passes (a multi-step plan runs several).
   const StepPhaseTimes& phase_seconds() const { return phases_; }
@@ -149,6 +157,13 @@ class ModelRunner {
   std::unique_ptr<grammar::MaskPrefetcher> mask_prefetcher_;
   StepPhaseTimes phases_;
   int64_t passes_ = 0;
+  // Plans launched and not finished, oldest first: each one's first logits rows, and whether it
+  // began a forward pass.
+  struct Launched {
+    std::vector<int32_t> first_logits_row;
+    bool forward = false;
+  };
+  std::vector<Launched> launched_;
   // Reused every step.
   model::ForwardBatch batch_;
   std::vector<int32_t> tokens_, parents_, copy_src_, copy_dst_, first_logits_row_;

@@ -33,9 +33,15 @@ void ModelRunner::sample_step(const sched::SchedulerOutput& plan, sched::ModelRu
   for (size_t i = 0; i < plan.scheduled.size(); ++i) {
     const sched::ScheduledSequence& s = plan.scheduled[i];
     if (!s.samples()) continue;
-    sched::SequenceMirror::Entry& e = *mirror_.find(s.id);
-    // Ended by a token of a step whose results the scheduler had not read when it made the plan.
-    if (e.stopped) continue;
+    sched::SequenceMirror::Entry* found = mirror_.find(s.id);
+    // Ended by a token of a step whose results the scheduler had not read when it made the plan,
+    // or (two plans in flight) ended by the plan launched after this one: nothing to sample.
+    if (found == nullptr || found->stopped) {
+      for (; next_fork < plan.forks.size() && plan.forks[next_fork].parent == s.id; ++next_fork) {
+      }
+      continue;
+    }
+    sched::SequenceMirror::Entry& e = *found;
     entry_output_[i] = static_cast<int64_t>(out.sequences.size());
     if (s.num_spec_tokens > 0) {
       int64_t hidden_row = -1;
@@ -49,7 +55,7 @@ void ModelRunner::sample_step(const sched::SchedulerOutput& plan, sched::ModelRu
     add_row(s.id, e, row);
     for (; next_fork < plan.forks.size() && plan.forks[next_fork].parent == s.id; ++next_fork) {
       const sched::SeqId child = plan.forks[next_fork].child;
-      add_row(child, *mirror_.find(child), row);
+      if (sched::SequenceMirror::Entry* c = mirror_.find(child)) add_row(child, *c, row);
     }
   }
   VESPER_CHECK(next_fork == plan.forks.size(), "the plan forks %zu samples, %zu sampled",

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "gguf/composite_weight.h"
 #include "hf/model_file.h"
 #include "model/shard_commands.h"
@@ -339,6 +340,9 @@ int64_t Model::activation_bytes(const ModelConfig& c, const StepCapacity& cap) {
 }
 
 Model::~Model() {
+  // Passes still in flight land before their buffers go.
+  while (!passes_.empty()) finish_forward();
+  complete_sends();
   if (leads()) broadcast(stop_command());
   release_activations();
 }
@@ -373,6 +377,10 @@ void Model::release_activations() {
                              &gap_end_,
                              &block_budget_})
     if (t->buffer.valid()) backend_.release(t->buffer);
+  for (auto& pair : more_pass_buffers_)
+    for (backend::Tensor* t : {&pair.first, &pair.second})
+      if (t->buffer.valid()) backend_.release(t->buffer);
+  more_pass_buffers_.clear();
 }
 
 void Model::reserve(const StepCapacity& want) {
@@ -384,6 +392,8 @@ void Model::reserve(const StepCapacity& want) {
   if (cap.tokens == capacity_.tokens && cap.logits_rows == capacity_.logits_rows &&
       cap.seqs == capacity_.seqs && cap.table_entries == capacity_.table_entries)
     return;
+  VESPER_CHECK(std::none_of(passes_.begin(), passes_.end(), [](const auto& p) { return p.remote; }),
+               "reserve: the activations would move while a pipelined pass is in flight");
   if (leads()) broadcast(reserve_command(cap));
   release_activations();
   capacity_ = cap;
@@ -406,6 +416,12 @@ void Model::reserve(const StepCapacity& want) {
   up_ = f32(n, c.n_ff);
   last_ = backend_.allocate(DType::kF32, m, c.n_embd, MemoryKind::kHostVisible);
   logits_ = backend_.allocate(DType::kF32, m, config_.n_vocab, MemoryKind::kHostVisible);
+  // A pipeline leader's passes in flight each get a buffer pair of their own (the first is
+  // last_ / logits_).
+  for (int slot = 1; slot < max_passes_in_flight(); ++slot)
+    more_pass_buffers_.emplace_back(
+        backend_.allocate(DType::kF32, m, c.n_embd, MemoryKind::kHostVisible),
+        backend_.allocate(DType::kF32, m, config_.n_vocab, MemoryKind::kHostVisible));
   if (tensor_ranks_ > 1) {
     // o and down read every rank's columns of their input and write this rank's share of
     // n_embd (model.h).
@@ -430,6 +446,48 @@ void Model::reserve(const StepCapacity& want) {
 }
 
 std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHandle kv) {
+  begin_forward(batch, kv);
+  return finish_forward();
+}
+
+void Model::begin_forward(const ForwardBatch& batch, backend::KvHandle kv) {
+  VESPER_CHECK(static_cast<int>(passes_.size()) < max_passes_in_flight(),
+               "begin_forward: %d passes are in flight already", max_passes_in_flight());
+  // The activations the pass before sent must be out of x_ before this pass writes it.
+  complete_sends();
+  PassInFlight pass;
+  pass.logits = run_pass(batch, kv, pass);
+  passes_.push_back(pass);
+}
+
+void Model::complete_sends() {
+  for (const backend::Backend::Transfer t : sends_) backend_.complete_transfer(t);
+  sends_.clear();
+}
+
+std::span<const float> Model::finish_forward() {
+  VESPER_CHECK(!passes_.empty(), "finish_forward: no pass in flight");
+  const PassInFlight pass = passes_.front();
+  passes_.erase(passes_.begin());
+  if (!pass.remote) return pass.logits;
+  backend::Backend& b = backend_;
+  b.complete_transfer(pass.logits_transfer);
+  b.complete_transfer(pass.last_transfer);
+  // The next stage has taken the newest pass's activations by now (it sent these logits first),
+  // so waiting for them here costs nothing and frees x_ for the next pass.
+  complete_sends();
+  b.synchronize();
+  const backend::Tensor last = pass_last(pass.slot).rows_view(0, pass.rows);
+  const backend::Tensor logits = pass_logits(pass.slot).rows_view(0, pass.rows);
+  hidden_ = {static_cast<const float*>(b.host_view(last)),
+             static_cast<size_t>(pass.rows * shard_.n_embd)};
+  hidden_states_ = last;
+  return {static_cast<const float*>(b.host_view(logits)),
+          static_cast<size_t>(pass.rows * config_.n_vocab)};
+}
+
+std::span<const float> Model::run_pass(const ForwardBatch& batch, backend::KvHandle kv,
+                                       PassInFlight& pass) {
   const ModelConfig& c = shard_;
   const int64_t n = batch.num_tokens();
   const int64_t m = static_cast<int64_t>(batch.logits_rows.size());
@@ -567,16 +625,22 @@ std::span<const float> Model::forward(const ForwardBatch& batch, backend::KvHand
 
   const backend::Tensor last = last_.rows_view(0, m), logits = logits_.rows_view(0, m);
   if (!last_stage()) {
-    // The next stage goes on; the leader gets the logits and hidden rows from the last one.
-    b.send(x, rank_of(stage_ + 1));
-    if (!leads()) return {};
-    b.receive(logits, rank_of(stages_ - 1));
-    b.receive(last, rank_of(stages_ - 1));
-    b.synchronize();
-    hidden_ = {static_cast<const float*>(b.host_view(last)), static_cast<size_t>(m * c.n_embd)};
-    hidden_states_ = last;
-    return {static_cast<const float*>(b.host_view(logits)),
-            static_cast<size_t>(m * config_.n_vocab)};
+    // The next stage goes on; the leader gets the logits and hidden rows from the last one, into
+    // the buffer pair the pass before does not use (finish_forward waits for them).
+    if (!leads()) {
+      b.send(x, rank_of(stage_ + 1));
+      return {};
+    }
+    sends_.push_back(b.begin_send(x, rank_of(stage_ + 1)));
+    pass.remote = true;
+    pass.slot = next_slot_;
+    pass.rows = m;
+    next_slot_ = (next_slot_ + 1) % max_passes_in_flight();
+    const backend::Tensor& logits_to = pass_logits(pass.slot);
+    const backend::Tensor& last_to = pass_last(pass.slot);
+    pass.logits_transfer = b.begin_receive(logits_to.rows_view(0, m), rank_of(stages_ - 1));
+    pass.last_transfer = b.begin_receive(last_to.rows_view(0, m), rank_of(stages_ - 1));
+    return {};
   }
   // Only the rows whose logits are wanted go through the final norm and the output matmul.
   b.gather_rows(x, rows, last);

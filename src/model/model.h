@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -181,6 +182,20 @@ class Model {
   // are stored at its slot. Rows of a sequence with a tree description attend as forward_batch.h
   // says.
   std::span<const float> forward(const ForwardBatch& batch, backend::KvHandle kv);
+  // forward() in two halves, so that a pipeline keeps a pass in flight in every stage, on
+  // disjoint sequences (vLLM's virtual engines): on a pipeline's leader, begin_forward runs the
+  // first stage and passes its activations on without waiting for the later stages, and
+  // finish_forward waits for the logits of the oldest pass begun and not finished (what forward
+  // would have returned, valid until the next finish_forward). At most max_passes_in_flight()
+  // passes may be in flight; none may read K/V an earlier one in flight writes (disjoint sequences
+  // do not), or need more than reserve() gave. Anywhere else begin_forward computes the whole pass
+  // and finish_forward returns it.
+  void begin_forward(const ForwardBatch& batch, backend::KvHandle kv);
+  std::span<const float> finish_forward();
+  // Whether begin_forward returns before its pass's logits exist (a pipeline's leader), and how
+  // many passes may be in flight: one a stage there, else 1.
+  bool passes_overlap() const { return leads() && stages_ > 1; }
+  int max_passes_in_flight() const { return passes_overlap() ? stages_ : 1; }
 
   // The adapters the forward pass applies by each sequence's seq_adapter slot (none: the base
   // model alone, whatever the slots say). The source must outlive the model or be unset. In a
@@ -259,6 +274,30 @@ class Model {
       block_budget_;
   std::span<const float> hidden_;
   backend::Tensor hidden_states_;
+  // Passes begun and not finished, oldest first. A pipeline leader's pass waits for the logits and
+  // hidden rows the last stage sends into buffer pair `slot` (pass_last, pass_logits); any other
+  // pass holds its result already.
+  struct PassInFlight {
+    bool remote = false;
+    std::span<const float> logits;  // !remote
+    int slot = 0;
+    int64_t rows = 0;
+    backend::Backend::Transfer logits_transfer = 0, last_transfer = 0;
+  };
+  std::span<const float> run_pass(const ForwardBatch& batch, backend::KvHandle kv,
+                                  PassInFlight& pass);
+  void complete_sends();
+  std::vector<PassInFlight> passes_;
+  std::vector<backend::Backend::Transfer> sends_;  // activations on their way to the next stage
+  // A pipeline leader's buffer pairs (hidden rows, logits) for slots 1..stages - 1.
+  std::vector<std::pair<backend::Tensor, backend::Tensor>> more_pass_buffers_;
+  int next_slot_ = 0;
+  const backend::Tensor& pass_last(int slot) const {
+    return slot == 0 ? last_ : more_pass_buffers_[static_cast<size_t>(slot - 1)].first;
+  }
+  const backend::Tensor& pass_logits(int slot) const {
+    return slot == 0 ? logits_ : more_pass_buffers_[static_cast<size_t>(slot - 1)].second;
+  }
 
   // Adapters: the source, and per forward the batch's runs of rows sharing a slot and the
   // segments of one projection (reused).

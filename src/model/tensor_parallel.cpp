@@ -137,7 +137,10 @@ std::vector<uint8_t> forward_command(const ForwardBatch& b, backend::KvHandle kv
 }
 
 void Model::broadcast(std::vector<uint8_t> command) {
-  group_->broadcast(command, 0);
+  // Posted, not waited for: with pipeline passes in flight a follower may still be computing
+  // the pass before, and the leader goes on with its own stage meanwhile.
+  for (int r = 1; r < group_->size(); ++r)
+    group_->post_message(r + 1 < group_->size() ? command : std::move(command), r);
 }
 
 backend::KvHandle Model::create_kv(const backend::KvCacheSpec& spec, int64_t num_blocks,
@@ -330,7 +333,8 @@ Status Model::follow_leader(const FollowerAnswer& answer) {
   std::vector<int32_t> src32, dst32;
   std::vector<int64_t> src64, dst64;
   for (;;) {
-    group_->broadcast(bytes, 0);
+    // An idle leader (a server between requests) may send nothing for days.
+    group_->receive_message(bytes, 0, /*unbounded=*/true);
     Fields f(bytes);
     const auto kind = static_cast<ShardCommand>(f.u64());
     // A handle the leader made: this rank's storage for it, or an error.

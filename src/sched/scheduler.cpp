@@ -31,6 +31,13 @@ Status Scheduler::add(Sequence seq) {
                       " tokens, more than --max-model-len " +
                       std::to_string(config_.max_model_len));
   if (seq.max_total_tokens < n) seq.max_total_tokens = n;
+  if (config_.virtual_engines > 1) {
+    // The set with the fewest sequences (the lowest of equals).
+    std::vector<int64_t> load(static_cast<size_t>(config_.virtual_engines), 0);
+    for (const auto& [id, other] : sequences_) ++load[static_cast<size_t>(other.virtual_engine)];
+    seq.virtual_engine =
+        static_cast<int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+  }
   if (seq.max_total_tokens > config_.max_model_len)
     return make_error("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                       std::to_string(seq.max_total_tokens - n) + ") is " +
@@ -192,7 +199,8 @@ bool Scheduler::allocate_or_preempt(Sequence& seq, int64_t num_new, int64_t& num
     // Victim: the running sequence served last (lowest priority, latest arrival).
     Sequence* victim = nullptr;
     for (auto& [id, s] : sequences_)
-      if (s.status == SeqStatus::kRunning && (victim == nullptr || served_before(*victim, s)))
+      if (s.status == SeqStatus::kRunning && scheduling_now(s) &&
+          (victim == nullptr || served_before(*victim, s)))
         victim = &s;
     if (victim == nullptr || victim == &seq) {
       if (seq.status == SeqStatus::kRunning) preempt(seq, out);
@@ -299,6 +307,7 @@ SchedulerOutput Scheduler::schedule() {
     for (SeqId id : ordered(SeqStatus::kRunning)) {
       Sequence& seq = get(id);
       if (seq.status != SeqStatus::kRunning) continue;  // preempted meanwhile
+      if (!scheduling_now(seq)) continue;
       const int64_t uncomputed = seq.num_uncomputed();
       if ((uncomputed <= 1) != one_token) continue;
       // The step in flight samples its last token: nothing more to compute.
@@ -345,6 +354,7 @@ SchedulerOutput Scheduler::schedule() {
   if (out.preempted.empty()) {
     for (SeqId id : ordered(SeqStatus::kSwapped)) {
       Sequence& seq = get(id);
+      if (!scheduling_now(seq)) continue;
       // Its tokens must be known to come back (async scheduling: the step that preempted it may
       // not have been read yet).
       if (!adapter_fits(seq) || seq.num_output_placeholders > 0) break;
@@ -382,6 +392,7 @@ SchedulerOutput Scheduler::schedule() {
     bool adapter_waits = false;  // an adapter sequence waits for --max-loras: later ones too
     for (SeqId id : ordered(SeqStatus::kWaiting)) {
       Sequence& seq = get(id);
+      if (!scheduling_now(seq)) continue;
       if (seq.num_output_placeholders > 0) break;  // preempted with a token not read yet
       if (seq.adapter_id != 0 && (adapter_waits || !adapter_fits(seq) || !adapter_ready(seq))) {
         adapter_waits = true;

@@ -86,6 +86,12 @@ struct SchedulerConfig {
   // prompt work, no proposals, no forks) runs N passes at once (ScheduledSequence::num_steps),
   // each sequence as far as its max_tokens allow and KV slots are free.
   int64_t num_scheduler_steps = 1;
+  // Pipeline parallelism's virtual engines (vLLM's): with V > 1 each sequence belongs to one of V
+  // sets (the one with the fewest sequences when it arrives; its forks to its own), and successive
+  // schedule() calls take the sets in turn, each scheduling, admitting and preempting only its
+  // own. So the V - 1 plans before a plan, which a pipeline may still be computing, never
+  // schedule its sequences. Each plan has the whole token and sequence budgets.
+  int64_t virtual_engines = 1;
 };
 
 struct SchedulerStats {
@@ -222,6 +228,10 @@ class Scheduler {
   // or after (epoch_ then): released once no plan in flight can read them.
   std::deque<std::pair<int64_t, int32_t>> pending_unpins_;
   int64_t epoch_ = 0;  // schedule() calls so far
+  // Whether the schedule() call under way is `seq`'s virtual engine's turn.
+  bool scheduling_now(const Sequence& seq) const {
+    return config_.virtual_engines <= 1 || seq.virtual_engine == epoch_ % config_.virtual_engines;
+  }
   SchedulerStats totals_;
 };
 

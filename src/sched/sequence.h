@@ -63,6 +63,8 @@ struct Sequence {
   // a multi-step plan's, or with async scheduling the step in flight's. The next step computes
   // the first of them (the runner has it) like any committed token.
   int64_t num_output_placeholders = 0;
+  // Which of SchedulerConfig::virtual_engines schedules it (0 with one).
+  int32_t virtual_engine = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   // Committed tokens and placeholders: the length the sequence will have once update() ran.

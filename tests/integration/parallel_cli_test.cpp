@@ -1,9 +1,11 @@
 // Tensor and pipeline parallelism through the `vesper` command line under Open MPI's mpirun (2
-// ranks, 1 thread each; both splits at once on 4): token ids and log-probabilities equal one
+// ranks, 1 thread each; both splits at once, and 4 pipeline stages, on 4): token ids and
+// log-probabilities equal one
 // process's, bit for bit, on 64 prompts of 48 tokens for stories260K (f16, fp8 and KIVI KV caches)
 // and a 512-wide model in q4_0, q8_0, q4_K, q6_K and f16 and an EXL2 checkpoint, under each split;
 // the same run to run; chunked prefill, preemption by recompute and swap, prefix caching off,
-// multi-step and speculative decoding (n-gram, draft model, Medusa) under either split; LoRA and
+// multi-step and speculative decoding (n-gram, draft model, Medusa) under either split, pipelines
+// keeping a plan in flight a stage where they can (virtual engines) and one where not; LoRA and
 // VeRA adapters under each split; perplexity; and the launch, shape and split errors, each naming
 // the flag or hyper-parameter. Skipped where vesper was built without Open MPI.
 #include <gtest/gtest.h>
@@ -170,6 +172,8 @@ struct Split {
 };
 const std::vector<Split> kSplits = {{2, {"-tp", "2"}}, {2, {"-pp", "2"}}};
 const Split kBoth = {4, {"-tp", "2", "-pp", "2"}};
+// stories260K's 5 layers in 4 stages (2, 1, 1, 1): a plan in flight a stage.
+const Split kFourStages = {4, {"-pp", "4"}};
 
 TEST_F(ParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
   struct Case {
@@ -192,10 +196,15 @@ TEST_F(ParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
     const bool pipeline = c.model == kStories || c.what == "wide q4_K" || c.what == "wide f16";
     if (pipeline) splits.push_back(kSplits[1]);
     if (i == 0 || i == 2 || c.what == "wide q4_K") splits.push_back(kBoth);
-    for (const Split& split : splits)
-      expect_same_outputs(
-          one, run_mpi(split.ranks, generate(c.model, with(c.flags, split.flags)), "split"),
-          c.what + split.name());
+    if (i == 0) splits.push_back(kFourStages);
+    for (const Split& split : splits) {
+      const auto run = run_mpi(split.ranks, generate(c.model, with(c.flags, split.flags)), "split");
+      expect_same_outputs(one, run, c.what + split.name());
+      if (split.flags == kFourStages.flags) {
+        EXPECT_NE(run.err.find("4 plans in flight on disjoint sequences"), std::string::npos)
+            << run.err;
+      }
+    }
   }
 }
 
@@ -225,20 +234,30 @@ TEST_F(ParallelCli, EngineFeaturesUnderEitherSplit) {
       {"chunked prefill, preemption by swap",
        {"--max-num-batched-tokens", "40", "--num-gpu-blocks-override", "12", "--max-num-seqs", "8",
         "--preemption-mode", "swap"}},
-      {"preemption by recompute, no prefix caching, multi-step",
-       {"--num-gpu-blocks-override", "12", "--max-num-seqs", "8", "--no-enable-prefix-caching",
-        "--num-scheduler-steps", "4"}},
+      {"preemption by recompute, no prefix caching",
+       {"--num-gpu-blocks-override", "12", "--max-num-seqs", "8", "--no-enable-prefix-caching"}},
+      {"multi-step", {"--num-scheduler-steps", "4"}},
       {"n-gram speculation", {"--speculative-model", "[ngram]", "--num-speculative-tokens", "3"}},
       {"draft model", {"--speculative-model", kDraft, "--num-speculative-tokens", "3"}},
       {"Medusa heads",
        {"--speculative-model", "../shared/models/medusa", "--num-speculative-tokens", "3"}},
   };
   for (const Split& split : kSplits)
-    for (const Case& c : cases)
-      expect_same_outputs(
-          one, run_mpi(split.ranks, generate(kStories, with(c.flags, split.flags)), "split"),
-          c.name + split.name());
-  for (const size_t i : {0, 3})  // chunked prefill and swap, draft model
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const auto run =
+          run_mpi(split.ranks, generate(kStories, with(c.flags, split.flags)), "split");
+      expect_same_outputs(one, run, c.name + split.name());
+      // A pipeline keeps two plans in flight (virtual engines) unless a plan has several passes
+      // or proposals.
+      if (split.flags[0] == "-pp") {
+        EXPECT_NE(
+            run.err.find(i < 2 ? "2 plans in flight on disjoint sequences" : "1 plan in flight"),
+            std::string::npos)
+            << c.name << ": " << run.err;
+      }
+    }
+  for (const size_t i : {0, 4})  // chunked prefill and swap, draft model
     expect_same_outputs(
         one, run_mpi(kBoth.ranks, generate(kStories, with(cases[i].flags, kBoth.flags)), "both"),
         cases[i].name + kBoth.name());

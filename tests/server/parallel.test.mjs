@@ -1,6 +1,6 @@
 // `vesper serve` split across 2 processes by mpirun (-tp 2 and -pp 2, 1 thread a rank): greedy
 // completions and chat completions, streamed or not and concurrent, equal one process's
-// `vesper generate`; a follower rank killed mid-stream ends the job (mpirun reports the rank)
+// `vesper generate`, also while other streams are cut mid-way; a follower rank killed mid-stream ends the job (mpirun reports the rank)
 // within bounded time, with no hang; a follower that hangs (SIGSTOP) ends it after
 // VESPER_DIST_TIMEOUT with rank 0 naming the wait; SIGTERM to mpirun lets rank 0 drain its
 // streams, then every rank stops. Skipped where vesper was built without Open MPI (VESPER_MPIEXEC unset).
@@ -77,6 +77,21 @@ for (const split of [['-tp', '2'], ['-pp', '2']]) {
         assert.equal(plain[i].status, 200, plain[i].text);
         assert.equal(plain[i].json.choices[0].text, expected[i].text, prompts[i]);
         assert.equal(streamed[i], expected[i].text, prompts[i]);
+      }
+    });
+
+    // Under -pp the aborted streams' sequences may be in the plan still in flight (two are, on
+    // disjoint sequences): the runner must skip them, and the others' outputs stay one process's.
+    test('streams cut mid-way leave the other requests their outputs', async () => {
+      const expected = await Promise.all(prompts.map((p) => generateJson(p, 40)));
+      const cut = await Promise.all([0, 1, 2].map(() => startLongStream(job)));
+      const plain = Promise.all(prompts.map((prompt) => postJson(job.url + '/v1/completions',
+        { prompt, max_tokens: 40, temperature: 0 })));
+      for (const reader of cut) await reader.cancel();
+      const answers = await plain;
+      for (let i = 0; i < prompts.length; ++i) {
+        assert.equal(answers[i].status, 200, answers[i].text);
+        assert.equal(answers[i].json.choices[0].text, expected[i].text, prompts[i]);
       }
     });
 
