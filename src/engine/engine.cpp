@@ -25,8 +25,7 @@ Engine::~Engine() {
 
 bool Engine::has_unfinished() const {
   return outputs_->has_unfinished() || outputs_pending_ || !ready_.empty() ||
-         (in_flight_ && !in_flight_plan_.empty()) ||
-         std::any_of(pipeline_plans_.begin(), pipeline_plans_.end(),
+         std::any_of(in_flight_plans_.begin(), in_flight_plans_.end(),
                      [](const sched::SchedulerOutput& p) { return !p.empty(); });
 }
 
@@ -185,9 +184,7 @@ void Engine::finish_output_work() {
 }
 
 std::vector<RequestOutput> Engine::step() {
-  std::vector<RequestOutput> outs = pipelined_      ? step_pipelined()
-                                    : plans_ahead() ? step_ahead()
-                                                    : step_in_order();
+  std::vector<RequestOutput> outs = plans_ahead() ? step_ahead() : step_in_order();
   // Nothing could run while an adapter's copy is read on its own thread: idle a moment rather
   // than spin on empty plans.
   if (scheduler_->waited_on_adapter() && !last_step_computed_)
@@ -260,39 +257,9 @@ std::vector<RequestOutput> Engine::step_in_order() {
 std::vector<RequestOutput> Engine::step_ahead() {
   StepPhaseTimes phases;
   PhaseClock clock(phases);
-  // The next plan, made while the runner computes the one in flight (its samples are placeholders
-  // the runner fills in itself).
-  sched::SchedulerOutput plan = scheduler_->schedule();
-  clock.lap(StepPhase::kSchedule);
-  const double scheduled_at = now_seconds();
-  const bool overlap = output_thread_ && outputs_pending_;
-  job_seconds_ = 0;
-  if (overlap) launch_output_work();
-  sched::SchedulerOutput done;
-  const bool completed = in_flight_;
-  if (completed) {
-    runner_thread_->wait();
-    take_runner_result(runner_status_, phases);
-    std::swap(step_output_, runner_output_);
-    done = std::move(in_flight_plan_);
-  }
-  // The runner goes on with the next plan at once.
-  in_flight_plan_ = std::move(plan);
-  in_flight_ = true;
-  runner_thread_->launch(
-      [this] { runner_status_ = runner_->execute(in_flight_plan_, runner_output_); });
-  take_output_job(overlap, phases, clock);
-  record_plan(in_flight_plan_, scheduled_at);
-  if (completed) apply_output(done, step_output_);
-  end_step(completed && !done.empty(), overlap, phases, clock);
-  return {};
-}
-
-std::vector<RequestOutput> Engine::step_pipelined() {
-  StepPhaseTimes phases;
-  PhaseClock clock(phases);
-  // The next plan is the other virtual engine's: its sequences' last plan is finished by the job
-  // in flight (their samples are placeholders the runner fills in).
+  // The next plan, made while the runner computes the ones in flight (the samples of its
+  // sequences' last plan are placeholders the runner fills in itself). A pipeline's leader keeps
+  // a plan in flight a stage, each of its own virtual engine's sequences.
   sched::SchedulerOutput plan = scheduler_->schedule();
   clock.lap(StepPhase::kSchedule);
   const double scheduled_at = now_seconds();
@@ -304,23 +271,28 @@ std::vector<RequestOutput> Engine::step_pipelined() {
   if (in_flight_) {
     runner_thread_->wait();
     take_runner_result(runner_status_, phases);
-    // The pipeline was full: the job finished the oldest plan.
-    if (static_cast<int>(pipeline_plans_.size()) == pipeline_depth_) {
+    // Once as many plans are in flight as the pipeline is deep, each job finishes the oldest.
+    if (static_cast<int>(in_flight_plans_.size()) == pipeline_depth_) {
       std::swap(step_output_, runner_output_);
-      done = std::move(pipeline_plans_.front());
-      pipeline_plans_.pop_front();
+      done = std::move(in_flight_plans_.front());
+      in_flight_plans_.pop_front();
       completed = true;
     }
   }
-  pipeline_plans_.push_back(std::move(plan));
+  // The runner goes on with the next plan at once.
+  in_flight_plans_.push_back(std::move(plan));
   in_flight_ = true;
   runner_thread_->launch([this] {
-    runner_status_ = runner_->launch(pipeline_plans_.back());
-    if (runner_status_.ok() && static_cast<int>(pipeline_plans_.size()) == pipeline_depth_)
-      runner_->finish(pipeline_plans_.front(), runner_output_);
+    if (!pipelined_) {
+      runner_status_ = runner_->execute(in_flight_plans_.back(), runner_output_);
+      return;
+    }
+    runner_status_ = runner_->launch(in_flight_plans_.back());
+    if (runner_status_.ok() && static_cast<int>(in_flight_plans_.size()) == pipeline_depth_)
+      runner_->finish(in_flight_plans_.front(), runner_output_);
   });
   take_output_job(overlap, phases, clock);
-  record_plan(pipeline_plans_.back(), scheduled_at);
+  record_plan(in_flight_plans_.back(), scheduled_at);
   if (completed) apply_output(done, step_output_);
   end_step(completed && !done.empty(), overlap, phases, clock);
   return {};

@@ -157,13 +157,12 @@ class Engine {
   // A sequence leaves the scheduler (finished, aborted): its adapter registration goes too.
   // `num_valid_tokens`: as Scheduler::remove.
   void remove_sequence(sched::SeqId id, int64_t num_valid_tokens = -1);
-  // One step with the runner on this thread, and with the runner a step behind on its own.
+  // One step with the runner on this thread, and with the runner a step behind on its own. On a
+  // pipeline's leader step_ahead keeps a plan in flight a stage (pipeline_depth_), of the
+  // scheduler's virtual engines in turn: each job on the runner thread launches the newest plan
+  // and finishes the oldest, so every stage computes one plan while the others compute theirs.
   std::vector<RequestOutput> step_in_order();
   std::vector<RequestOutput> step_ahead();
-  // A pipeline's leader: a plan in flight a stage (pipeline_depth_), of the scheduler's virtual
-  // engines in turn. Each job on the runner thread launches the newest plan and finishes the
-  // oldest, so every stage computes one plan while the others compute theirs.
-  std::vector<RequestOutput> step_pipelined();
   // What a new plan means for the requests: failed admissions aborted, forks, preemptions and
   // first steps recorded, statistics.
   void record_plan(const sched::SchedulerOutput& plan, double scheduled_at);
@@ -210,14 +209,12 @@ class Engine {
   EngineStats totals_;
   sched::ModelRunnerOutput step_output_;     // what the runner returned for the step at hand
   sched::ModelRunnerOutput pending_output_;  // the last step's, until its outputs are processed
-  // Async scheduling: the plan the runner thread computes, and what it writes.
-  sched::SchedulerOutput in_flight_plan_;
+  // Async scheduling: the plans the runner thread computes or holds (oldest first, at most
+  // pipeline_depth_: the pipeline's stages when pipelined_, else 1), and what it writes.
+  std::deque<sched::SchedulerOutput> in_flight_plans_;
   bool in_flight_ = false;
-  // step_pipelined: the plans launched and not yet returned, oldest first, at most
-  // pipeline_depth_ (the stages; 0: the engine does not pipeline).
   bool pipelined_ = false;
-  int pipeline_depth_ = 0;
-  std::deque<sched::SchedulerOutput> pipeline_plans_;
+  int pipeline_depth_ = 1;
   bool last_step_computed_ = false;  // the last step ran a plan (end_step)
   sched::ModelRunnerOutput runner_output_;
   Status runner_status_;
