@@ -1,7 +1,8 @@
 # Entry points for people and CI. Everything builds with CMake presets (CMakePresets.json).
 #   make run   install missing Debian packages, build, and run the main job on the default model
 #   make test  install missing packages, build with -Werror, run every test, then again under
-#              ASan+UBSan, the engine and server tests under TSan, and each fuzz target for 15 s
+#              ASan+UBSan (less the feature server suites, below), the engine and server tests
+#              under TSan, and each fuzz target for 15 s
 #   make fuzz  build the libFuzzer targets (clang) and run each for FUZZ_SECONDS (tests/fuzz/README.md)
 MODEL ?= ../shared/models/stories260K-f32.gguf
 PORT ?= 8000
