@@ -107,6 +107,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   capacity.table_entries =
       capacity.seqs * (blocks_per_seq * kv_specs[0].residual_blocks_per_group() + 1);
   int64_t activation_bytes = model::Model::activation_bytes(mc, capacity);
+  // A pipeline's leader has a buffer pair (hidden rows, logits) per pass in flight past the first.
+  activation_bytes += (e->model_->max_passes_in_flight() - 1) * capacity.logits_rows *
+                      (mc.n_embd + mc.n_vocab) * static_cast<int64_t>(sizeof(float));
   const std::optional<backend::KvCacheSpec> companion =
       proposer ? proposer->companion_spec(kv_specs[0]) : std::nullopt;
   if (companion) {
