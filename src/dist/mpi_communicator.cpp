@@ -2,9 +2,11 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace vesper::dist {
 namespace {
@@ -156,7 +158,12 @@ void MpiCommunicator::receive_message(std::vector<uint8_t>& bytes, int from, boo
     if (found) break;
     // Meanwhile this rank's own posted messages move on.
     reap_outbox(false);
-    if (!unbounded && timeout_seconds_ > 0 && MPI_Wtime() - start > timeout_seconds_)
+    const double waited = MPI_Wtime() - start;
+    // A follower of an idle leader (a server between requests) would otherwise keep a core busy
+    // probing: past 100 ms without a message it probes once a millisecond. While the leader is
+    // busy its commands come sooner than that, and the probe stays a spin.
+    if (unbounded && waited > 0.1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!unbounded && timeout_seconds_ > 0 && waited > timeout_seconds_)
       abort("MPI_Improbe has waited " + std::to_string(timeout_seconds_) + " s for rank " +
             std::to_string(from) +
             ": it is hung or its link is down (VESPER_DIST_TIMEOUT sets the limit)");
