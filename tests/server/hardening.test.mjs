@@ -5,7 +5,7 @@ import { test as nodeTest, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
-import { startServer, postJson, readSse, metrics } from './server_harness.mjs';
+import { startServer, postJson, readSse, waitForRequests } from './server_harness.mjs';
 
 // A hang must fail the test, not stall the suite.
 const test = (name, fn) => nodeTest(name, { timeout: 120000 }, fn);
@@ -266,13 +266,8 @@ test('streams still running at the shutdown deadline end well-formed, and exit f
     const chatStream = await fetch(s.url + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify(chat({ max_tokens: 1900, ignore_eos: true, stream: true })) });
     const plain = postJson(s.url + '/v1/completions', { prompt: 'Once upon a time', max_tokens: 1900, ignore_eos: true });
-    // All four must be in the engine before the signal: after it, a new request is a 503. A fixed
-    // pause was too short under TSan, where the plain request had not been admitted yet.
-    for (let t0 = Date.now(); ; await new Promise((r) => setTimeout(r, 20))) {
-      const { values } = await metrics(s.url);
-      if (values['vesper:num_requests_running'] + values['vesper:num_requests_waiting'] >= 4) break;
-      assert.ok(Date.now() - t0 < 30000, 'the four requests never reached the engine');
-    }
+    // All four must be in the engine before the signal: after it, a new request is a 503.
+    await waitForRequests(s.url, 4);
     const killedAt = Date.now();
     s.proc.kill('SIGTERM');
     for (const res of [...streams, chatStream]) {

@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { startServer, postJson, readSse, metrics, generateJson, vesper, repoRoot } from './server_harness.mjs';
+import { startServer, postJson, readSse, metrics, generateJson, vesper, repoRoot, waitForRequests } from './server_harness.mjs';
 
 let server;
 before(async () => { server = await startServer(['--max-num-seqs', '64']); });
@@ -269,7 +269,7 @@ test('--api-key requires a bearer token', async () => {
 test('SIGTERM lets an in-flight request finish and exits 0', async () => {
   const s = await startServer();
   const inflight = postJson(s.url + '/v1/completions', { prompt: 'Once upon a time', max_tokens: 400, temperature: 0, ignore_eos: true });
-  await new Promise((r) => setTimeout(r, 100));
+  await waitForRequests(s.url, 1);
   s.proc.kill('SIGTERM');
   const r = await inflight;
   assert.equal(r.status, 200);

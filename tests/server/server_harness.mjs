@@ -101,6 +101,17 @@ export async function metrics(url) {
   return { text, values };
 }
 
+// Resolves once `n` requests are in the engine (running or waiting, from /metrics): a test that
+// signals the server must not race its own requests there (a fixed pause is too short under TSan,
+// and a request that arrives after SIGTERM is a 503). Fails after 30 s.
+export async function waitForRequests(url, n) {
+  for (const t0 = Date.now(); ; await new Promise((r) => setTimeout(r, 20))) {
+    const { values } = await metrics(url);
+    if (values['vesper:num_requests_running'] + values['vesper:num_requests_waiting'] >= n) return;
+    if (Date.now() - t0 > 30000) throw new Error(`${n} requests never reached the engine`);
+  }
+}
+
 // Greedy ids and text from `vesper generate` for the same model and prompt.
 // Asynchronous on purpose: a synchronous child (execFileSync) freezes node's event loop and with
 // it fetch's timers, so a kept-alive connection fetch would have closed after 4 idle seconds stays
