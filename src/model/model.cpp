@@ -473,8 +473,9 @@ std::span<const float> Model::finish_forward() {
   backend::Backend& b = backend_;
   b.complete_transfer(pass.logits_transfer);
   b.complete_transfer(pass.last_transfer);
-  // The next stage has taken the newest pass's activations by now (it sent these logits first),
-  // so waiting for them here costs nothing and frees x_ for the next pass.
+  // Frees x_ for the next pass. With 2 stages the next stage has taken the newest pass's
+  // activations by now (it sent these logits first); with more, in a balanced pipeline it takes
+  // them about when these logits arrive, so the wait is short.
   complete_sends();
   b.synchronize();
   const backend::Tensor last = pass_last(pass.slot).rows_view(0, pass.rows);
@@ -626,7 +627,7 @@ std::span<const float> Model::run_pass(const ForwardBatch& batch, backend::KvHan
   const backend::Tensor last = last_.rows_view(0, m), logits = logits_.rows_view(0, m);
   if (!last_stage()) {
     // The next stage goes on; the leader gets the logits and hidden rows from the last one, into
-    // the buffer pair the pass before does not use (finish_forward waits for them).
+    // a buffer pair no other pass in flight uses (finish_forward waits for them).
     if (!leads()) {
       b.send(x, rank_of(stage_ + 1));
       return {};
