@@ -78,8 +78,9 @@ Result<double> run_prefill(engine::Engine& e, TokenSource& tokens, int64_t n_pro
   const engine::EngineStats before = e.stats();
   const int64_t preemptions = before.num_preemptions;
   // Until the sequence sampled its one token and left the scheduler: one step, or (async
-  // scheduling) the step that planned it and the one that took its result; a pipeline's virtual
-  // engines take turns, and a plan's result comes two steps after it.
+  // scheduling) the step that planned it and the one that took its result; a pipeline's P virtual
+  // engines take turns (up to P - 1 steps before its set's), and a plan's result comes P steps
+  // after it.
   const int64_t sets = e.scheduler_config().virtual_engines;
   const auto start = Clock::now();
   e.step();

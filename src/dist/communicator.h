@@ -2,9 +2,10 @@
 // collectives, pipeline stages' activations), over whatever transport carries it (Open MPI:
 // dist/mpi_communicator.h).
 //
-// Every call is collective: each rank of the group makes the same calls in the same order, with
-// the same sizes. The collectives move values and never add them (there is no all-reduce), so
-// no result depends on the order a transport would reduce in.
+// The collectives (all_gather, gather, all_gather_i64, split) are made by every rank of the group
+// in the same order, with the same sizes; the rest are point to point. The collectives move values
+// and never add them (there is no all-reduce), so no result depends on the order a transport
+// would reduce in.
 #pragma once
 
 #include <cstdint>

@@ -283,7 +283,7 @@ std::vector<RequestOutput> Engine::step_ahead() {
   in_flight_plans_.push_back(std::move(plan));
   in_flight_ = true;
   runner_thread_->launch([this] {
-    if (!pipelined_) {
+    if (pipeline_depth_ == 1) {
       runner_status_ = runner_->execute(in_flight_plans_.back(), runner_output_);
       return;
     }

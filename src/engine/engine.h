@@ -210,10 +210,10 @@ class Engine {
   sched::ModelRunnerOutput step_output_;     // what the runner returned for the step at hand
   sched::ModelRunnerOutput pending_output_;  // the last step's, until its outputs are processed
   // Async scheduling: the plans the runner thread computes or holds (oldest first, at most
-  // pipeline_depth_: the pipeline's stages when pipelined_, else 1), and what it writes.
+  // pipeline_depth_: a pipeline's stages where its plans are launched and finished apart, else 1),
+  // and what it writes.
   std::deque<sched::SchedulerOutput> in_flight_plans_;
   bool in_flight_ = false;
-  bool pipelined_ = false;
   int pipeline_depth_ = 1;
   bool last_step_computed_ = false;  // the last step ran a plan (end_step)
   sched::ModelRunnerOutput runner_output_;

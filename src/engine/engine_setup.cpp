@@ -106,10 +106,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   // KIVI: a group's residual rows take several table entries.
   capacity.table_entries =
       capacity.seqs * (blocks_per_seq * kv_specs[0].residual_blocks_per_group() + 1);
-  int64_t activation_bytes = model::Model::activation_bytes(mc, capacity);
-  // A pipeline's leader has a buffer pair (hidden rows, logits) per pass in flight past the first.
-  activation_bytes += (e->model_->max_passes_in_flight() - 1) * capacity.logits_rows *
-                      (mc.n_embd + mc.n_vocab) * static_cast<int64_t>(sizeof(float));
+  int64_t activation_bytes =
+      model::Model::activation_bytes(mc, capacity, e->model_->max_passes_in_flight());
   const std::optional<backend::KvCacheSpec> companion =
       proposer ? proposer->companion_spec(kv_specs[0]) : std::nullopt;
   if (companion) {
@@ -166,15 +164,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const bool spare_core = ThreadPool::hardware_threads() > compute_threads;
   // A pipeline's leader plans ahead whether or not a core is spare: without it the stages take
   // turns, each idle while the others compute.
-  const bool pipeline = e->model_->passes_overlap();
+  const bool pipeline = e->model_->max_passes_in_flight() > 1;
   const bool plans_ahead = config.async_scheduling == AsyncScheduling::kOn ||
                            (config.async_scheduling == AsyncScheduling::kAuto &&
                             no_planning_ahead == nullptr && (spare_core || pipeline));
   if (plans_ahead) sc.max_plans_in_flight = 2;
   // A plan in flight a stage, on disjoint sequences (vLLM's virtual engines), where each plan is
   // one pass without proposals.
-  e->pipelined_ = plans_ahead && pipeline && proposer == nullptr && sc.num_scheduler_steps == 1;
-  if (e->pipelined_) {
+  if (plans_ahead && pipeline && proposer == nullptr && sc.num_scheduler_steps == 1) {
     e->pipeline_depth_ = e->model_->max_passes_in_flight();
     sc.virtual_engines = e->pipeline_depth_;
     sc.max_plans_in_flight = e->pipeline_depth_ + 1;
@@ -228,15 +225,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
         model::pipeline_stage_layers(mc.n_layer, stages, config.parallel.pipeline_layer_split);
     for (size_t s = 0; layers && s < layers->size(); ++s)
       layers_text += (s ? ", " : "") + std::to_string((*layers)[s]);
+    const std::string in_flight =
+        e->pipeline_depth_ > 1 ? std::to_string(e->pipeline_depth_) +
+                                     " plans in flight on disjoint sequences (virtual engines)"
+                               : "1 plan in flight (speculative decoding, multi-step, adapters or "
+                                 "--no-async-scheduling: the stages take turns)";
     log_info(
         "pipeline parallel: %d stages, layers per stage %s; each stage holds its layers' KV "
         "cache, the same block count; %s",
-        stages, layers_text.c_str(),
-        e->pipelined_ ? (std::to_string(e->pipeline_depth_) +
-                         " plans in flight on disjoint sequences (virtual engines)")
-                            .c_str()
-                      : "1 plan in flight (speculative decoding, multi-step, adapters or "
-                        "--no-async-scheduling: the stages take turns)");
+        stages, layers_text.c_str(), in_flight.c_str());
   }
   if (tensor_ranks > 1)
     log_info(

@@ -47,15 +47,7 @@ Status ModelRunner::execute(const sched::SchedulerOutput& plan, sched::ModelRunn
   phases_ = {};
   PhaseClock clock(phases_);
   out.sequences.clear();
-  if (proposer_ != nullptr) {
-    for (const sched::SeqId id : plan.finished) proposer_->forget(id);
-    // Preempted by recompute: the blocks are gone, a companion cache's rows with them.
-    for (const sched::SeqId id : plan.recomputed) proposer_->on_kv_lost(id);
-  }
-  VESPER_TRY(mirror_.apply(plan));
-  VESPER_TRY(check_tables(plan));
-  move_memory(plan);
-  build_batch(plan);
+  VESPER_TRY(prepare(plan));
   clock.lap(StepPhase::kBatchBuild);
   passes_ = 0;
   if (batch_.num_tokens() == 0) return {};
@@ -78,10 +70,7 @@ Status ModelRunner::launch(const sched::SchedulerOutput& plan) {
   phases_ = {};
   passes_ = 0;
   PhaseClock clock(phases_);
-  VESPER_TRY(mirror_.apply(plan));
-  VESPER_TRY(check_tables(plan));
-  move_memory(plan);
-  build_batch(plan);
+  VESPER_TRY(prepare(plan));
   clock.lap(StepPhase::kBatchBuild);
   Launched& l = launched_.emplace_back();
   l.first_logits_row = first_logits_row_;
@@ -104,6 +93,19 @@ void ModelRunner::finish(const sched::SchedulerOutput& plan, sched::ModelRunnerO
   first_logits_row_ = std::move(l.first_logits_row);
   sample_step(plan, out);
   clock.lap(StepPhase::kSample);
+}
+
+Status ModelRunner::prepare(const sched::SchedulerOutput& plan) {
+  if (proposer_ != nullptr) {
+    for (const sched::SeqId id : plan.finished) proposer_->forget(id);
+    // Preempted by recompute: the blocks are gone, a companion cache's rows with them.
+    for (const sched::SeqId id : plan.recomputed) proposer_->on_kv_lost(id);
+  }
+  VESPER_TRY(mirror_.apply(plan));
+  VESPER_TRY(check_tables(plan));
+  move_memory(plan);
+  build_batch(plan);
+  return {};
 }
 
 Status ModelRunner::check_tables(const sched::SchedulerOutput& plan) const {

@@ -112,6 +112,9 @@ class ModelRunner {
   backend::KvHandle device_kv() const { return device_; }
 
  private:
+  // Steps 1-3 of execute (and launch) short of the forward pass: the plan applied to the mirror
+  // (and the proposer), checked, its memory moved, its batch built.
+  Status prepare(const sched::SchedulerOutput& plan);
   // Whether every scheduled entry's positions lie in its table (a plan from elsewhere may lie).
   Status check_tables(const sched::SchedulerOutput& plan) const;
   void move_memory(const sched::SchedulerOutput& plan);

@@ -35,10 +35,10 @@ void ModelRunner::sample_step(const sched::SchedulerOutput& plan, sched::ModelRu
     if (!s.samples()) continue;
     sched::SequenceMirror::Entry* found = mirror_.find(s.id);
     // Ended by a token of a step whose results the scheduler had not read when it made the plan,
-    // or (two plans in flight) ended by the plan launched after this one: nothing to sample.
+    // or (pipelined plans) ended by a plan launched after this one: nothing to sample, its forks
+    // included.
     if (found == nullptr || found->stopped) {
-      for (; next_fork < plan.forks.size() && plan.forks[next_fork].parent == s.id; ++next_fork) {
-      }
+      while (next_fork < plan.forks.size() && plan.forks[next_fork].parent == s.id) ++next_fork;
       continue;
     }
     sched::SequenceMirror::Entry& e = *found;

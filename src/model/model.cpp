@@ -330,8 +330,10 @@ int64_t row_floats(const ModelConfig& c) {
 }
 }  // namespace
 
-int64_t Model::activation_bytes(const ModelConfig& c, const StepCapacity& cap) {
-  const int64_t floats = cap.tokens * row_floats(c) + cap.logits_rows * (c.n_embd + c.n_vocab);
+int64_t Model::activation_bytes(const ModelConfig& c, const StepCapacity& cap,
+                                int passes_in_flight) {
+  const int64_t floats =
+      cap.tokens * row_floats(c) + passes_in_flight * cap.logits_rows * (c.n_embd + c.n_vocab);
   // token ids, positions, token_seq, tree parents (int32), slot mapping (int64); logits rows,
   // tables; table offsets and query starts.
   const int64_t index_bytes = cap.tokens * (4 * 4 + 8) + cap.logits_rows * 4 +

@@ -169,8 +169,10 @@ class Model {
   // a command cannot be read (a corrupt message) or answered; the caller ends the job.
   Status follow_leader(const FollowerAnswer& answer = {});
 
-  // Bytes of the activation buffers a step of `capacity` needs (the memory plan's figure).
-  static int64_t activation_bytes(const ModelConfig& config, const StepCapacity& capacity);
+  // Bytes of the activation buffers a step of `capacity` needs (the memory plan's figure), with
+  // a logits and hidden-row buffer pair for each of `passes_in_flight` (max_passes_in_flight()).
+  static int64_t activation_bytes(const ModelConfig& config, const StepCapacity& capacity,
+                                  int passes_in_flight = 1);
   // Allocates the activation buffers for steps up to `capacity` (once, at start). A later batch
   // beyond them grows them (tests do that; the engine never does).
   void reserve(const StepCapacity& capacity);
@@ -192,10 +194,9 @@ class Model {
   // and finish_forward returns it.
   void begin_forward(const ForwardBatch& batch, backend::KvHandle kv);
   std::span<const float> finish_forward();
-  // Whether begin_forward returns before its pass's logits exist (a pipeline's leader), and how
-  // many passes may be in flight: one a stage there, else 1.
-  bool passes_overlap() const { return leads() && stages_ > 1; }
-  int max_passes_in_flight() const { return passes_overlap() ? stages_ : 1; }
+  // How many passes may be in flight: one a stage on a pipeline's leader (where begin_forward
+  // returns before its pass's logits exist), else 1.
+  int max_passes_in_flight() const { return leads() && stages_ > 1 ? stages_ : 1; }
 
   // The adapters the forward pass applies by each sequence's seq_adapter slot (none: the base
   // model alone, whatever the slots say). The source must outlive the model or be unset. In a
