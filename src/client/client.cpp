@@ -20,6 +20,7 @@
 #include "client/http_client.h"
 #include "client/stream_reader.h"
 #include "client/url.h"
+#include "core/error_text.h"
 
 namespace vesper::client {
 namespace {
@@ -29,13 +30,6 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 constexpr auto kModelsTimeout = std::chrono::seconds(30);
-
-std::string excerpt(std::string_view s, size_t max = 300) {
-  std::string out(s.substr(0, max));
-  for (char& c : out)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s.size() > max ? out + "..." : out;
-}
 
 ApiKind api_kind(const std::string& endpoint) {
   constexpr std::string_view kChat = "chat/completions";

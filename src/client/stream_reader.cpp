@@ -2,14 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error_text.h"
+
 namespace vesper::client {
 namespace {
 
 using nlohmann::json;
-
-std::string excerpt(std::string_view s, size_t max = 200) {
-  return s.size() <= max ? std::string(s) : std::string(s.substr(0, max)) + "...";
-}
 
 // The generated text of a chunk's first choice, and whether the chunk carries any content.
 bool content_of(const json& choice, ApiKind kind, std::string& text) {
@@ -60,13 +58,14 @@ void StreamReader::on_event(std::string_view data, double now_s) {
   }
   const json j = json::parse(data, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    error_ = std::string("the stream sent an event that is not a JSON object: ") + excerpt(data);
+    error_ =
+        std::string("the stream sent an event that is not a JSON object: ") + excerpt(data, 200);
     return;
   }
   if (auto err = j.find("error"); err != j.end() && !err->is_null()) {
     const json* message = err->is_object() && err->contains("message") ? &(*err)["message"] : &*err;
     error_ = "the server reported an error in the stream: " +
-             (message->is_string() ? message->get<std::string>() : excerpt(message->dump()));
+             (message->is_string() ? message->get<std::string>() : excerpt(message->dump(), 200));
     return;
   }
   if (auto choices = j.find("choices");

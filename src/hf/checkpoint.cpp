@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/error_text.h"
 #include "core/json_file.h"
 #include "core/logging.h"
 #include "gguf/composite_weight.h"
@@ -80,12 +81,6 @@ Result<std::vector<std::string>> checkpoint_weight_files(const std::string& dir)
 }
 
 namespace {
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // llama.cpp's general.file_type for the matrices' dtype (all f32, mostly f16, mostly bf16).
 uint32_t file_type_of(GgmlType type) {

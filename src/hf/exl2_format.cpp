@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/error_text.h"
 #include "core/fp16.h"
 
 namespace vesper::hf {
@@ -26,12 +27,6 @@ uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, sizeof v);
   return v;
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 bool valid_bits(int bits) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/error_text.h"
 #include "core/fp16.h"
 #include "core/json_nesting.h"
 #include "core/mapped_file.h"
@@ -65,12 +66,6 @@ std::pair<int64_t, int64_t> projection_shape(const model::ModelConfig& c, Projec
 int64_t hf_permutation(const model::ModelConfig& c, Projection p) {
   const bool rope_permuted = c.arch.rope_style == backend::RopeStyle::kNormal;
   return rope_permuted && (p == Projection::kQ || p == Projection::kK) ? c.head_dim : 0;
-}
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 // Appends a tensor's elements (rows of `row_len`) to `data` as f32; returns their offset.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/error_text.h"
 #include "gguf/composite_weight.h"
 #include "hf/model_file.h"
 #include "model/shard_commands.h"
@@ -11,12 +12,6 @@
 
 namespace vesper::model {
 namespace {
-
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // Whether a matrix is split across the ranks of a tensor-parallel group: by output rows, which
 // keeps every output's whole dot product on one rank (so its bits are one process's).

@@ -11,13 +11,14 @@ namespace {
 
 // A table laid out the slow way: quantized groups one entry each, then each later group's rows in
 // blocks of rows_per_block, entry by entry; returns, for every position, (entry, row).
-struct Expected {
+struct ExpectedLayout {
   std::vector<int64_t> entry, row;
   int64_t entries = 0;  // entries covering all positions
 };
 
-Expected lay_out(int64_t block_size, int64_t rows_per_block, int64_t quantized, int64_t tokens) {
-  Expected e;
+ExpectedLayout lay_out(int64_t block_size, int64_t rows_per_block, int64_t quantized,
+                       int64_t tokens) {
+  ExpectedLayout e;
   int64_t next = 0;
   for (int64_t g = 0; g * block_size < tokens; ++g) {
     if (g < quantized) {
@@ -61,7 +62,7 @@ TEST(KvTableLayout, KiviTablesMatchTheLayoutBuiltByHand) {
       for (const int64_t quantized : {0, 1, 3}) {
         const int64_t tokens = 5 * bs + 7;
         const KvTableLayout layout = KvTableLayout::kivi(bs, rows).with_quantized(quantized);
-        const Expected e = lay_out(bs, rows, quantized, tokens);
+        const ExpectedLayout e = lay_out(bs, rows, quantized, tokens);
         ASSERT_EQ(layout.entries_for(tokens), e.entries) << bs << " " << rows << " " << quantized;
         std::vector<int32_t> table;
         for (int64_t i = 0; i < e.entries; ++i) table.push_back(static_cast<int32_t>(100 + 3 * i));

@@ -14,6 +14,7 @@
 #include "backend/cpu/matmul_cpu.h"
 #include "backend/matmul.h"
 #include "backend/packed_weights.h"
+#include "backend/random_rows.h"
 #include "core/thread_pool.h"
 #include "tensor/quant.h"
 
@@ -22,13 +23,8 @@ namespace {
 
 using cpu::Isa;
 using tensor::GgmlType;
-
-std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = dist(rng);
-  return x;
-}
+using test_rows::gaussian;
+using test_rows::same_bits;
 
 // One weight matrix of a group: its data, and its packed copy where the type packs.
 struct Matrix {
@@ -47,10 +43,6 @@ Matrix make_matrix(GgmlType type, int64_t n_in, int64_t n_out, std::mt19937& rng
   }
   m.packed = prepare_weights(type, m.data.data(), n_in, n_out);
   return m;
-}
-
-bool same_bits(float a, float b) {
-  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
 }
 
 // The groups the model runs (q, k, v of a Q4_K_M-style file: q4_K, q4_K packed, q6_K with an odd

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul_cpu.h"
+#include "backend/random_rows.h"
 #include "core/thread_pool.h"
 #include "reference/reference_q8.h"
 #include "reference/reference_quant.h"
@@ -27,6 +28,8 @@ namespace {
 
 using cpu::Isa;
 using tensor::GgmlType;
+using test_rows::gaussian;
+using test_rows::same_bits;
 
 constexpr GgmlType kWeightTypes[] = {
     GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ4_0, GgmlType::kQ4_1,
@@ -50,13 +53,6 @@ std::string seed_trace() {
 
 int64_t block_size(GgmlType type) {
   return tensor::traits(type).block_size;
-}
-
-std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = dist(rng);
-  return x;
 }
 
 // n_out rows of n_in weights of `type`, quantized from Gaussian values.
@@ -121,10 +117,6 @@ std::vector<float> run(Isa isa, GgmlType type, const std::vector<uint8_t>& w, in
   std::vector<float> y(static_cast<size_t>(n_rows * n_out), std::nanf(""));
   cpu::matmul_with_isa(isa, type, w.data(), n_in, n_out, x, n_rows, y.data(), pool);
   return y;
-}
-
-bool same_bits(float a, float b) {
-  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
 }
 
 std::string type_param_name(const ::testing::TestParamInfo<GgmlType>& info) {

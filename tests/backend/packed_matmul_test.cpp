@@ -15,6 +15,7 @@
 
 #include "backend/cpu/matmul_cpu.h"
 #include "backend/matmul.h"
+#include "backend/random_rows.h"
 #include "core/thread_pool.h"
 #include "reference/reference_q8.h"
 #include "reference/reference_quant.h"
@@ -29,13 +30,8 @@ namespace {
 
 using cpu::Isa;
 using tensor::GgmlType;
-
-std::vector<float> gaussian(int64_t n, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = dist(rng);
-  return x;
-}
+using test_rows::gaussian;
+using test_rows::same_bits;
 
 // Gives every block of a row of `row_bytes` bytes a finite, moderate fp16 scale (and min scale),
 // which random or constant bytes could make inf or NaN.
@@ -84,10 +80,6 @@ std::vector<uint8_t> make_weights(GgmlType type, int64_t n_in, int64_t n_out, st
     tensor::quantize_row(type, values.data(), row, n_in);
   }
   return w;
-}
-
-bool same_bits(float a, float b) {
-  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
 }
 
 std::vector<float> run_unpacked(GgmlType type, const std::vector<uint8_t>& w, int64_t n_in,

@@ -21,6 +21,9 @@ namespace {
 
 using testing_util::expect_same;
 using testing_util::RunResult;
+using testing_util::with_draft;
+using testing_util::with_medusa;
+using testing_util::with_ngram;
 
 // One way to run the engine loop.
 struct Loop {
@@ -111,24 +114,6 @@ TEST(EngineLoop, GreedyOutputIsTheSameInEveryLoopAndSchedulingMode) {
   }
 }
 
-EngineConfig with_ngram(EngineConfig c) {
-  c.speculative.method = SpeculativeConfig::Method::kNgram;
-  c.speculative.num_speculative_tokens = 4;
-  c.speculative.ngram = spec::NgramConfig{1, 3};
-  return c;
-}
-EngineConfig with_draft(EngineConfig c) {
-  c.speculative.method = SpeculativeConfig::Method::kDraftModel;
-  c.speculative.model = "../shared/models/stories-draft.gguf";
-  c.speculative.num_speculative_tokens = 4;
-  return c;
-}
-EngineConfig with_medusa(EngineConfig c) {
-  c.speculative.method = SpeculativeConfig::Method::kMedusa;
-  c.speculative.model = "../shared/models/medusa";
-  c.speculative.num_speculative_tokens = 6;
-  return c;
-}
 EngineConfig with_kivi(EngineConfig c) {
   c.cache.kv_dtypes = {backend::KvDtype::kKivi2, backend::KvDtype::kKivi2};
   c.cache.block_size = 32;
@@ -167,7 +152,7 @@ TEST(EngineLoop, ProposersKeepTheTargetsOutputInEveryLoop) {
                                 speculated);
   expect_feature_loop_invariant("draft model", with_draft(base), every_loop_in_order(), 28, run,
                                 speculated);
-  expect_feature_loop_invariant("Medusa tree", with_medusa(base), every_loop_in_order(), 20, run,
+  expect_feature_loop_invariant("Medusa tree", with_medusa(base, 6), every_loop_in_order(), 20, run,
                                 speculated);
 }
 

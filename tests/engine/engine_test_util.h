@@ -27,6 +27,32 @@ inline engine::EngineConfig stories_config() {
   return c;
 }
 
+// The three proposers on stories260K, `k` proposals a step.
+// Prompt lookup, n-grams of 1 to 3 tokens.
+inline engine::EngineConfig with_ngram(engine::EngineConfig c, int64_t k = 4) {
+  c.speculative.method = spec::SpeculativeConfig::Method::kNgram;
+  c.speculative.num_speculative_tokens = k;
+  c.speculative.ngram = spec::NgramConfig{1, 3};
+  return c;
+}
+
+// ../shared/models/stories-draft.gguf: distilled from stories260K, same vocabulary.
+inline engine::EngineConfig with_draft(engine::EngineConfig c, int64_t k = 4) {
+  c.speculative.method = spec::SpeculativeConfig::Method::kDraftModel;
+  c.speculative.model = "../shared/models/stories-draft.gguf";
+  c.speculative.num_speculative_tokens = k;
+  return c;
+}
+
+// Medusa heads trained on stories260K (../shared/models/medusa): a tree of candidates, or a chain.
+inline engine::EngineConfig with_medusa(engine::EngineConfig c, int64_t k = 4, bool tree = true) {
+  c.speculative.method = spec::SpeculativeConfig::Method::kMedusa;
+  c.speculative.model = "../shared/models/medusa";
+  c.speculative.num_speculative_tokens = k;
+  c.speculative.medusa_tree = tree;
+  return c;
+}
+
 inline std::unique_ptr<engine::Engine> make_engine(const engine::EngineConfig& c) {
   auto e = engine::Engine::create(c);
   EXPECT_TRUE(e.ok()) << e.error().message;

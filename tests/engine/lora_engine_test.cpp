@@ -32,8 +32,8 @@ EngineConfig lora_config() {
 const char* const kAdapters[] = {"zed", "bim", "vzed", ""};
 
 // Every prompt under every adapter (and the base), request id "adapter|i"; all at once.
-testing_util::RunResult run_all(const EngineConfig& config,
-                                const std::vector<std::string>& prompts) {
+testing_util::RunResult run_under_each_adapter(const EngineConfig& config,
+                                               const std::vector<std::string>& prompts) {
   auto e = make_engine(config);
   testing_util::RunResult r;
   if (!e) return r;
@@ -58,7 +58,7 @@ TEST(LoraEngine, OutputsDoNotDependOnSchedulingOrOtherAdapters) {
   // Reference: one request at a time.
   EngineConfig one = lora_config();
   one.scheduler.max_num_seqs = 1;
-  const auto alone = run_all(one, prompts);
+  const auto alone = run_under_each_adapter(one, prompts);
   // The name the adapters teach shows up where the base says Lily.
   auto text_of = [&](const std::string& id) { return alone.outputs.at(id).outputs[0].text; };
   EXPECT_NE(text_of("zed|1").find("Zed"), std::string::npos) << text_of("zed|1");
@@ -67,19 +67,19 @@ TEST(LoraEngine, OutputsDoNotDependOnSchedulingOrOtherAdapters) {
   EXPECT_NE(text_of("|1").find("Lily"), std::string::npos) << text_of("|1");
 
   EngineConfig batched = lora_config();
-  testing_util::expect_same(alone, run_all(batched, prompts), "all batched");
+  testing_util::expect_same(alone, run_under_each_adapter(batched, prompts), "all batched");
   EngineConfig chunked = lora_config();
   chunked.scheduler.max_num_batched_tokens = 7;
-  testing_util::expect_same(alone, run_all(chunked, prompts), "chunks of 7 tokens");
+  testing_util::expect_same(alone, run_under_each_adapter(chunked, prompts), "chunks of 7 tokens");
   EngineConfig tight = lora_config();
   tight.cache.num_gpu_blocks_override = 12;
   tight.cache.block_size = 8;
-  const auto preempted = run_all(tight, prompts);
+  const auto preempted = run_under_each_adapter(tight, prompts);
   EXPECT_GT(preempted.stats.num_preemptions, 0);
   testing_util::expect_same(alone, preempted, "preempted");
   EngineConfig one_lora = lora_config();
   one_lora.lora.max_loras = 1;
-  testing_util::expect_same(alone, run_all(one_lora, prompts), "--max-loras 1");
+  testing_util::expect_same(alone, run_under_each_adapter(one_lora, prompts), "--max-loras 1");
 }
 
 TEST(LoraEngine, PrefixCacheSharesWithinAnAdapterOnly) {

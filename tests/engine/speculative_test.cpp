@@ -15,21 +15,9 @@ namespace {
 
 using testing_util::expect_same;
 using testing_util::RunResult;
-
-EngineConfig with_ngram(EngineConfig c, int64_t k = 4) {
-  c.speculative.method = SpeculativeConfig::Method::kNgram;
-  c.speculative.num_speculative_tokens = k;
-  c.speculative.ngram = spec::NgramConfig{1, 3};
-  return c;
-}
-
-// ../shared/models/stories-draft.gguf: distilled from stories260K, same vocabulary.
-EngineConfig with_draft(EngineConfig c, int64_t k = 4) {
-  c.speculative.method = SpeculativeConfig::Method::kDraftModel;
-  c.speculative.model = "../shared/models/stories-draft.gguf";
-  c.speculative.num_speculative_tokens = k;
-  return c;
-}
+using testing_util::with_draft;
+using testing_util::with_medusa;
+using testing_util::with_ngram;
 
 // Stories repeat themselves (names, phrases), so prompt lookup finds proposals all the time.
 std::vector<std::string> prompts() {
@@ -98,15 +86,6 @@ TEST(Speculative, NgramGreedyOutputIsTheTargetsInEveryMode) {
       testing_util::run_texts(with_ngram(testing_util::stories_config()), twice);
   EXPECT_GT(cached.stats.prefix_cache_hits, 0);
   expect_same(reference_twice, cached, "prefix cache");
-}
-
-// Medusa heads trained on stories260K (../shared/models/medusa): a tree of candidates, or a chain.
-EngineConfig with_medusa(EngineConfig c, int64_t k = 4, bool tree = true) {
-  c.speculative.method = SpeculativeConfig::Method::kMedusa;
-  c.speculative.model = "../shared/models/medusa";
-  c.speculative.num_speculative_tokens = k;
-  c.speculative.medusa_tree = tree;
-  return c;
 }
 
 using WithProposer = std::function<EngineConfig(EngineConfig, int64_t)>;

@@ -14,13 +14,13 @@ namespace {
 
 const char* kMedusa = "../shared/models/medusa/stories260K-medusa4.safetensors";
 
-std::string temp_path(const std::string& name) {
+std::string safetensors_temp_path(const std::string& name) {
   return ::testing::TempDir() + "vesper_safetensors_" + name;
 }
 
 // A file of `header` (padded to the 8-byte length prefix's convention) and `data_bytes` of data.
 std::string write_file(const std::string& name, const std::string& header, size_t data_bytes) {
-  const std::string path = temp_path(name);
+  const std::string path = safetensors_temp_path(name);
   std::ofstream f(path, std::ios::binary);
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
@@ -71,7 +71,7 @@ TEST(Safetensors, ReadsAValidHandMadeFile) {
 
 TEST(Safetensors, NamesEachFault) {
   {
-    const std::string path = temp_path("short");
+    const std::string path = safetensors_temp_path("short");
     std::ofstream(path, std::ios::binary) << "abc";
     auto r = SafetensorsFile::open(path);
     ASSERT_FALSE(r.ok());
@@ -79,7 +79,7 @@ TEST(Safetensors, NamesEachFault) {
   }
   {
     // A header length past the end of the file.
-    const std::string path = temp_path("long_header");
+    const std::string path = safetensors_temp_path("long_header");
     std::ofstream f(path, std::ios::binary);
     const char len[8] = {static_cast<char>(0xff), 0x7f, 0, 0, 0, 0, 0, 0};
     f.write(len, 8);

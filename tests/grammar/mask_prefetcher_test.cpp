@@ -13,7 +13,7 @@ namespace vesper::grammar {
 namespace {
 
 // Token 0 ends generation; JSON-ish pieces otherwise.
-std::shared_ptr<const TokenVocabulary> vocab() {
+std::shared_ptr<const TokenVocabulary> json_vocab() {
   std::vector<std::string> pieces = {"",    "{", "}",  "\"", "a", "ab", "b\"",  " ",
                                      "\":", "1", "12", ",",  "[", "]",  "null", "x"};
   return std::make_shared<TokenVocabulary>(std::move(pieces), std::vector<int32_t>{0});
@@ -27,7 +27,7 @@ array ::= "[" ( value ( "," value )* )? "]"
 string ::= "\"" [^"\\]* "\""
 )g");
   EXPECT_TRUE(g.ok()) << g.error().message;
-  return std::make_shared<const CompiledGrammar>(std::move(g).value(), vocab(), options);
+  return std::make_shared<const CompiledGrammar>(std::move(g).value(), json_vocab(), options);
 }
 
 // The states along {"": [[null]]}, each one new and live (a walk that revisits a state would

@@ -16,11 +16,11 @@
 namespace vesper::hf {
 namespace {
 
-const std::string kStories = "../shared/models/hf/stories260K";
+const std::string kHfStories = "../shared/models/hf/stories260K";
 
 // stories260K's input energies over a few chunks of token ids.
 std::map<std::string, std::vector<double>> stories_energy() {
-  auto m = testing_util::load_model(kStories);
+  auto m = testing_util::load_model(kHfStories);
   EXPECT_TRUE(m) << m.error().message;
   std::vector<int32_t> tokens;
   for (int i = 0; i < 256; ++i) tokens.push_back(1 + (i * 53 + i * i * 7) % 500);
@@ -54,28 +54,28 @@ TEST(Exl2Writer, CalibrationSetsTheActOrderAndEveryLayerNeedsIt) {
   ASSERT_EQ(q0.size(), 64u);
   q0[37] = 1e9;
   options.calibration = "test: 256 tokens in chunks of 64";
-  auto report = write_exl2_checkpoint(kStories, dir, options, pool);
+  auto report = write_exl2_checkpoint(kHfStories, dir, options, pool);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(packed_row_of(dir, "model.layers.0.self_attn.q_proj", 64, 64, 37), 0);
   // The same statistics with input 21 loudest instead: it moves to the front.
   q0[37] = 0.0;
   q0[21] = 1e9;
   std::filesystem::remove_all(dir);
-  report = write_exl2_checkpoint(kStories, dir, options, pool);
+  report = write_exl2_checkpoint(kHfStories, dir, options, pool);
   ASSERT_TRUE(report) << report.error().message;
   EXPECT_EQ(packed_row_of(dir, "model.layers.0.self_attn.q_proj", 64, 64, 21), 0);
   EXPECT_NE(packed_row_of(dir, "model.layers.0.self_attn.q_proj", 64, 64, 37), 0);
 
   // Statistics that miss a layer, or have the wrong width for it: errors naming the tensor.
   options.input_energy.erase("blk.1.ffn_up.weight");
-  auto missing = write_exl2_checkpoint(kStories, dir, options, pool);
+  auto missing = write_exl2_checkpoint(kHfStories, dir, options, pool);
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().message.find(
                 "model.layers.1.mlp.up_proj.weight: no calibration statistics of 64 inputs"),
             std::string::npos)
       << missing.error().message;
   options.input_energy["blk.1.ffn_up.weight"] = std::vector<double>(63, 1.0);
-  auto wrong = write_exl2_checkpoint(kStories, dir, options, pool);
+  auto wrong = write_exl2_checkpoint(kHfStories, dir, options, pool);
   ASSERT_FALSE(wrong);
   EXPECT_NE(wrong.error().message.find("model.layers.1.mlp.up_proj.weight"), std::string::npos)
       << wrong.error().message;

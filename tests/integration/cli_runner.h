@@ -13,6 +13,18 @@
 
 namespace vesper::testing_util {
 
+// The shared test data the CLI tests run on (paths from the repository root).
+inline const std::string kStories = "../shared/models/stories260K.gguf";
+inline const std::string kStoriesF32 = "../shared/models/stories260K-f32.gguf";
+inline const std::string kHeldoutText = "../shared/data/tinystories-heldout.txt";
+
+// `a` followed by `b`: a command line with more flags.
+inline std::vector<std::string> with(std::vector<std::string> a,
+                                     const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 struct CommandResult {
   int exit_code = -1;
   std::string out;

@@ -12,10 +12,11 @@
 namespace vesper {
 namespace {
 
+using testing_util::kStories;
+using testing_util::kStoriesF32;
+
 using testing_util::json_lines;
 using testing_util::run_vesper;
-const std::string kStories = "../shared/models/stories260K.gguf";
-const std::string kStoriesLong = "../shared/models/stories260K-f32.gguf";
 
 nlohmann::json expected_stories() {
   std::ifstream f("bench/llamacpp/expected_stories260K.json");
@@ -56,7 +57,7 @@ TEST(CliGenerate, JsonGivesIdsTextAndFinishReasonPerPromptInOrder) {
 // stories260K (trained with llama2.c) ends its stories with BOS, never with its EOS token, so a
 // copy whose eos_token_id is 1 ends generation naturally: the EOS path, through the CLI.
 TEST(CliGenerate, StopsAtEndOfSequenceWithFinishReasonStop) {
-  auto file = gguf::GgufFile::open(kStoriesLong);
+  auto file = gguf::GgufFile::open(kStoriesF32);
   ASSERT_TRUE(file.ok());
   gguf::GgufWriter w;
   w.copy_metadata(*file);
@@ -189,7 +190,7 @@ TEST(CliGenerate, PromptsFileRunsAsOneBatchInInputOrder) {
 // async scheduling with speculation are refused naming the flag.
 TEST(CliGenerate, EngineLoopFlagsKeepTheOutputAndAreLogged) {
   const std::vector<std::string> base = {
-      "generate",       kStoriesLong,   "--prompt", "Once upon a time", "--prompt",
+      "generate",       kStoriesF32,    "--prompt", "Once upon a time", "--prompt",
       "The little dog", "--max-tokens", "40",       "--temperature",    "0",
       "--stop",         "park",         "--json"};
   auto plain = run_vesper(base);
@@ -210,25 +211,24 @@ TEST(CliGenerate, EngineLoopFlagsKeepTheOutputAndAreLogged) {
         << r.err;
   }
   auto ahead = run_vesper(
-      {"generate", kStoriesLong, "--prompt", "x", "--max-tokens", "2", "--async-scheduling"});
+      {"generate", kStoriesF32, "--prompt", "x", "--max-tokens", "2", "--async-scheduling"});
   EXPECT_NE(ahead.err.find("async scheduling on"), std::string::npos) << ahead.err;
-  auto spec = run_vesper({"generate", kStoriesLong, "--prompt", "x", "--async-scheduling",
+  auto spec = run_vesper({"generate", kStoriesF32, "--prompt", "x", "--async-scheduling",
                           "--speculative-model", "[ngram]", "--num-speculative-tokens", "3"});
   EXPECT_EQ(spec.exit_code, 1);
   EXPECT_NE(spec.err.find("--async-scheduling: speculative decoding"), std::string::npos)
       << spec.err;
-  auto steps =
-      run_vesper({"generate", kStoriesLong, "--prompt", "x", "--num-scheduler-steps", "0"});
+  auto steps = run_vesper({"generate", kStoriesF32, "--prompt", "x", "--num-scheduler-steps", "0"});
   EXPECT_EQ(steps.exit_code, 2);
   EXPECT_NE(steps.err.find("--num-scheduler-steps"), std::string::npos) << steps.err;
   auto both = run_vesper(
-      {"generate", kStoriesLong, "--prompt", "x", "--async-scheduling", "--no-async-scheduling"});
+      {"generate", kStoriesF32, "--prompt", "x", "--async-scheduling", "--no-async-scheduling"});
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_NE(both.err.find("--no-async-scheduling"), std::string::npos) << both.err;
 }
 
 TEST(CliBench, ThroughputJsonReportsRates) {
-  auto r = run_vesper({"bench", "throughput", kStoriesLong, "--num-prompts", "16", "--input-len",
+  auto r = run_vesper({"bench", "throughput", kStoriesF32, "--num-prompts", "16", "--input-len",
                        "32", "--output-len", "8", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -253,8 +253,8 @@ TEST(CliBench, ThroughputJsonReportsRates) {
 TEST(CliBench, ThroughputPrefixCachingWorkloads) {
   auto run = [](std::vector<std::string> extra, const std::string& num_prompts = "12",
                 const std::string& input_len = "8") {
-    std::vector<std::string> args = {"bench",     "throughput",  kStoriesLong, "--num-prompts",
-                                     num_prompts, "--input-len", input_len,    "--output-len",
+    std::vector<std::string> args = {"bench",     "throughput",  kStoriesF32, "--num-prompts",
+                                     num_prompts, "--input-len", input_len,   "--output-len",
                                      "6",         "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = run_vesper(args);
@@ -286,13 +286,13 @@ TEST(CliBench, ThroughputPrefixCachingWorkloads) {
   EXPECT_EQ(chat["prompt_tokens"], 3 * 436);
   EXPECT_EQ(chat["prefill_tokens_computed"], 3 * 196);
 
-  auto bad = run_vesper({"bench", "throughput", kStoriesLong, "--num-turns", "0"});
+  auto bad = run_vesper({"bench", "throughput", kStoriesF32, "--num-turns", "0"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--num-turns"), std::string::npos) << bad.err;
 }
 
 TEST(CliBench, LatencyJsonReportsPromptGenerationAndBatchedDecodeRates) {
-  auto r = run_vesper({"bench", "latency", kStoriesLong, "--n-prompt", "32", "--n-gen", "8",
+  auto r = run_vesper({"bench", "latency", kStoriesF32, "--n-prompt", "32", "--n-gen", "8",
                        "--decode-seqs", "2,4", "--repetitions", "2", "--threads", "1", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
@@ -326,7 +326,7 @@ TEST(CliBench, LatencyBadFlagsNameTheFlag) {
       {{"--n-prompt", "4096"}, 1, "--n-prompt 4096"},
   };
   for (const auto& c : cases) {
-    std::vector<std::string> args = {"bench", "latency", kStoriesLong};
+    std::vector<std::string> args = {"bench", "latency", kStoriesF32};
     args.insert(args.end(), c.args.begin(), c.args.end());
     auto r = run_vesper(args);
     std::string all;

@@ -21,9 +21,10 @@
 namespace vesper {
 namespace {
 
+using testing_util::kHeldoutText;
+using testing_util::kStoriesF32;
+
 using testing_util::run_vesper;
-const std::string kModel = "../shared/models/stories260K-f32.gguf";
-const std::string kText = "../shared/data/tinystories-heldout.txt";
 
 double number_after(const std::string& text, const std::string& pattern) {
   std::smatch m;
@@ -36,9 +37,16 @@ using testing_util::sanitized;
 // PPL on the first 60 chunks of 128 tokens (3,780 scored tokens). Under a sanitizer 6 chunks, and
 // the tests check memory, not the figures' bounds (measured on the 60).
 double perplexity(const std::string& kv_type, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args = {
-      "perplexity",       kModel, "-f", kText, "--ctx", "128", "--chunks", sanitized() ? "6" : "60",
-      "--kv-cache-dtype", kv_type};
+  std::vector<std::string> args = {"perplexity",
+                                   kStoriesF32,
+                                   "-f",
+                                   kHeldoutText,
+                                   "--ctx",
+                                   "128",
+                                   "--chunks",
+                                   sanitized() ? "6" : "60",
+                                   "--kv-cache-dtype",
+                                   kv_type};
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = run_vesper(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -79,13 +87,13 @@ TEST(CliKvCache, CalculateKvScalesFixesFp8ScalesFromTheFirstRows) {
     EXPECT_LT(std::fabs(calibrated / f32 - 1), 0.05);
   }
   EXPECT_NE(calibrated, own) << "the flag changed nothing";
-  auto gen = run_vesper({"generate", kModel, "--prompt", "Once upon a time", "--max-tokens", "20",
-                         "--kv-cache-dtype", "fp8", "--calculate-kv-scales"});
+  auto gen = run_vesper({"generate", kStoriesF32, "--prompt", "Once upon a time", "--max-tokens",
+                         "20", "--kv-cache-dtype", "fp8", "--calculate-kv-scales"});
   EXPECT_EQ(gen.exit_code, 0) << gen.err;
   EXPECT_NE(gen.err.find("fixed from the first step's rows (--calculate-kv-scales)"),
             std::string::npos)
       << gen.err;
-  auto bad = run_vesper({"generate", kModel, "--prompt", "Once", "--kv-cache-dtype", "int8",
+  auto bad = run_vesper({"generate", kStoriesF32, "--prompt", "Once", "--kv-cache-dtype", "int8",
                          "--calculate-kv-scales"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--calculate-kv-scales applies to fp8 KV caches"), std::string::npos)
@@ -121,32 +129,33 @@ TEST(CliKvCache, KiviPerplexityWithinItsBounds) {
 // said in the startup log (prefix caching, turned off); a bad group size is a usage error.
 TEST(CliKvCache, KiviLimitsAreStatedNamingTheFlags) {
   // A residual window of 0 (every whole group read quantized) runs past a group's end.
-  auto zero = run_vesper({"generate", kModel, "--prompt", "Once upon a time", "--max-tokens", "100",
-                          "--kv-cache-dtype", "kivi2", "--kivi-residual-length", "0"});
+  auto zero = run_vesper({"generate", kStoriesF32, "--prompt", "Once upon a time", "--max-tokens",
+                          "100", "--kv-cache-dtype", "kivi2", "--kivi-residual-length", "0"});
   EXPECT_EQ(zero.exit_code, 0) << zero.err;
-  auto ok = run_vesper(
-      {"generate", kModel, "--prompt", "Once", "--max-tokens", "2", "--kv-cache-dtype", "kivi2"});
+  auto ok = run_vesper({"generate", kStoriesF32, "--prompt", "Once", "--max-tokens", "2",
+                        "--kv-cache-dtype", "kivi2"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
-  auto bad = run_vesper(
-      {"perplexity", kModel, "-f", kText, "--kv-cache-dtype", "kivi2", "--kivi-group-size", "48"});
+  auto bad = run_vesper({"perplexity", kStoriesF32, "-f", kHeldoutText, "--kv-cache-dtype", "kivi2",
+                         "--kivi-group-size", "48"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--kivi-group-size"), std::string::npos) << bad.err;
 }
 
 TEST(CliKvCache, KlDivergenceAgainstAnF32Base) {
   const std::string base = ::testing::TempDir() + "/stories-f32.kld";
-  auto saved = run_vesper({"perplexity", kModel, "-f", kText, "--ctx", "128", "--chunks", "20",
-                           "--kv-cache-dtype", "f32", "--kl-divergence-base", base});
+  auto saved =
+      run_vesper({"perplexity", kStoriesF32, "-f", kHeldoutText, "--ctx", "128", "--chunks", "20",
+                  "--kv-cache-dtype", "f32", "--kl-divergence-base", base});
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
   // Against itself: zero divergence, the same top token everywhere.
-  auto same = run_vesper({"perplexity", kModel, "--ctx", "128", "--kv-cache-dtype", "f32",
+  auto same = run_vesper({"perplexity", kStoriesF32, "--ctx", "128", "--kv-cache-dtype", "f32",
                           "--kl-divergence-base", base, "--kl-divergence"});
   ASSERT_EQ(same.exit_code, 0) << same.err;
   EXPECT_EQ(0.0, number_after(same.out, R"(Mean KLD = ([0-9.]+))")) << same.out;
   EXPECT_NE(same.out.find("Same top token: 100.000%"), std::string::npos) << same.out;
   double previous = 0;
   for (const std::string type : {"f16", "int8", "fp8_e4m3"}) {
-    auto r = run_vesper({"perplexity", kModel, "--ctx", "128", "--kv-cache-dtype", type,
+    auto r = run_vesper({"perplexity", kStoriesF32, "--ctx", "128", "--kv-cache-dtype", type,
                          "--kl-divergence-base", base, "--kl-divergence"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const double kl = number_after(r.out, R"(Mean KLD = ([0-9.]+))");
@@ -159,7 +168,7 @@ TEST(CliKvCache, KlDivergenceAgainstAnF32Base) {
   }
   // A base from another context length is refused, naming the flag.
   auto wrong = run_vesper(
-      {"perplexity", kModel, "--ctx", "64", "--kl-divergence-base", base, "--kl-divergence"});
+      {"perplexity", kStoriesF32, "--ctx", "64", "--kl-divergence-base", base, "--kl-divergence"});
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.err.find("--kl-divergence-base"), std::string::npos) << wrong.err;
   // A header that promises more than the file holds (a huge chunk count) is refused, not
@@ -173,8 +182,8 @@ TEST(CliKvCache, KlDivergenceAgainstAnF32Base) {
     for (const std::string& corrupt : {lying, bytes.substr(0, bytes.size() - 5)}) {
       const std::string path = ::testing::TempDir() + "/corrupt.kld";
       std::ofstream(path, std::ios::binary) << corrupt;
-      auto r = run_vesper(
-          {"perplexity", kModel, "--ctx", "128", "--kl-divergence-base", path, "--kl-divergence"});
+      auto r = run_vesper({"perplexity", kStoriesF32, "--ctx", "128", "--kl-divergence-base", path,
+                           "--kl-divergence"});
       EXPECT_EQ(r.exit_code, 1) << r.err;
       EXPECT_NE(r.err.find("corrupt or truncated"), std::string::npos) << r.err;
       std::remove(path.c_str());
@@ -185,8 +194,8 @@ TEST(CliKvCache, KlDivergenceAgainstAnF32Base) {
 
 // Tokens of capacity a 1 MiB KV cache holds, from the startup log's memory plan.
 double capacity(const std::vector<std::string>& kv_flags, std::string* log = nullptr) {
-  std::vector<std::string> args = {"generate",          kModel, "--prompt",      "Once",
-                                   "--max-tokens",      "4",    "--temperature", "0",
+  std::vector<std::string> args = {"generate",          kStoriesF32, "--prompt",      "Once",
+                                   "--max-tokens",      "4",         "--temperature", "0",
                                    "--kv-cache-memory", "1M"};
   args.insert(args.end(), kv_flags.begin(), kv_flags.end());
   auto r = run_vesper(args);
@@ -222,8 +231,8 @@ TEST(CliKvCache, SameMemoryHoldsMoreTokensOfSmallerTypes) {
 // residual, 2 + 2 x 6 = 14 blocks. So 42 blocks hold 3 sequences, and 41 do not.
 TEST(CliKvCache, KiviPlanCountsTheResidualWindowsDecodingHolds) {
   auto run = [](int64_t blocks, std::string* log) {
-    auto r = run_vesper({"bench", "throughput", kModel, "--num-prompts", "3", "--input-len", "8",
-                         "--output-len", "120", "--kv-cache-dtype", "kivi2",
+    auto r = run_vesper({"bench", "throughput", kStoriesF32, "--num-prompts", "3", "--input-len",
+                         "8", "--output-len", "120", "--kv-cache-dtype", "kivi2",
                          "--kivi-residual-length", "32", "--max-model-len", "128",
                          "--kv-cache-memory", std::to_string(blocks * 5760), "-t", "1"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -243,7 +252,7 @@ TEST(CliKvCache, KiviPlanCountsTheResidualWindowsDecodingHolds) {
 // `vesper inspect` states a model's KV bytes per token in every type (stories260K: 5 layers x 4 KV
 // heads x 8, keys and values: f32 1,280 bytes, f16 640, int8 5 x 4 x 2 x (8 + 4) = 480).
 TEST(CliKvCache, InspectListsTheKvCostOfEveryType) {
-  auto r = run_vesper({"inspect", kModel, "--no-tensors"});
+  auto r = run_vesper({"inspect", kStoriesF32, "--no-tensors"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("KV cache per token"), std::string::npos) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(f32 +1.25 KiB/token +838861 tokens per GiB)")))
@@ -255,9 +264,9 @@ TEST(CliKvCache, InspectListsTheKvCostOfEveryType) {
 // bench latency -d decodes after a prompt of that many tokens and names its tests as llama-bench
 // does; its JSON states the KV cache it ran with.
 TEST(CliKvCache, BenchLatencyAtDepthReportsTheKvCache) {
-  auto r =
-      run_vesper({"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "64", "--decode-seqs",
-                  "2", "-r", "1", "-t", "1", "--kv-cache-dtype", "int8", "--json"});
+  auto r = run_vesper({"bench", "latency", kStoriesF32, "-p", "0", "-n", "4", "-d", "64",
+                       "--decode-seqs", "2", "-r", "1", "-t", "1", "--kv-cache-dtype", "int8",
+                       "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j.value("tg4_d64_tokens_per_s", 0.0), 0) << r.out;
@@ -272,19 +281,20 @@ TEST(CliKvCache, BenchLatencyAtDepthReportsTheKvCache) {
   // cache: each of the 6 sequences of the 4 runs (a warm-up and a timed run with 1 and with 2)
   // finds at least 48 of its 64 tokens there.
   auto shared =
-      run_vesper({"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "64", "--decode-seqs",
-                  "2", "-r", "1", "-t", "1", "--shared-prompt", "--json"});
+      run_vesper({"bench", "latency", kStoriesF32, "-p", "0", "-n", "4", "-d", "64",
+                  "--decode-seqs", "2", "-r", "1", "-t", "1", "--shared-prompt", "--json"});
   ASSERT_EQ(shared.exit_code, 0) << shared.err;
   const auto js = nlohmann::json::parse(shared.out);
   EXPECT_GT(js.value("tg4_seqs2_d64_tokens_per_s", 0.0), 0) << shared.out;
   EXPECT_GE(js["prefix_cache"]["hits"].get<int64_t>(), 6 * 48) << shared.out;
-  auto alone = run_vesper({"bench", "latency", kModel, "-p", "0", "-n", "4", "--shared-prompt"});
+  auto alone =
+      run_vesper({"bench", "latency", kStoriesF32, "-p", "0", "-n", "4", "--shared-prompt"});
   EXPECT_NE(alone.exit_code, 0);
   EXPECT_NE(alone.err.find("--shared-prompt needs --n-depth or --prompt"), std::string::npos)
       << alone.err;
   // A depth beyond the context length is an error, not a crash.
   auto deep = run_vesper(
-      {"bench", "latency", kModel, "-p", "0", "-n", "4", "-d", "100000", "-r", "1", "--json"});
+      {"bench", "latency", kStoriesF32, "-p", "0", "-n", "4", "-d", "100000", "-r", "1", "--json"});
   EXPECT_NE(deep.exit_code, 0);
   EXPECT_NE(deep.err.find("--n-depth 100000"), std::string::npos) << deep.err;
 }
@@ -302,14 +312,14 @@ TEST(CliKvCache, GreedyOutputPerTypeIsTheSameAloneAndBatched) {
   // KIVI with a residual window of 8 over 60 tokens: groups are stored quantized as it runs.
   for (const std::string type : {"f16", "int8", "fp8_e5m2", "kivi2", "kivi4"}) {
     const std::string max_tokens = type.starts_with("kivi") ? "60" : "24";
-    auto alone = run_vesper({"generate", kModel, "--prompt", "Lily wanted a", "--max-tokens",
+    auto alone = run_vesper({"generate", kStoriesF32, "--prompt", "Lily wanted a", "--max-tokens",
                              max_tokens, "--temperature", "0", "--json", "--kv-cache-dtype", type,
                              "--kivi-residual-length", "8"});
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
-    auto batched = run_vesper({"generate", kModel, "--prompt", "One day, a big dog", "--prompt",
-                               "Lily wanted a", "--max-tokens", max_tokens, "--temperature", "0",
-                               "--json", "--max-num-batched-tokens", "8", "--kv-cache-dtype", type,
-                               "--kivi-residual-length", "8"});
+    auto batched = run_vesper({"generate", kStoriesF32, "--prompt", "One day, a big dog",
+                               "--prompt", "Lily wanted a", "--max-tokens", max_tokens,
+                               "--temperature", "0", "--json", "--max-num-batched-tokens", "8",
+                               "--kv-cache-dtype", type, "--kivi-residual-length", "8"});
     ASSERT_EQ(batched.exit_code, 0) << batched.err;
     const auto a = ids(alone.out), b = ids(batched.out);
     ASSERT_EQ(1u, a.size());
@@ -326,7 +336,7 @@ testing_util::CommandResult expect_speculation_keeps_ids(const std::string& prom
                                                          const std::vector<std::string>& extra,
                                                          const std::vector<std::string>& spec,
                                                          const std::string& log) {
-  std::vector<std::string> args = {"generate",      kModel,
+  std::vector<std::string> args = {"generate",      kStoriesF32,
                                    "--prompt",      prompt,
                                    "--prompt",      "Lily and Ben",
                                    "--max-tokens",  "100",
@@ -361,9 +371,14 @@ TEST(CliKvCache, KiviGreedyOutputIsTheSameWithMedusaHeads) {
   const std::vector<std::string> medusa = {"--speculative-model", "../shared/models/medusa",
                                            "--num-speculative-tokens", "8"};
   expect_speculation_keeps_ids("Once upon a time", "8", {}, medusa, "Medusa heads");
-  std::vector<std::string> shallow = {
-      "generate", kModel, "--prompt", "Hi", "--kv-cache-dtype", "kivi2", "--kivi-residual-length",
-      "4"};
+  std::vector<std::string> shallow = {"generate",
+                                      kStoriesF32,
+                                      "--prompt",
+                                      "Hi",
+                                      "--kv-cache-dtype",
+                                      "kivi2",
+                                      "--kivi-residual-length",
+                                      "4"};
   shallow.insert(shallow.end(), medusa.begin(), medusa.end());
   auto r = run_vesper(shallow);
   EXPECT_NE(r.exit_code, 0);
@@ -421,7 +436,7 @@ TEST(CliKvCache, KiviPrefixCachingHitsAndKeepsGreedyOutput) {
       "park with her friends. One day, she saw a big red ball under a tree and ran to get it. "
       "Her mom said to be careful, so Lily looked both ways before she ran.";
   std::vector<std::string> args = {"generate",
-                                   kModel,
+                                   kStoriesF32,
                                    "--prompt",
                                    prefix + " Then",
                                    "--prompt",
@@ -446,7 +461,7 @@ TEST(CliKvCache, KiviPrefixCachingHitsAndKeepsGreedyOutput) {
   auto off = run_vesper(args);
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_EQ(on.out, off.out);
-  auto bench = run_vesper({"bench", "throughput", kModel, "--num-prompts", "8", "--prefix-len",
+  auto bench = run_vesper({"bench", "throughput", kStoriesF32, "--num-prompts", "8", "--prefix-len",
                            "96", "--num-prefixes", "2", "--input-len", "16", "--output-len", "8",
                            "--kv-cache-dtype", "kivi2", "--kivi-residual-length", "8", "--json"});
   ASSERT_EQ(bench.exit_code, 0) << bench.err;
@@ -459,7 +474,8 @@ TEST(CliKvCache, BadTypesAreUsageErrorsNamingTheFlag) {
        {std::vector<std::string>{"--kv-cache-dtype", "q4_0"},
         std::vector<std::string>{"--kv-cache-dtype-k", "fp4"},
         std::vector<std::string>{"-ctv", "F16"}}) {
-    std::vector<std::string> args = {"generate", kModel, "--prompt", "Once", "--max-tokens", "2"};
+    std::vector<std::string> args = {"generate", kStoriesF32,    "--prompt",
+                                     "Once",     "--max-tokens", "2"};
     args.insert(args.end(), flags.begin(), flags.end());
     auto r = run_vesper(args);
     EXPECT_NE(r.exit_code, 0) << flags[0];
@@ -467,7 +483,7 @@ TEST(CliKvCache, BadTypesAreUsageErrorsNamingTheFlag) {
         << r.err;
     EXPECT_NE(r.err.find("fp8_e4m3"), std::string::npos) << "lists the choices: " << r.err;
   }
-  auto r = run_vesper({"perplexity", kModel, "-f", kText, "--kv-cache-dtype", "int4"});
+  auto r = run_vesper({"perplexity", kStoriesF32, "-f", kHeldoutText, "--kv-cache-dtype", "int4"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--kv-cache-dtype"), std::string::npos) << r.err;
 }

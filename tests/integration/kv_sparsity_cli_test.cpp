@@ -19,15 +19,16 @@
 namespace vesper {
 namespace {
 
+using testing_util::kHeldoutText;
+using testing_util::kStoriesF32;
+
 using testing_util::run_vesper;
-const std::string kModel = "../shared/models/stories260K-f32.gguf";
-const std::string kText = "../shared/data/tinystories-heldout.txt";
 
 using testing_util::sanitized;  // 8 chunks, fewer settings, only what holds on any text
 
-double perplexity(const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"perplexity", kModel, "-f",       kText,
-                                   "--ctx",      "128",  "--chunks", sanitized() ? "8" : "40"};
+double perplexity_with(const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"perplexity", kStoriesF32, "-f",       kHeldoutText,
+                                   "--ctx",      "128",       "--chunks", sanitized() ? "8" : "40"};
   args.insert(args.end(), extra.begin(), extra.end());
   auto r = run_vesper(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -40,13 +41,13 @@ double perplexity(const std::vector<std::string>& extra) {
 // little perplexity (measured +2.5% on these 40 chunks), a 4 + 32 one more (+7.3%), and a window
 // covering the whole context nothing.
 TEST(CliKvWindow, PerplexityGrowsAsTheWindowShrinks) {
-  const double dense = perplexity({});
-  const double wide = perplexity({"--kv-window", "128", "--kv-sink-tokens", "4"});
-  const double w60 = perplexity({"--kv-window", "60", "--kv-sink-tokens", "4"});
+  const double dense = perplexity_with({});
+  const double wide = perplexity_with({"--kv-window", "128", "--kv-sink-tokens", "4"});
+  const double w60 = perplexity_with({"--kv-window", "60", "--kv-sink-tokens", "4"});
   EXPECT_EQ(wide, dense);
   EXPECT_NE(w60, dense);
   if (sanitized()) return;
-  const double w32 = perplexity({"--kv-window", "32", "--kv-sink-tokens", "4"});
+  const double w32 = perplexity_with({"--kv-window", "32", "--kv-sink-tokens", "4"});
   std::printf("  dense %.4f, 4+128 %.4f, 4+60 %.4f (%+.2f%%), 4+32 %.4f (%+.2f%%)\n", dense, wide,
               w60, 100 * (w60 / dense - 1), w32, 100 * (w32 / dense - 1));
   EXPECT_GT(w60, dense);
@@ -59,9 +60,9 @@ TEST(CliKvWindow, PerplexityGrowsAsTheWindowShrinks) {
 // best-bounded others) within 3% of dense (measured +2.8%), 48 more, and 32 (the first block and
 // the query's own alone) far more (+70%); a budget over the whole context nothing.
 TEST(CliKvQuest, PerplexityAtEachBudget) {
-  const double dense = perplexity({});
+  const double dense = perplexity_with({});
   auto quest = [](const char* budget) {
-    return perplexity({"--kv-sparsity", "quest", "--kv-sparse-budget", budget});
+    return perplexity_with({"--kv-sparsity", "quest", "--kv-sparse-budget", budget});
   };
   const double wide = quest("128"), b64 = quest("64");
   EXPECT_EQ(wide, dense);
@@ -91,7 +92,7 @@ std::vector<nlohmann::json> ids(const std::string& out) {
 // dense ids (the window is applied).
 TEST(CliKvWindow, GreedyIdsHoldAcrossBatchingAndSpeculation) {
   const std::vector<std::string> base = {
-      "generate", kModel,          "--prompt", "Once upon a time", "--max-tokens",
+      "generate", kStoriesF32,     "--prompt", "Once upon a time", "--max-tokens",
       "200",      "--temperature", "0",        "--ignore-eos",     "--json"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = base;
@@ -122,7 +123,7 @@ TEST(CliKvWindow, GreedyIdsHoldAcrossBatchingAndSpeculation) {
 // request is refused as larger than the cache.
 TEST(CliKvWindow, AnOutputLongerThanTheCacheRuns) {
   const std::vector<std::string> args = {"generate",
-                                         kModel,
+                                         kStoriesF32,
                                          "--prompt",
                                          "Once upon a time",
                                          "--max-tokens",
@@ -149,9 +150,9 @@ TEST(CliKvWindow, AnOutputLongerThanTheCacheRuns) {
 TEST(CliKvQuest, GreedyIdsHoldAcrossBatchingAndSpeculation) {
   const std::vector<std::string> quest = {"--kv-sparsity", "quest", "--kv-sparse-budget", "48"};
   auto run = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"generate",     kModel,  "--prompt",      "Once upon a time",
-                                     "--max-tokens", "200",   "--temperature", "0",
-                                     "--ignore-eos", "--json"};
+    std::vector<std::string> args = {
+        "generate", kStoriesF32,     "--prompt", "Once upon a time", "--max-tokens",
+        "200",      "--temperature", "0",        "--ignore-eos",     "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = run_vesper(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -179,9 +180,9 @@ TEST(CliKvQuest, OverKiviGreedyIdsHoldAndPerplexityStaysNear) {
   std::vector<std::string> quest = kivi;
   for (const char* a : {"--kv-sparsity", "quest", "--kv-sparse-budget", "96"}) quest.push_back(a);
   auto run = [&](const std::vector<std::string>& flags, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"generate",     kModel,  "--prompt",      "Once upon a time",
-                                     "--max-tokens", "200",   "--temperature", "0",
-                                     "--ignore-eos", "--json"};
+    std::vector<std::string> args = {
+        "generate", kStoriesF32,     "--prompt", "Once upon a time", "--max-tokens",
+        "200",      "--temperature", "0",        "--ignore-eos",     "--json"};
     args.insert(args.end(), flags.begin(), flags.end());
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = run_vesper(args);
@@ -194,7 +195,7 @@ TEST(CliKvQuest, OverKiviGreedyIdsHoldAndPerplexityStaysNear) {
   EXPECT_EQ(alone[0],
             run(quest, {"--speculative-model", "[ngram]", "--num-speculative-tokens", "4"})[0]);
   EXPECT_NE(alone[0], run(kivi, {})[0]);
-  const double dense = perplexity(kivi), sparse = perplexity(quest);
+  const double dense = perplexity_with(kivi), sparse = perplexity_with(quest);
   std::printf("  kivi2 (G 32, R 32) %.4f, with Quest 96 %.4f (%+.2f%%)\n", dense, sparse,
               100 * (sparse / dense - 1));
   EXPECT_NE(sparse, dense);
@@ -208,7 +209,7 @@ TEST(CliKvWindow, BadValuesAreErrorsNamingTheFlag) {
       {{"--kv-window", "8"}, "--kv-window 8 is below one KV block"},
       {{"--kv-sink-tokens", "4"}, "--kv-sink-tokens 4 needs --kv-window"},
       {{"--kv-window", "32", "--kv-cache-dtype", "kivi2"}, "--kv-window: not with a KIVI cache"},
-      {{"--kv-window", "32", "--speculative-model", kModel, "--num-speculative-tokens", "2"},
+      {{"--kv-window", "32", "--speculative-model", kStoriesF32, "--num-speculative-tokens", "2"},
        "--kv-window: not with a draft model"},
       {{"--kv-window", "-3"}, "--kv-window"},
       {{"--kv-sparsity", "quest"}, "--kv-sparsity quest needs --kv-sparse-budget"},
@@ -220,13 +221,14 @@ TEST(CliKvWindow, BadValuesAreErrorsNamingTheFlag) {
       {{"--kv-sparsity", "sparse"}, "--kv-sparsity"},
   };
   for (const auto& [flags, message] : cases) {
-    std::vector<std::string> args = {"generate", kModel, "--prompt", "Once", "--max-tokens", "2"};
+    std::vector<std::string> args = {"generate", kStoriesF32,    "--prompt",
+                                     "Once",     "--max-tokens", "2"};
     args.insert(args.end(), flags.begin(), flags.end());
     auto r = run_vesper(args);
     EXPECT_NE(r.exit_code, 0) << flags[0];
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   }
-  auto r = run_vesper({"perplexity", kModel, "-f", kText, "--kv-window", "4"});
+  auto r = run_vesper({"perplexity", kStoriesF32, "-f", kHeldoutText, "--kv-window", "4"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--kv-window 4 is below one KV block"), std::string::npos) << r.err;
 }

@@ -15,9 +15,10 @@
 namespace vesper {
 namespace {
 
+using testing_util::kStories;
+
 using testing_util::json_lines;
 using testing_util::run_vesper;
-const std::string kModel = "../shared/models/stories260K.gguf";
 const std::string kZed = "../shared/models/lora/zed/adapter.gguf";
 const std::string kBim = "../shared/models/lora/bim";
 
@@ -35,7 +36,7 @@ TEST(CliLora, GenerateMixesAdaptersByEachPromptsModel) {
                 R"({"prompt": "One day, a little girl named", "model": "stories260K"})",
                 R"({"prompt": "One day, a little girl named"})"});
   const std::vector<std::string> common = {
-      "generate",    kModel,        "--enable-lora", "--max-loras", "2",  "--lora-modules",
+      "generate",    kStories,      "--enable-lora", "--max-loras", "2",  "--lora-modules",
       "zed=" + kZed, "bim=" + kBim, "--temperature", "0",           "-n", "12",
       "--json"};
   std::vector<std::string> args = common;
@@ -62,7 +63,7 @@ TEST(CliLora, GenerateMixesAdaptersByEachPromptsModel) {
 }
 
 TEST(CliLora, MergedAdaptersAndSyntheticOnes) {
-  const auto zed = run_vesper({"generate", kModel, "--lora", kZed, "--prompt",
+  const auto zed = run_vesper({"generate", kStories, "--lora", kZed, "--prompt",
                                "One day, a little girl named", "--temperature", "0", "-n", "4"},
                               "merged");
   ASSERT_EQ(zed.exit_code, 0) << zed.err;
@@ -72,18 +73,18 @@ TEST(CliLora, MergedAdaptersAndSyntheticOnes) {
   // Random adapters in every tensor type an adapter file may hold; f16 ones stay f16 in memory.
   for (const std::string type : {"f16", "f32", "bf16", "q8_0"}) {
     const std::string synth = ::testing::TempDir() + "vesper_synth_lora_" + type + ".gguf";
-    const auto w = run_vesper({"synth", "--base", kModel, "--lora-rank", "4", "--lora-targets",
+    const auto w = run_vesper({"synth", "--base", kStories, "--lora-rank", "4", "--lora-targets",
                                "q,v,down", "--type", type, "-o", synth},
                               "synth");
     ASSERT_EQ(w.exit_code, 0) << w.err;
-    const auto g = run_vesper({"generate", kModel, "--lora-scaled", synth, "0.25", "--prompt",
+    const auto g = run_vesper({"generate", kStories, "--lora-scaled", synth, "0.25", "--prompt",
                                "Once upon a time", "-n", "4"},
                               "synth_run");
     ASSERT_EQ(g.exit_code, 0) << type << ": " << g.err;
     EXPECT_NE(g.err.find("rank 4"), std::string::npos) << g.err;
   }
   const auto bad_type = run_vesper(
-      {"synth", "--base", kModel, "--lora-rank", "4", "--type", "q4_0", "-o", "/dev/null"}, "q4");
+      {"synth", "--base", kStories, "--lora-rank", "4", "--type", "q4_0", "-o", "/dev/null"}, "q4");
   EXPECT_NE(bad_type.exit_code, 0);
   EXPECT_NE(bad_type.err.find("f32, f16, bf16 or q8_0"), std::string::npos) << bad_type.err;
 }
@@ -101,7 +102,7 @@ TEST(CliLora, BadFlagsFilesAndNamesAreErrorsNamingThem) {
       {{"--enable-lora", "--lora-modules", R"({"name": "z", "path": 3})"}, {"\"path\""}},
       {{"--enable-lora", "--lora-modules", "z=no/such/dir"}, {"--lora-modules z", "no/such/dir"}},
       {{"--lora-scaled", kZed, "half"}, {"--lora-scaled", "half"}},
-      {{"--lora", kModel}, {"--lora", "stories260K.gguf", "not a LoRA adapter"}},
+      {{"--lora", kStories}, {"--lora", "stories260K.gguf", "not a LoRA adapter"}},
       {{"--enable-lora", "--lora-modules", "v=../shared/models/vera/zed"},
        {"--lora-modules v", "rank 32", "--max-lora-rank 16"}},
       {{"--enable-lora", "--max-loras", "4", "--max-cpu-loras", "2"},
@@ -110,9 +111,9 @@ TEST(CliLora, BadFlagsFilesAndNamesAreErrorsNamingThem) {
       {{"--prompts-file", unknown}, {"prompt 1", "--enable-lora"}},
   };
   for (const Case& c : cases) {
-    std::vector<std::string> args = {"generate", kModel, "--prompt", "Hi", "-n", "2"};
+    std::vector<std::string> args = {"generate", kStories, "--prompt", "Hi", "-n", "2"};
     if (std::find(c.args.begin(), c.args.end(), "--prompts-file") != c.args.end())
-      args = {"generate", kModel, "-n", "2"};
+      args = {"generate", kStories, "-n", "2"};
     args.insert(args.end(), c.args.begin(), c.args.end());
     const auto r = run_vesper(args, "bad");
     EXPECT_NE(r.exit_code, 0) << c.args[0];

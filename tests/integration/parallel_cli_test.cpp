@@ -21,12 +21,14 @@
 namespace vesper {
 namespace {
 
+using testing_util::kStoriesF32;
+using testing_util::with;
+
 using testing_util::CommandResult;
 using testing_util::json_lines;
 using testing_util::run_vesper;
 using testing_util::shell_quote;
 
-const std::string kStories = "../shared/models/stories260K-f32.gguf";
 const std::string kDraft = "../shared/models/stories-draft.gguf";
 
 #ifdef VESPER_MPIEXEC
@@ -50,11 +52,6 @@ CommandResult run_mpi(int ranks, const std::vector<std::string>& args, const std
       args, "mpi_" + tag);
 }
 
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::filesystem::path work_dir() {
   static const std::filesystem::path dir = [] {
     auto d =
@@ -71,7 +68,7 @@ std::filesystem::path work_dir() {
 std::string wide_model(const std::string& type) {
   const std::string path = (work_dir() / ("wide-" + type + ".gguf")).string();
   if (!std::filesystem::exists(path)) {
-    auto r = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "512", "--n-head", "8",
+    auto r = run_vesper({"synth", "--widen-from", kStoriesF32, "--n-embd", "512", "--n-head", "8",
                          "--n-head-kv", "4", "--n-ff", "1024", "--type", type, "-o", path},
                         "synth");
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -108,8 +105,8 @@ std::string prompts_file() {
         out << line << "\n";
       }
     }
-    auto r =
-        run_vesper({"generate", kStories, "--prompts-file", texts, "-n", "1", "--json"}, "tokens");
+    auto r = run_vesper({"generate", kStoriesF32, "--prompts-file", texts, "-n", "1", "--json"},
+                        "tokens");
     EXPECT_EQ(r.exit_code, 0) << r.err;
     const std::string file = (work_dir() / "prompts.jsonl").string();
     std::ofstream out(file);
@@ -181,9 +178,9 @@ TEST_F(ParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
     std::vector<std::string> flags;
   };
   std::vector<Case> cases = {
-      {kStories, "stories260K f32", {}},
-      {kStories, "stories260K f32, fp8 KV", {"--kv-cache-dtype", "fp8"}},
-      {kStories, "stories260K f32, kivi2 KV", {"--kv-cache-dtype", "kivi2"}}};
+      {kStoriesF32, "stories260K f32", {}},
+      {kStoriesF32, "stories260K f32, fp8 KV", {"--kv-cache-dtype", "fp8"}},
+      {kStoriesF32, "stories260K f32, kivi2 KV", {"--kv-cache-dtype", "kivi2"}}};
   for (const std::string type : {"q4_0", "q8_0", "q4_K", "q6_K", "f16"})
     cases.push_back({wide_model(type), "wide " + type, {}});
   cases.push_back({exl2_model(), "stories260K EXL2 4.0", {}});
@@ -193,7 +190,7 @@ TEST_F(ParallelCli, OutputsEqualOneProcessAcrossWeightAndKvTypes) {
     // Every case under tensor parallelism, which cuts each weight type's matrices; pipeline
     // stages run every op as one process does, so a few weight types suffice there.
     std::vector<Split> splits = {kSplits[0]};
-    const bool pipeline = c.model == kStories || c.what == "wide q4_K" || c.what == "wide f16";
+    const bool pipeline = c.model == kStoriesF32 || c.what == "wide q4_K" || c.what == "wide f16";
     if (pipeline) splits.push_back(kSplits[1]);
     if (i == 0 || i == 2 || c.what == "wide q4_K") splits.push_back(kBoth);
     if (i == 0) splits.push_back(kFourStages);
@@ -224,7 +221,7 @@ TEST_F(ParallelCli, OutputIsIdenticalRunToRun) {
 }
 
 TEST_F(ParallelCli, EngineFeaturesUnderEitherSplit) {
-  const auto one = run_vesper(generate(kStories), "one");
+  const auto one = run_vesper(generate(kStoriesF32), "one");
   struct Case {
     std::string name;
     std::vector<std::string> flags;
@@ -246,7 +243,7 @@ TEST_F(ParallelCli, EngineFeaturesUnderEitherSplit) {
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
       const auto run =
-          run_mpi(split.ranks, generate(kStories, with(c.flags, split.flags)), "split");
+          run_mpi(split.ranks, generate(kStoriesF32, with(c.flags, split.flags)), "split");
       expect_same_outputs(one, run, c.name + split.name());
       // A pipeline keeps two plans in flight (virtual engines) unless a plan has several passes
       // or proposals.
@@ -259,7 +256,7 @@ TEST_F(ParallelCli, EngineFeaturesUnderEitherSplit) {
     }
   for (const size_t i : {0, 4})  // chunked prefill and swap, draft model
     expect_same_outputs(
-        one, run_mpi(kBoth.ranks, generate(kStories, with(cases[i].flags, kBoth.flags)), "both"),
+        one, run_mpi(kBoth.ranks, generate(kStoriesF32, with(cases[i].flags, kBoth.flags)), "both"),
         cases[i].name + kBoth.name());
 }
 
@@ -309,8 +306,8 @@ TEST_F(ParallelCli, AdaptersUnderEachSplit) {
 
 TEST_F(ParallelCli, PerplexityEqualsOneProcess) {
   const std::vector<std::string> args = {
-      "perplexity", kStories, "-f",       "../shared/data/tinystories-heldout.txt",
-      "--ctx",      "128",    "--chunks", "8",
+      "perplexity", kStoriesF32, "-f",       "../shared/data/tinystories-heldout.txt",
+      "--ctx",      "128",       "--chunks", "8",
       "-t",         "1"};
   const auto one = run_vesper(args, "ppl1");
   ASSERT_EQ(one.exit_code, 0) << one.err;
@@ -334,19 +331,19 @@ TEST_F(ParallelCli, LaunchAndShapeErrorsNameTheFlagOrTensor) {
     EXPECT_NE(r.exit_code, 0) << text;
     EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
   };
-  expect_error(run_vesper(generate(kStories, {"-tp", "2"}), "nompi"), "mpirun -n 2");
-  expect_error(run_mpi(2, generate(kStories), "notp"), "pass --tensor-parallel-size 2");
-  expect_error(run_mpi(3, generate(kStories, {"-tp", "3"}), "tp3"),
+  expect_error(run_vesper(generate(kStoriesF32, {"-tp", "2"}), "nompi"), "mpirun -n 2");
+  expect_error(run_mpi(2, generate(kStoriesF32), "notp"), "pass --tensor-parallel-size 2");
+  expect_error(run_mpi(3, generate(kStoriesF32, {"-tp", "3"}), "tp3"),
                "attention heads (8) do not split into 3 equal parts");
-  expect_error(run_mpi(2, generate(kStories, {"-tp", "2", "-pp", "2"}), "tppp"),
+  expect_error(run_mpi(2, generate(kStoriesF32, {"-tp", "2", "-pp", "2"}), "tppp"),
                "mpirun started 2 processes, and the parallel sizes ask for 4");
   expect_error(
-      run_mpi(2, generate(kStories, {"-pp", "2", "--pipeline-layer-split", "4,4"}), "split"),
+      run_mpi(2, generate(kStoriesF32, {"-pp", "2", "--pipeline-layer-split", "4,4"}), "split"),
       "--pipeline-layer-split gives 2 stages of 8 layers in all; the model has 5 layers");
   expect_error(
-      run_mpi(2, generate(kStories, {"-pp", "2", "--pipeline-layer-split", "5,0"}), "empty"),
+      run_mpi(2, generate(kStoriesF32, {"-pp", "2", "--pipeline-layer-split", "5,0"}), "empty"),
       "every stage needs a layer");
-  expect_error(run_vesper(generate(kStories, {"--pipeline-layer-split", "3,2"}), "nopp"),
+  expect_error(run_vesper(generate(kStoriesF32, {"--pipeline-layer-split", "3,2"}), "nopp"),
                "--pipeline-layer-split needs --pipeline-parallel-size above 1");
   // One KV head cannot be split in two.
   const std::string mqa = (work_dir() / "mqa.gguf").string();

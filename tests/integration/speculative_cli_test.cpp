@@ -13,20 +13,17 @@
 namespace vesper {
 namespace {
 
+using testing_util::kStoriesF32;
+using testing_util::with;
+
 using testing_util::json_lines;
 using testing_util::run_vesper;
-const std::string kStories = "../shared/models/stories260K-f32.gguf";
 const std::vector<std::string> kNgram = {"--speculative-model", "[ngram]",
                                          "--num-speculative-tokens", "4"};
 
-std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 TEST(CliSpeculative, NgramGreedyOutputEqualsPlainDecoding) {
   const std::vector<std::string> base = {"generate",
-                                         kStories,
+                                         kStoriesF32,
                                          "--max-tokens",
                                          "64",
                                          "--temperature",
@@ -57,8 +54,8 @@ TEST(CliSpeculative, NgramGreedyOutputEqualsPlainDecoding) {
 
 TEST(CliSpeculative, DraftModelGreedyOutputEqualsPlainDecoding) {
   const std::vector<std::string> base = {
-      "generate", kStories,   "--max-tokens",     "64",       "--temperature",  "0",
-      "--json",   "--prompt", "Once upon a time", "--prompt", "The little dog", "-t",
+      "generate", kStoriesF32, "--max-tokens",     "64",       "--temperature",  "0",
+      "--json",   "--prompt",  "Once upon a time", "--prompt", "The little dog", "-t",
       "2"};
   auto plain = run_vesper(base, "plain");
   auto draft = run_vesper(
@@ -93,7 +90,7 @@ TEST(CliSpeculative, DraftModelGreedyOutputEqualsPlainDecoding) {
 
 TEST(CliSpeculative, BenchLatencyReportsAcceptance) {
   auto r = run_vesper(with(
-      {"bench", "latency", kStories, "-p", "0", "-n", "32", "-r", "1", "--json", "-t", "2",
+      {"bench", "latency", kStoriesF32, "-p", "0", "-n", "32", "-r", "1", "--json", "-t", "2",
        "--prompt", "Lily had a red ball. Lily had a red ball. Lily had a red ball. Lily had a"},
       kNgram));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -110,8 +107,8 @@ TEST(CliSpeculative, BenchLatencyReportsAcceptance) {
 // (each target pass keeps at least its own token, so more than 1 token per pass when any proposal
 // holds).
 TEST(CliSpeculative, BenchThroughputReportsAcceptance) {
-  auto r = run_vesper({"bench", "throughput", kStories, "--num-prompts", "8", "--input-len", "16",
-                       "--output-len", "16", "--json", "-t", "2", "--speculative-model",
+  auto r = run_vesper({"bench", "throughput", kStoriesF32, "--num-prompts", "8", "--input-len",
+                       "16", "--output-len", "16", "--json", "-t", "2", "--speculative-model",
                        "../shared/models/stories-draft.gguf", "--num-speculative-tokens", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
@@ -127,7 +124,7 @@ TEST(CliSpeculative, BenchThroughputReportsAcceptance) {
 // prompts, 96 tokens each); the issue asks for at least 3.5. Greedy decoding makes this exact:
 // the figure cannot drift from run to run.
 TEST(CliSpeculative, DraftKeepsAtLeastThreeAndAHalfTokensPerTargetPass) {
-  auto r = run_vesper({"bench", "latency", kStories, "-p", "0", "-n", "96", "-r", "1", "--json",
+  auto r = run_vesper({"bench", "latency", kStoriesF32, "-p", "0", "-n", "96", "-r", "1", "--json",
                        "-t", "2", "--prompt", "Once upon a time", "--speculative-model",
                        "../shared/models/stories-draft.gguf", "--num-speculative-tokens", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -137,7 +134,7 @@ TEST(CliSpeculative, DraftKeepsAtLeastThreeAndAHalfTokensPerTargetPass) {
 }
 
 TEST(CliSpeculative, BadFlagsNameTheFlag) {
-  const std::vector<std::string> gen = {"generate", kStories,       "--prompt",
+  const std::vector<std::string> gen = {"generate", kStoriesF32,    "--prompt",
                                         "Hi",       "--max-tokens", "4"};
   struct Case {
     std::vector<std::string> extra;
@@ -220,13 +217,13 @@ TEST(CliSpeculative, BadMedusaHeadsAreStartupErrorsNamingFileAndField) {
   // A config without medusa_num_heads.
   std::ofstream(dir + "/config.json") << R"({"hidden_size": 64})";
   std::ofstream(dir + "/heads.safetensors") << "not a safetensors file at all";
-  auto no_heads = start(kStories, dir);
+  auto no_heads = start(kStoriesF32, dir);
   EXPECT_EQ(no_heads.exit_code, 1);
   EXPECT_NE(no_heads.err.find("config.json: no \"medusa_num_heads\""), std::string::npos)
       << no_heads.err;
   // Bad safetensors.
   std::ofstream(dir + "/config.json") << R"({"medusa_num_heads": 4, "hidden_size": 64})";
-  auto bad = start(kStories, dir);
+  auto bad = start(kStoriesF32, dir);
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("heads.safetensors: safetensors header of"), std::string::npos) << bad.err;
 }
@@ -237,8 +234,8 @@ TEST(CliSpeculative, MedusaGreedyOutputEqualsPlainAndWidenedHeadsProposeTheSame)
       "Once upon a time", "--prompt", "The little dog", "-t", "2"};
   const std::vector<std::string> medusa = {"--speculative-model", "../shared/models/medusa",
                                            "--num-speculative-tokens", "8"};
-  auto plain = run_vesper(with({"generate", kStories}, gen), "plain");
-  auto heads = run_vesper(with(with({"generate", kStories}, gen), medusa), "medusa");
+  auto plain = run_vesper(with({"generate", kStoriesF32}, gen), "plain");
+  auto heads = run_vesper(with(with({"generate", kStoriesF32}, gen), medusa), "medusa");
   ASSERT_EQ(heads.exit_code, 0) << heads.err;
   const auto a = json_lines(plain.out), b = json_lines(heads.out);
   ASSERT_EQ(b.size(), 2u);
@@ -252,7 +249,7 @@ TEST(CliSpeculative, MedusaGreedyOutputEqualsPlainAndWidenedHeadsProposeTheSame)
   // acceptance), as the originals.
   const std::string wide_model = ::testing::TempDir() + "vesper_widened_medusa.gguf";
   const std::string wide_heads = ::testing::TempDir() + "vesper_widened_heads";
-  ASSERT_EQ(run_vesper({"synth", "--widen-from", kStories, "--n-embd", "256", "--n-head", "32",
+  ASSERT_EQ(run_vesper({"synth", "--widen-from", kStoriesF32, "--n-embd", "256", "--n-head", "32",
                         "--n-head-kv", "16", "--n-ff", "512", "-o", wide_model})
                 .exit_code,
             0);
@@ -266,7 +263,7 @@ TEST(CliSpeculative, MedusaGreedyOutputEqualsPlainAndWidenedHeadsProposeTheSame)
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return nlohmann::json::parse(r.out)["speculative"]["tg48"];
   };
-  const auto original = bench(kStories, "../shared/models/medusa");
+  const auto original = bench(kStoriesF32, "../shared/models/medusa");
   const auto widened = bench(wide_model, wide_heads);
   EXPECT_EQ(original["draft_tokens"], widened["draft_tokens"]);
   EXPECT_EQ(original["accepted_tokens"], widened["accepted_tokens"]);
@@ -281,22 +278,22 @@ TEST(CliSpeculative, MedusaGreedyOutputEqualsPlainAndWidenedHeadsProposeTheSame)
 TEST(CliSynth, AWidenedModelComputesWhatTheOriginalDoes) {
   const std::string widened = ::testing::TempDir() + "vesper_widened.gguf";
   for (const std::string type : {"f32", "q8_0"}) {
-    auto w = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "256", "--n-head", "32",
+    auto w = run_vesper({"synth", "--widen-from", kStoriesF32, "--n-embd", "256", "--n-head", "32",
                          "--n-head-kv", "16", "--n-ff", "512", "--type", type, "-o", widened});
     ASSERT_EQ(w.exit_code, 0) << w.err;
     const std::vector<std::string> gen = {
         "--prompt", "Once upon a time", "--max-tokens", "48", "--temperature", "0", "--json"};
-    auto original = run_vesper(with({"generate", kStories}, gen), "orig");
+    auto original = run_vesper(with({"generate", kStoriesF32}, gen), "orig");
     auto wide = run_vesper(with({"generate", widened}, gen), "wide");
     ASSERT_EQ(wide.exit_code, 0) << wide.err;
     EXPECT_EQ(json_lines(original.out)[0]["token_ids"], json_lines(wide.out)[0]["token_ids"])
         << type;
   }
-  auto bad = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "256", "--n-head", "32",
+  auto bad = run_vesper({"synth", "--widen-from", kStoriesF32, "--n-embd", "256", "--n-head", "32",
                          "--n-head-kv", "8", "--n-ff", "512", "-o", widened});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("query heads per KV head"), std::string::npos) << bad.err;
-  auto small = run_vesper({"synth", "--widen-from", kStories, "--n-embd", "32", "--n-head", "8",
+  auto small = run_vesper({"synth", "--widen-from", kStoriesF32, "--n-embd", "32", "--n-head", "8",
                            "--n-head-kv", "4", "--n-ff", "512", "-o", widened});
   EXPECT_NE(small.err.find("--n-embd 32 is smaller than"), std::string::npos) << small.err;
 }

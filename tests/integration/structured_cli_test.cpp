@@ -14,9 +14,10 @@
 namespace vesper {
 namespace {
 
+using testing_util::kStoriesF32;
+
 using testing_util::json_lines;
 using testing_util::run_vesper;
-const std::string kStories = "../shared/models/stories260K-f32.gguf";
 const std::string kSchema = R"({"type": "object", "properties": {
   "name": {"type": "string", "maxLength": 16},
   "age": {"type": "integer", "minimum": 1, "maximum": 120},
@@ -28,7 +29,8 @@ const std::vector<std::string> kPrompts = {"Once upon a time", "Tom and Lily wen
 
 std::vector<std::string> generate_args(const std::vector<std::string>& prompts,
                                        std::vector<std::string> extra) {
-  std::vector<std::string> a = {"generate", kStories, "--max-tokens", "200", "--json", "-t", "2"};
+  std::vector<std::string> a = {"generate", kStoriesF32, "--max-tokens", "200", "--json",
+                                "-t",       "2"};
   for (const std::string& p : prompts) {
     a.push_back("--prompt");
     a.push_back(p);
@@ -138,14 +140,15 @@ TEST(CliStructured, BadGrammarsAndSchemasNameTheFlag) {
   }
   // serve's tool-call flags, checked before the model loads.
   auto parser =
-      run_vesper({"serve", kStories, "--port", "0", "--tool-call-parser", "json5"}, "parser");
+      run_vesper({"serve", kStoriesF32, "--port", "0", "--tool-call-parser", "json5"}, "parser");
   EXPECT_EQ(parser.exit_code, 1);
   EXPECT_NE(
       parser.err.find("--tool-call-parser: unknown tool call parser \"json5\" (choose hermes or "
                       "llama3_json)"),
       std::string::npos)
       << parser.err;
-  auto alone = run_vesper({"serve", kStories, "--port", "0", "--enable-auto-tool-choice"}, "auto");
+  auto alone =
+      run_vesper({"serve", kStoriesF32, "--port", "0", "--enable-auto-tool-choice"}, "auto");
   EXPECT_EQ(alone.exit_code, 1);
   EXPECT_NE(alone.err.find("--enable-auto-tool-choice needs --tool-call-parser"), std::string::npos)
       << alone.err;

@@ -15,7 +15,7 @@
 namespace vesper::reference {
 namespace {
 
-using Matrix = std::vector<std::vector<double>>;  // [rows][cols], torch order
+using TorchMatrix = std::vector<std::vector<double>>;  // [rows][cols], torch order
 
 struct Checkpoint {
   nlohmann::json config;
@@ -26,13 +26,13 @@ struct Checkpoint {
       if (const auto* t = f.find(name)) return t;
     return nullptr;
   }
-  Matrix matrix(const std::string& name) const {
+  TorchMatrix matrix(const std::string& name) const {
     const auto* t = find(name);
     if (t == nullptr) throw std::runtime_error("reference: missing tensor " + name);
     const int64_t rows = t->shape.size() == 2 ? t->shape[0] : 1;
     const int64_t cols = t->shape.back();
     const size_t row_bytes = static_cast<size_t>(cols) * tensor::traits(t->type).type_size;
-    Matrix m(rows);
+    TorchMatrix m(rows);
     for (int64_t r = 0; r < rows; ++r)
       m[r] = dequantize_row(t->type, t->data + r * row_bytes, cols);
     return m;
@@ -41,7 +41,7 @@ struct Checkpoint {
   bool has(const std::string& name) const { return find(name) != nullptr; }
 };
 
-std::vector<double> matvec(const Matrix& w, const std::vector<double>& x) {
+std::vector<double> matvec(const TorchMatrix& w, const std::vector<double>& x) {
   std::vector<double> y(w.size(), 0.0);
   for (size_t r = 0; r < w.size(); ++r)
     for (size_t c = 0; c < x.size(); ++c) y[r] += w[r][c] * x[c];
@@ -157,18 +157,18 @@ std::vector<std::vector<double>> hf_forward_all_positions(const std::string& dir
   double attention_factor = 1.0;
   const std::vector<double> inv = inverse_frequencies(c, hd, &attention_factor);
 
-  const Matrix embed = ck.matrix("model.embed_tokens.weight");
+  const TorchMatrix embed = ck.matrix("model.embed_tokens.weight");
   const int64_t n = static_cast<int64_t>(tokens.size());
-  Matrix x(n);
+  TorchMatrix x(n);
   for (int64_t p = 0; p < n; ++p) x[p] = embed[tokens[p]];
   for (int64_t l = 0; l < n_layer; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
-    const Matrix wq = ck.matrix(pre + "self_attn.q_proj.weight"),
-                 wk = ck.matrix(pre + "self_attn.k_proj.weight"),
-                 wv = ck.matrix(pre + "self_attn.v_proj.weight"),
-                 wo = ck.matrix(pre + "self_attn.o_proj.weight");
+    const TorchMatrix wq = ck.matrix(pre + "self_attn.q_proj.weight"),
+                      wk = ck.matrix(pre + "self_attn.k_proj.weight"),
+                      wv = ck.matrix(pre + "self_attn.v_proj.weight"),
+                      wo = ck.matrix(pre + "self_attn.o_proj.weight");
     const std::vector<double> attn_norm = ck.vec(pre + "input_layernorm.weight");
-    Matrix q(n), k(n), v(n);
+    TorchMatrix q(n), k(n), v(n);
     for (int64_t p = 0; p < n; ++p) {
       const std::vector<double> h = rms_norm(x[p], attn_norm, eps);
       q[p] = matvec(wq, h);
@@ -211,9 +211,9 @@ std::vector<std::vector<double>> hf_forward_all_positions(const std::string& dir
       const std::vector<double> o = matvec(wo, attn);
       for (int64_t i = 0; i < hidden; ++i) x[p][i] += o[i];
     }
-    const Matrix gate = ck.matrix(pre + "mlp.gate_proj.weight"),
-                 up = ck.matrix(pre + "mlp.up_proj.weight"),
-                 down = ck.matrix(pre + "mlp.down_proj.weight");
+    const TorchMatrix gate = ck.matrix(pre + "mlp.gate_proj.weight"),
+                      up = ck.matrix(pre + "mlp.up_proj.weight"),
+                      down = ck.matrix(pre + "mlp.down_proj.weight");
     const std::vector<double> ffn_norm = ck.vec(pre + "post_attention_layernorm.weight");
     for (int64_t p = 0; p < n; ++p) {
       const std::vector<double> h = rms_norm(x[p], ffn_norm, eps);
@@ -225,7 +225,7 @@ std::vector<std::vector<double>> hf_forward_all_positions(const std::string& dir
     }
   }
   const std::vector<double> norm = ck.vec("model.norm.weight");
-  const Matrix head = tied || !ck.has("lm_head.weight") ? embed : ck.matrix("lm_head.weight");
+  const TorchMatrix head = tied || !ck.has("lm_head.weight") ? embed : ck.matrix("lm_head.weight");
   std::vector<std::vector<double>> logits(n);
   for (int64_t p = 0; p < n; ++p) logits[p] = matvec(head, rms_norm(x[p], norm, eps));
   return logits;

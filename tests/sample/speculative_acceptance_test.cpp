@@ -14,7 +14,7 @@
 namespace vesper::sample {
 namespace {
 
-constexpr int32_t kVocab = 6;
+constexpr int32_t kSmallVocab = 6;
 // Chi-square critical value for `df` degrees of freedom at significance 0.001 (Wilson-Hilferty).
 double chi2_critical(int df) {
   const double z = 3.0902;  // the standard normal's 0.999 quantile
@@ -38,7 +38,7 @@ void check_fits_p(const std::vector<float>& logits, const std::vector<float>* q,
   SamplingParams params;
   params.temperature = 0.8f;
   const std::vector<double> p = softmax(logits, params.temperature);
-  SpeculativeVerifier verifier(kVocab);
+  SpeculativeVerifier verifier(kSmallVocab);
   std::mt19937_64 rng(seed), proposer(seed + 1);
   std::discrete_distribution<int32_t> draft(q ? q->begin() : logits.begin(),
                                             q ? q->end() : logits.end());
@@ -48,7 +48,7 @@ void check_fits_p(const std::vector<float>& logits, const std::vector<float>* q,
   const std::vector<int32_t> empty;
   constexpr int kTrials = 30000;
   std::vector<std::vector<int64_t>> counts(static_cast<size_t>(k + 1),
-                                           std::vector<int64_t>(kVocab, 0));
+                                           std::vector<int64_t>(kSmallVocab, 0));
   int64_t accepted = 0;
   for (int t = 0; t < kTrials; ++t) {
     std::vector<int32_t> proposals(static_cast<size_t>(k));
@@ -64,11 +64,11 @@ void check_fits_p(const std::vector<float>& logits, const std::vector<float>* q,
   // Position 0 is always emitted: its counts fit p. (Later positions are emitted only after
   // acceptances, which select on the proposals, so only position 0's marginal is p.)
   double chi2 = 0;
-  for (int32_t t = 0; t < kVocab; ++t) {
+  for (int32_t t = 0; t < kSmallVocab; ++t) {
     const double expected = p[t] * kTrials;
     chi2 += (counts[0][t] - expected) * (counts[0][t] - expected) / expected;
   }
-  EXPECT_LT(chi2, chi2_critical(kVocab - 1)) << (q ? "draft q" : "one-hot q") << ", k " << k;
+  EXPECT_LT(chi2, chi2_critical(kSmallVocab - 1)) << (q ? "draft q" : "one-hot q") << ", k " << k;
 }
 
 TEST(SpeculativeAcceptance, RejectionSamplingFollowsTheTargetWithOneHotProposals) {
@@ -88,11 +88,11 @@ TEST(SpeculativeAcceptance, TreeRejectionSamplingFollowsTheTarget) {
   const std::vector<int32_t> tokens = {3, 5, 2, 0, 1, 4};
   const std::vector<int32_t> parents = {-1, -1, -1, 0, 0, 3};
   const std::vector<std::span<const float>> rows(tokens.size() + 1, logits);
-  SpeculativeVerifier verifier(kVocab);
+  SpeculativeVerifier verifier(kSmallVocab);
   std::mt19937_64 rng(21);
   const std::vector<int32_t> empty;
   constexpr int kTrials = 40000;
-  std::vector<int64_t> first(kVocab, 0), second_after_3(kVocab, 0);
+  std::vector<int64_t> first(kSmallVocab, 0), second_after_3(kSmallVocab, 0);
   int64_t deep = 0;
   for (int t = 0; t < kTrials; ++t) {
     const TreeVerification v = verifier.verify_tree(
@@ -112,20 +112,20 @@ TEST(SpeculativeAcceptance, TreeRejectionSamplingFollowsTheTarget) {
     int64_t n = 0;
     for (int64_t c : counts) n += c;
     double x = 0;
-    for (int32_t t = 0; t < kVocab; ++t) {
+    for (int32_t t = 0; t < kSmallVocab; ++t) {
       const double expected = p[t] * static_cast<double>(n);
       x += (counts[t] - expected) * (counts[t] - expected) / expected;
     }
     return x;
   };
-  EXPECT_LT(chi2(first), chi2_critical(kVocab - 1));
-  EXPECT_LT(chi2(second_after_3), chi2_critical(kVocab - 1));
+  EXPECT_LT(chi2(first), chi2_critical(kSmallVocab - 1));
+  EXPECT_LT(chi2(second_after_3), chi2_critical(kSmallVocab - 1));
 }
 
 TEST(SpeculativeAcceptance, GreedyTreeFollowsTheArgmaxDownTheTree) {
   // Row 0 (the root's) argmax is 3; node 0 (token 3)'s row argmax is 1; node 3 (token 1) is kept;
   // its row's argmax 5 has no child there: the next token.
-  std::vector<std::vector<float>> logits(5, std::vector<float>(kVocab, 0.0f));
+  std::vector<std::vector<float>> logits(5, std::vector<float>(kSmallVocab, 0.0f));
   logits[0][3] = 5;
   logits[1][1] = 5;  // node 0's row
   logits[4][5] = 5;  // node 3's row
@@ -136,7 +136,7 @@ TEST(SpeculativeAcceptance, GreedyTreeFollowsTheArgmaxDownTheTree) {
   rows = {logits[0], logits[2], logits[1], logits[3], logits[4]};
   SamplingParams greedy;
   greedy.temperature = 0;
-  SpeculativeVerifier verifier(kVocab);
+  SpeculativeVerifier verifier(kSmallVocab);
   std::mt19937_64 rng(1);
   const std::vector<int32_t> empty;
   const TreeVerification v = verifier.verify_tree(
@@ -154,7 +154,7 @@ TEST(SpeculativeAcceptance, RejectionSamplingFollowsTheTargetWithADraftDistribut
 TEST(SpeculativeAcceptance, GreedyKeepsProposalsWhileTheyAreTheArgmax) {
   SamplingParams greedy;
   greedy.temperature = 0;
-  SpeculativeVerifier verifier(kVocab);
+  SpeculativeVerifier verifier(kSmallVocab);
   std::mt19937_64 rng(1);
   const std::vector<float> a = {0, 5, 1, 0, 0, 0}, b = {0, 0, 0, 7, 0, 0}, c = {4, 0, 0, 0, 0, 0};
   const std::vector<std::span<const float>> rows = {a, b, c};
@@ -182,7 +182,7 @@ TEST(SpeculativeAcceptance, ProcessorsSeeTheProposalsKeptBeforeThem) {
   SamplingParams p;
   p.temperature = 0;
   p.frequency_penalty = 2.0f;
-  SpeculativeVerifier verifier(kVocab);
+  SpeculativeVerifier verifier(kSmallVocab);
   std::mt19937_64 rng(1);
   const std::vector<float> row0 = {0, 5, 0, 0, 0, 0}, row1 = {0, 3, 2, 0, 0, 0};
   const std::vector<std::span<const float>> rows = {row0, row1};

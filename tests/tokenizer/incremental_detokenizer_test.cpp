@@ -17,21 +17,7 @@ namespace {
 
 using tok_test::escape;
 using tok_test::ids_to_string;
-
-const Tokenizer& vocab(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    const std::string path =
-        name == "stories260K"
-            ? std::string(tok_test::kModelsDir) + "/stories260K.gguf"
-            : std::string(tok_test::kVectorsDir) + "/ggml-vocab-" + name + ".gguf";
-    Result<Tokenizer> tok = tok_test::load_tokenizer(path);
-    VESPER_CHECK(tok.ok(), "%s", tok.ok() ? "" : tok.error().message.c_str());
-    it = cache.emplace(name, std::make_unique<Tokenizer>(std::move(tok).value())).first;
-  }
-  return *it->second;
-}
+using tok_test::vocab;
 
 // Feeds `ids` one by one; returns the deltas (the last one from flush()).
 std::vector<std::string> stream(const Tokenizer& tok, const std::vector<int32_t>& ids,

@@ -1,13 +1,32 @@
 #include "tokenizer/test_util.h"
 
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
+
+#include "core/check.h"
 
 namespace vesper::tokenizer::tok_test {
 
 Result<Tokenizer> load_tokenizer(const std::string& path) {
   VESPER_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::open(path));
   return Tokenizer::from_gguf(file);
+}
+
+const Tokenizer& vocab(const std::string& name) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    const std::string path = name == "stories260K" ? std::string(kModelsDir) + "/stories260K.gguf"
+                             : name.find('/') == std::string::npos
+                                 ? std::string(kVectorsDir) + "/ggml-vocab-" + name + ".gguf"
+                                 : name;
+    Result<Tokenizer> tok = load_tokenizer(path);
+    VESPER_CHECK(tok.ok(), "%s", tok.ok() ? "" : tok.error().message.c_str());
+    it = cache.emplace(name, std::make_unique<Tokenizer>(std::move(tok).value())).first;
+  }
+  return *it->second;
 }
 
 std::string ids_to_string(const std::vector<int32_t>& ids) {

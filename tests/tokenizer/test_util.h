@@ -19,6 +19,11 @@ inline constexpr const char* kModelsDir = "../shared/models";
 // Opens `path` and builds its tokenizer.
 Result<Tokenizer> load_tokenizer(const std::string& path);
 
+// A tokenizer loaded once per test binary and kept: `name` is one of llama.cpp's test vocabularies
+// ("llama-spm" for ggml-vocab-llama-spm.gguf), "stories260K", or a path. Aborts when it fails to
+// load, as no test of it can run.
+const Tokenizer& vocab(const std::string& name);
+
 std::string ids_to_string(const std::vector<int32_t>& ids);
 
 // The bytes of a file ("" when it cannot be read).

@@ -17,21 +17,7 @@ namespace {
 
 using tok_test::escape;
 using tok_test::ids_to_string;
-
-// Loads each file once per test binary.
-const Tokenizer& vocab(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    std::string path = name.find('/') == std::string::npos
-                           ? std::string(tok_test::kVectorsDir) + "/ggml-vocab-" + name + ".gguf"
-                           : name;
-    Result<Tokenizer> tok = tok_test::load_tokenizer(path);
-    VESPER_CHECK(tok.ok(), "%s", tok.ok() ? "" : tok.error().message.c_str());
-    it = cache.emplace(name, std::make_unique<Tokenizer>(std::move(tok).value())).first;
-  }
-  return *it->second;
-}
+using tok_test::vocab;
 
 const Tokenizer& stories() {
   return vocab(std::string(tok_test::kModelsDir) + "/stories260K.gguf");
