@@ -1,6 +1,12 @@
-// AVX-512 VNNI packed matmul kernels (packed_vnni_kernels.h) bound to the vpdpbusd instruction.
-// Compiled with AVX-512 F/BW/VL + VNNI enabled and selected only on CPUs that have them
-// (matmul_cpu.cpp).
+// AVX-512 VNNI packed matmul kernels (packed_vnni_kernels.h on 256-bit vectors, and
+// packed_vnni_wide.h's q4_0 / q8_0 on 512-bit ones) bound to the vpdpbusd instruction. Compiled
+// with AVX-512 F/BW/VL + VNNI enabled and selected only on CPUs that have them (matmul_cpu.cpp).
+// g++ 12 warns that its own AVX-512 headers read an uninitialized variable (the __Y of
+// _mm512_undefined_*, GCC bug 105593, fixed in 13) when 256-bit halves are cast or inserted into
+// 512-bit vectors; -Werror would make that a build failure.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 namespace vesper::backend::cpu {
@@ -8,15 +14,29 @@ namespace {
 inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
   return _mm256_dpbusd_epi32(acc, u8, s8);
 }
+inline __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8) {
+  return _mm512_dpbusd_epi32(acc, u8, s8);
+}
+inline __m512 cvtepi32_ps_512(__m512i v) {
+  return _mm512_cvtepi32_ps(v);
+}
+inline __m512 cvtph_ps_512(__m256i halves) {
+  return _mm512_cvtph_ps(halves);
+}
+// The 256-bit tiles' keep_in_register (packed_gemm_avx2.h) for zmm: "v" names any of the 32.
+inline void keep_in_register_512(__m512i& v) {
+  asm("" : "+v"(v));
+}
 }  // namespace
 }  // namespace vesper::backend::cpu
 
 #include "backend/cpu/packed_vnni_kernels.h"
+#include "backend/cpu/packed_vnni_wide.h"
 
 namespace vesper::backend::cpu {
 
 MatmulKernel avx512_vnni_packed_kernel(tensor::GgmlType type) {
-  return vnni_packed_kernel(type);
+  return vnni_wide_packed_kernel(type);
 }
 
 }  // namespace vesper::backend::cpu

@@ -1,0 +1,224 @@
+// The block-sum packed kernels (q4_0, q8_0) on 512-bit vectors: two neighbouring groups of 8
+// outputs side by side in one zmm register (group g in lanes 0-7, group g + 1 in lanes 8-15).
+//
+// Why: packed_vnni_kernels.h runs vpdpbusd on 256-bit vectors, and a core that executes 512-bit
+// vpdpbusd at full width (AMD Zen 5; Intel's server cores with two 512-bit ports) does twice the
+// multiply-adds per instruction on zmm. The two groups' weights are separate streams of the packed
+// layout (packed_weights.h), so nothing about the packing changes: a slice is the two groups'
+// 32-byte slices joined, and each activation broadcast serves 16 outputs instead of 8.
+//
+// Bits: every lane does exactly what the 256-bit tile does for its output (the same exact integer
+// block dot, the same d[b] * dx[b] product, the same FMA into its accumulator, blocks in order), so
+// the results equal the other kernels' bit for bit (matmul_kernel.h's block-sum contract).
+//
+// The includer defines, before including this header and after packed_vnni_kernels.h, inside
+// vesper::backend::cpu's anonymous namespace:
+//   __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8);   // _mm512_dpbusd_epi32
+//   __m512 cvtepi32_ps_512(__m512i v);                          // _mm512_cvtepi32_ps
+//   __m512 cvtph_ps_512(__m256i halves);                        // _mm512_cvtph_ps
+//   void keep_in_register_512(__m512i& v);  // an optimization barrier, or nothing
+// matmul_packed_avx512_vnni.cpp binds them to the instruction; a test builds this header on
+// SIMDe's AVX-512 (its native aliases), so the logic is tested on machines without AVX-512.
+#pragma once
+
+#include "backend/cpu/packed_gemm_avx2.h"
+
+namespace vesper::backend::cpu {
+namespace {
+
+// Group g's 32 bytes at a in the low half, group g + 1's at b in the high half.
+inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(load_256(a)), load_256(b), 1);
+}
+
+inline __m512i broadcast_4_512(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// vpdpbusd's latency is several cycles and a core may start two a cycle: a tile of 4 rows with one
+// running sum per row would wait on its own results. Each row keeps two chains (integer sums, so
+// the split changes no bit) and they are added once per block.
+
+// VnniQ4_0::dot on two groups.
+struct WideQ4_0 {
+  using Narrow = VnniQ4_0;
+  template <int R>
+  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int16_t* xs,
+                         __m512i (&isum)[R]) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512i high[R];  // the high nibbles' sums: a second chain per row
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      isum[r] = _mm512_set1_epi32(-8 * xs[r]);
+      high[r] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = load_pair(c0 + 32 * k, c1 + 32 * k);
+      const __m512i lo = _mm512_and_si512(v, low4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int8_t* x = xq + 32 * r + 8 * k;
+        isum[r] = dpbusd_512(isum[r], lo, broadcast_4_512(x));
+        high[r] = dpbusd_512(high[r], hi, broadcast_4_512(x + 4));
+        keep_in_register_512(isum[r]);
+        keep_in_register_512(high[r]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_add_epi32(isum[r], high[r]);
+  }
+};
+
+// VnniQ8_0::dot on two groups.
+struct WideQ8_0 {
+  using Narrow = VnniQ8_0;
+  template <int R>
+  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int16_t* xs,
+                         __m512i (&isum)[R]) {
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i odd[R];  // the odd slices' sums: a second chain per row
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      isum[r] = _mm512_set1_epi32(-128 * xs[r]);
+      odd[r] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 8; k += 2) {
+      const __m512i w0 = _mm512_xor_si512(load_pair(c0 + 32 * k, c1 + 32 * k), bias);
+      const __m512i w1 = _mm512_xor_si512(load_pair(c0 + 32 * k + 32, c1 + 32 * k + 32), bias);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        isum[r] = dpbusd_512(isum[r], w0, broadcast_4_512(xq + 32 * r + 4 * k));
+        odd[r] = dpbusd_512(odd[r], w1, broadcast_4_512(xq + 32 * r + 4 * k + 4));
+        keep_in_register_512(isum[r]);
+        keep_in_register_512(odd[r]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) isum[r] = _mm512_add_epi32(isum[r], odd[r]);
+  }
+};
+
+// tile<K::Narrow, R> of packed_gemm_avx2.h on outputs 8g .. 8g + 15: groups g and g + 1, whose
+// chunks and scales start at c0 / s0 and c1 / s1. With 32 vector registers a tile of 4 rows keeps
+// its 4 integer and 4 float accumulators, the two unpacked slices and the broadcasts in registers.
+template <class K, int R>
+__attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
+                                         const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
+                                         const float* xd, const int16_t* xs, float* y,
+                                         int64_t y_stride, bool stream) {
+  constexpr int64_t kChunk = K::Narrow::kChunkBytes;
+  __m512 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m512i isum[R];
+    if (stream) {
+      prefetch_ahead(c0, kChunk);
+      prefetch_ahead(c1, kChunk);
+    }
+    K::template dot<R>(c0, c1, xq, xs, isum);
+    const __m256i halves = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s0))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1)), 1);
+    const __m512 d = cvtph_ps_512(halves);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xd[r]));
+      acc[r] = _mm512_fmadd_ps(cvtepi32_ps_512(isum[r]), scale, acc[r]);
+    }
+    c0 += kChunk;
+    c1 += kChunk;
+    s0 += 8;
+    s1 += 8;
+    xq += 32 * kTile;
+    xd += kTile;
+    xs += kTile;
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, acc[r]);
+}
+
+// run_packed<K::Narrow> with the groups taken in pairs (wide_tile); a last odd group of the range
+// runs the 256-bit tile. Same panels, prefetch rule and row tiles.
+template <class K>
+void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
+  using N = typename K::Narrow;
+  const Q8Rows& x = *a.xq;
+  const int64_t n_blocks = a.n_in / N::kBlock;
+  const int64_t n_tiles = (a.n_rows + kTile - 1) / kTile;
+  constexpr int64_t kPanelBytes = int64_t{256} << 10;
+  const int64_t panel_tiles = std::max<int64_t>(1, kPanelBytes / (kTile * a.n_in));
+  const int64_t group_chunks = n_blocks * N::kChunkBytes;
+  const int64_t group_scales = n_blocks * N::kScaleCount;
+  for (int64_t p0 = 0; p0 < n_tiles; p0 += panel_tiles) {
+    const int64_t p1 = std::min(n_tiles, p0 + panel_tiles);
+    for (int64_t g = o_begin / 8; g < o_end / 8;) {
+      const bool pair = g + 1 < o_end / 8;
+      const uint8_t* c0 = a.w + g * group_chunks;
+      const uint16_t* s0 = a.w_scales + g * group_scales;
+      for (int64_t t = p0; t < p1; ++t) {
+        const int64_t first = t * kTile * n_blocks;  // the tile's first block index (Q8Rows)
+        const int8_t* xq = x.qs + first * N::kBlock;
+        const float* xd = x.d + first;
+        const int16_t* xs = x.bsums + first;
+        float* y = a.y + t * kTile * a.n_out + 8 * g;
+        const bool stream = t == p0;
+        const int64_t rows = std::min(kTile, a.n_rows - t * kTile);
+        if (pair) {
+          const uint8_t* c1 = c0 + group_chunks;
+          const uint16_t* s1 = s0 + group_scales;
+          switch (rows) {
+            case 4:
+              wide_tile<K, 4>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+            case 3:
+              wide_tile<K, 3>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+            case 2:
+              wide_tile<K, 2>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+            default:
+              wide_tile<K, 1>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+          }
+        } else {
+          switch (rows) {
+            case 4:
+              tile<N, 4>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+            case 3:
+              tile<N, 3>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+            case 2:
+              tile<N, 2>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+            default:
+              tile<N, 1>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
+              break;
+          }
+        }
+      }
+      g += pair ? 2 : 1;
+    }
+  }
+}
+
+// The wide kernels where a type has one, else packed_vnni_kernels.h's.
+MatmulKernel vnni_wide_packed_kernel(tensor::GgmlType type) {
+  switch (type) {
+    case tensor::GgmlType::kQ4_0:
+      return run_packed_wide<WideQ4_0>;
+    case tensor::GgmlType::kQ8_0:
+      return run_packed_wide<WideQ8_0>;
+    default:
+      return vnni_packed_kernel(type);
+  }
+}
+
+}  // namespace
+}  // namespace vesper::backend::cpu
