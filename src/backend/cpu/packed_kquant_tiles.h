@@ -55,6 +55,26 @@ inline void q5_slice(__m256i v, __m256i h, __m256i& lo, __m256i& hi) {
                        _mm256_and_si256(bit_to_4<2 * k + 1>(h), bit4));
 }
 
+// q4_K / q5_K: a super-block's min total per row (lane j: sum over its 8 sub-blocks g of
+// m(j, g) * bsum(g)) from the block's mins (packed_weights.h: 16 bytes per pair of sub-blocks, row
+// j's two mins side by side) and one activation row's 16 sums of 16 quants.
+inline __m256i scale_min_total(const uint8_t* mins, const int16_t* xs) {
+  // The activation sums of the 8 sub-blocks (int16), in both halves.
+  const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)),
+                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + 8)));
+  const __m256i bs2 = _mm256_broadcastsi128_si256(bs);
+  // Lane j of pair p: m(j, 2p) * bs[2p] + m(j, 2p + 1) * bs[2p + 1].
+  auto min_pair = [&](int p, __m256i bcast) {
+    const __m256i m =
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + 16 * p)));
+    return _mm256_madd_epi16(m, bcast);
+  };
+  return _mm256_add_epi32(_mm256_add_epi32(min_pair(0, _mm256_shuffle_epi32(bs2, 0x00)),
+                                           min_pair(1, _mm256_shuffle_epi32(bs2, 0x55))),
+                          _mm256_add_epi32(min_pair(2, _mm256_shuffle_epi32(bs2, 0xAA)),
+                                           min_pair(3, _mm256_shuffle_epi32(bs2, 0xFF))));
+}
+
 // q4_K and q5_K: 256-element super-blocks of 8 sub-blocks of 32, each laid out as a q4_0 chunk
 // over unsigned quants q (0..15; q5_K's fifth bits follow in one vector per sub-block), with
 // per-row 6-bit sub-block scales and mins (packed_weights.h). The super-block's integer total
@@ -93,22 +113,7 @@ struct PackedScaleMinK {
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(meta + 8)));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        // The activation sums of the 8 sub-blocks (int16), in both halves.
-        const __m128i bs =
-            _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)),
-                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + 8)));
-        const __m256i bs2 = _mm256_broadcastsi128_si256(bs);
-        // Lane j of pair p: m(j, 2p) * bs[2p] + m(j, 2p + 1) * bs[2p + 1].
-        auto min_pair = [&](int p, __m256i bcast) {
-          const __m256i m = _mm256_cvtepu8_epi16(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + 16 * p)));
-          return _mm256_madd_epi16(m, bcast);
-        };
-        const __m256i imin =
-            _mm256_add_epi32(_mm256_add_epi32(min_pair(0, _mm256_shuffle_epi32(bs2, 0x00)),
-                                              min_pair(1, _mm256_shuffle_epi32(bs2, 0x55))),
-                             _mm256_add_epi32(min_pair(2, _mm256_shuffle_epi32(bs2, 0xAA)),
-                                              min_pair(3, _mm256_shuffle_epi32(bs2, 0xFF))));
+        const __m256i imin = scale_min_total(mins, xs);
         const __m256 dx = _mm256_broadcast_ss(xd + r);
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(d, dx), acc[r]);
         accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmin, dx), accm[r]);

@@ -1,4 +1,4 @@
-// The block-sum packed kernels (q4_0, q8_0) on 512-bit vectors: two neighbouring groups of 8
+// Packed kernels on 512-bit vectors (q4_0, q8_0 and q4_K): two neighbouring groups of 8
 // outputs side by side in one zmm register (group g in lanes 0-7, group g + 1 in lanes 8-15).
 //
 // Why: packed_vnni_kernels.h runs vpdpbusd on 256-bit vectors, and a core that executes 512-bit
@@ -9,7 +9,8 @@
 //
 // Bits: every lane does exactly what the 256-bit tile does for its output (the same exact integer
 // block dot, the same d[b] * dx[b] product, the same FMA into its accumulator, blocks in order), so
-// the results equal the other kernels' bit for bit (matmul_kernel.h's block-sum contract).
+// the results equal the other kernels' bit for bit (matmul_kernel.h's block-sum and block-total
+// contracts). The other k-quants (q2_K, q3_K, q5_K, q6_K) keep their 256-bit tiles for now.
 //
 // The includer defines, before including this header and after packed_vnni_kernels.h, inside
 // vesper::backend::cpu's anonymous namespace:
@@ -22,6 +23,7 @@
 #pragma once
 
 #include "backend/cpu/packed_gemm_avx2.h"
+#include "backend/cpu/packed_kquant_tiles.h"
 
 namespace vesper::backend::cpu {
 namespace {
@@ -29,6 +31,13 @@ namespace {
 // Group g's 32 bytes at a in the low half, group g + 1's at b in the high half.
 inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(load_256(a)), load_256(b), 1);
+}
+
+// Group g's 8 fp16 values at a in the low half, group g + 1's at b in the high half.
+inline __m256i load_half_pair(const uint16_t* a, const uint16_t* b) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
 }
 
 inline __m512i broadcast_4_512(const int8_t* p) {
@@ -122,10 +131,7 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
       prefetch_ahead(c1, kChunk);
     }
     K::template dot<R>(c0, c1, xq, xs, isum);
-    const __m256i halves = _mm256_inserti128_si256(
-        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s0))),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(s1)), 1);
-    const __m512 d = cvtph_ps_512(halves);
+    const __m512 d = cvtph_ps_512(load_half_pair(s0, s1));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xd[r]));
@@ -143,13 +149,113 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, acc[r]);
 }
 
-// run_packed<K::Narrow> with the groups taken in pairs (wide_tile); a last odd group of the range
-// runs the 256-bit tile. Same panels, prefetch rule and row tiles.
+// PackedQ4_K's tile (packed_kquant_tiles.h) on two groups: per sub-block, the exact dot of each
+// lane's row (two chains, as WideQ4_0) times its 6-bit scale; per super-block the min totals of
+// each group (scale_min_total) side by side; the same block-total order lane by lane.
+struct WideQ4_K {
+  using Narrow = PackedQ4_K<VnniDot>;
+  static constexpr int64_t kSubBlockBytes = Narrow::kSubBlockBytes;
+
+  template <int R>
+  __attribute__((noinline)) static void tile(const uint8_t* c0, const uint8_t* c1,
+                                             const uint16_t* m0, const uint16_t* m1,
+                                             int64_t n_blocks, const int8_t* xq, const float* xd,
+                                             const int16_t* xs, float* y, int64_t y_stride,
+                                             bool stream) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[R], accm[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const auto* sc0 = reinterpret_cast<const uint8_t*>(m0 + 16);
+      const auto* sc1 = reinterpret_cast<const uint8_t*>(m1 + 16);
+      __m512i isum[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+      for (int s = 0; s < 8; ++s) {
+        if (stream) {
+          prefetch_ahead(c0, kSubBlockBytes);
+          prefetch_ahead(c1, kSubBlockBytes);
+        }
+        const __m512i scale = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_cvtepu8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc0 + 8 * s)))),
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc1 + 8 * s))),
+            1);
+        __m512i low[R], high[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) low[r] = high[r] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m512i v = load_pair(c0 + 32 * k, c1 + 32 * k);
+          const __m512i lo = _mm512_and_si512(v, low4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xq + 32 * s + 256 * r + 8 * k;
+            low[r] = dpbusd_512(low[r], lo, broadcast_4_512(x));
+            high[r] = dpbusd_512(high[r], hi, broadcast_4_512(x + 4));
+            keep_in_register_512(low[r]);
+            keep_in_register_512(high[r]);
+          }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512i p = _mm512_mullo_epi32(_mm512_add_epi32(low[r], high[r]), scale);
+          isum[r] = _mm512_add_epi32(isum[r], p);
+          keep_in_register_512(isum[r]);
+        }
+        c0 += kSubBlockBytes;
+        c1 += kSubBlockBytes;
+      }
+      const __m512 d = cvtph_ps_512(load_half_pair(m0, m1));
+      const __m512 dmin = cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i imin =
+            _mm512_inserti64x4(_mm512_castsi256_si512(scale_min_total(sc0 + 64, xs)),
+                               scale_min_total(sc1 + 64, xs), 1);
+        const __m512 dx = _mm512_set1_ps(xd[r]);
+        acc[r] = _mm512_fmadd_ps(cvtepi32_ps_512(isum[r]), _mm512_mul_ps(d, dx), acc[r]);
+        accm[r] = _mm512_fmadd_ps(cvtepi32_ps_512(imin), _mm512_mul_ps(dmin, dx), accm[r]);
+        xs += 16;
+      }
+      xs += 16 * (kTile - R);
+      m0 += Narrow::kScaleCount;
+      m1 += Narrow::kScaleCount;
+      xq += 256 * kTile;
+      xd += kTile;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, _mm512_sub_ps(acc[r], accm[r]));
+  }
+};
+
+// run_packed<K::Narrow> with the groups taken in pairs (K's wide tile); a last odd group of the
+// range runs the 256-bit tile. Same panels, prefetch rule and row tiles.
+// One row tile on groups g and g + 1 (`pair`: K's wide tile) or on group g alone (the 256-bit
+// tile of K::Narrow).
+template <class K, int R>
+inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
+                               const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
+                               const float* xd, const int16_t* xs, float* y, int64_t y_stride,
+                               bool stream) {
+  using N = typename K::Narrow;
+  if (!pair) {
+    run_tile<N, R>(c0, s0, n_blocks, xq, xd, xs, y, y_stride, stream);
+  } else if constexpr (N::kBlock == 256) {
+    K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream);
+  } else {
+    wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream);
+  }
+}
+
 template <class K>
 void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
   using N = typename K::Narrow;
   const Q8Rows& x = *a.xq;
   const int64_t n_blocks = a.n_in / N::kBlock;
+  const int64_t sums_per_block = N::kBlock == 256 ? 16 : 1;
   const int64_t n_tiles = (a.n_rows + kTile - 1) / kTile;
   constexpr int64_t kPanelBytes = int64_t{256} << 10;
   const int64_t panel_tiles = std::max<int64_t>(1, kPanelBytes / (kTile * a.n_in));
@@ -161,46 +267,32 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
       const bool pair = g + 1 < o_end / 8;
       const uint8_t* c0 = a.w + g * group_chunks;
       const uint16_t* s0 = a.w_scales + g * group_scales;
+      const uint8_t* c1 = c0 + group_chunks;
+      const uint16_t* s1 = s0 + group_scales;
       for (int64_t t = p0; t < p1; ++t) {
         const int64_t first = t * kTile * n_blocks;  // the tile's first block index (Q8Rows)
         const int8_t* xq = x.qs + first * N::kBlock;
         const float* xd = x.d + first;
-        const int16_t* xs = x.bsums + first;
+        const int16_t* xs = x.bsums + first * sums_per_block;
         float* y = a.y + t * kTile * a.n_out + 8 * g;
         const bool stream = t == p0;
-        const int64_t rows = std::min(kTile, a.n_rows - t * kTile);
-        if (pair) {
-          const uint8_t* c1 = c0 + group_chunks;
-          const uint16_t* s1 = s0 + group_scales;
-          switch (rows) {
-            case 4:
-              wide_tile<K, 4>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-            case 3:
-              wide_tile<K, 3>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-            case 2:
-              wide_tile<K, 2>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-            default:
-              wide_tile<K, 1>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-          }
-        } else {
-          switch (rows) {
-            case 4:
-              tile<N, 4>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-            case 3:
-              tile<N, 3>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-            case 2:
-              tile<N, 2>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-            default:
-              tile<N, 1>(c0, s0, n_blocks, xq, xd, xs, y, a.n_out, stream);
-              break;
-          }
+        switch (std::min(kTile, a.n_rows - t * kTile)) {
+          case 4:
+            run_wide_or_narrow<K, 4>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
+                                     stream);
+            break;
+          case 3:
+            run_wide_or_narrow<K, 3>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
+                                     stream);
+            break;
+          case 2:
+            run_wide_or_narrow<K, 2>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
+                                     stream);
+            break;
+          default:
+            run_wide_or_narrow<K, 1>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
+                                     stream);
+            break;
         }
       }
       g += pair ? 2 : 1;
@@ -215,6 +307,8 @@ MatmulKernel vnni_wide_packed_kernel(tensor::GgmlType type) {
       return run_packed_wide<WideQ4_0>;
     case tensor::GgmlType::kQ8_0:
       return run_packed_wide<WideQ8_0>;
+    case tensor::GgmlType::kQ4_K:
+      return run_packed_wide<WideQ4_K>;
     default:
       return vnni_packed_kernel(type);
   }
