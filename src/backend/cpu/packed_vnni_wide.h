@@ -50,33 +50,43 @@ inline __m512i broadcast_4_512(const int8_t* p) {
 // running sum per row would wait on its own results. Each row keeps two chains (integer sums, so
 // the split changes no bit) and they are added once per block.
 
+// The 4 slices of 32 bytes of nibbles of a q4_0 chunk or q4_K sub-block in each group (slice k:
+// low nibbles elements 8k + t, high nibbles 8k + 4 + t) against each row's 32 activations at
+// x + row_stride * r: adds the low nibbles' dots to low[r] and the high ones' to high[r], two
+// chains per row.
+template <int R>
+inline void nibble_dots(const uint8_t* c0, const uint8_t* c1, const int8_t* x, int64_t row_stride,
+                        __m512i (&low)[R], __m512i (&high)[R]) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const __m512i v = load_pair(c0 + 32 * k, c1 + 32 * k);
+    const __m512i lo = _mm512_and_si512(v, low4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const int8_t* xr = x + row_stride * r + 8 * k;
+      low[r] = dpbusd_512(low[r], lo, broadcast_4_512(xr));
+      high[r] = dpbusd_512(high[r], hi, broadcast_4_512(xr + 4));
+      keep_in_register_512(low[r]);
+      keep_in_register_512(high[r]);
+    }
+  }
+}
+
 // VnniQ4_0::dot on two groups.
 struct WideQ4_0 {
   using Narrow = VnniQ4_0;
   template <int R>
   static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int16_t* xs,
                          __m512i (&isum)[R]) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i high[R];  // the high nibbles' sums: a second chain per row
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       isum[r] = _mm512_set1_epi32(-8 * xs[r]);
       high[r] = _mm512_setzero_si512();
     }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m512i v = load_pair(c0 + 32 * k, c1 + 32 * k);
-      const __m512i lo = _mm512_and_si512(v, low4);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const int8_t* x = xq + 32 * r + 8 * k;
-        isum[r] = dpbusd_512(isum[r], lo, broadcast_4_512(x));
-        high[r] = dpbusd_512(high[r], hi, broadcast_4_512(x + 4));
-        keep_in_register_512(isum[r]);
-        keep_in_register_512(high[r]);
-      }
-    }
+    nibble_dots<R>(c0, c1, xq, 32, isum, high);
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) isum[r] = _mm512_add_epi32(isum[r], high[r]);
   }
@@ -162,7 +172,6 @@ struct WideQ4_K {
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
                                              const int16_t* xs, float* y, int64_t y_stride,
                                              bool stream) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512 acc[R], accm[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
@@ -185,20 +194,7 @@ struct WideQ4_K {
         __m512i low[R], high[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) low[r] = high[r] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) {
-          const __m512i v = load_pair(c0 + 32 * k, c1 + 32 * k);
-          const __m512i lo = _mm512_and_si512(v, low4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-#pragma GCC unroll 4
-          for (int r = 0; r < R; ++r) {
-            const int8_t* x = xq + 32 * s + 256 * r + 8 * k;
-            low[r] = dpbusd_512(low[r], lo, broadcast_4_512(x));
-            high[r] = dpbusd_512(high[r], hi, broadcast_4_512(x + 4));
-            keep_in_register_512(low[r]);
-            keep_in_register_512(high[r]);
-          }
-        }
+        nibble_dots<R>(c0, c1, xq + 32 * s, 256, low, high);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           const __m512i p = _mm512_mullo_epi32(_mm512_add_epi32(low[r], high[r]), scale);
