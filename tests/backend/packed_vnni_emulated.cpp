@@ -2,9 +2,6 @@
 // 512-bit ones) built on SIMDe instead of the instructions, so that their logic is tested on any
 // AVX2 machine (packed_matmul_test.cpp). Compiled with -mavx2 -mfma -mf16c only: SIMDe's native
 // aliases give the wide header's _mm512_* names and types, implemented on pairs of AVX2 vectors.
-// Without -mavx512f, clang warns that 512-bit vector arguments change the calling convention
-// (-Wpsabi); every function here has internal linkage and is inlined or called within this file.
-#pragma GCC diagnostic ignored "-Wpsabi"
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 

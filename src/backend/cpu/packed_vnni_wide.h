@@ -1,5 +1,5 @@
-// Packed kernels on 512-bit vectors (q4_0, q8_0 and q4_K): two neighbouring groups of 8
-// outputs side by side in one zmm register (group g in lanes 0-7, group g + 1 in lanes 8-15).
+// Packed kernels on 512-bit vectors (q4_0, q8_0, q2_K, q3_K, q4_K, q6_K): two neighbouring groups
+// of 8 outputs side by side in one zmm register (group g in lanes 0-7, group g + 1 in lanes 8-15).
 //
 // Why: packed_vnni_kernels.h runs vpdpbusd on 256-bit vectors, and a core that executes 512-bit
 // vpdpbusd at full width (AMD Zen 5; Intel's server cores with two 512-bit ports) does twice the
@@ -10,7 +10,7 @@
 // Bits: every lane does exactly what the 256-bit tile does for its output (the same exact integer
 // block dot, the same d[b] * dx[b] product, the same FMA into its accumulator, blocks in order), so
 // the results equal the other kernels' bit for bit (matmul_kernel.h's block-sum and block-total
-// contracts). The other k-quants (q2_K, q3_K, q5_K, q6_K) keep their 256-bit tiles for now.
+// contracts). q5_K keeps its 256-bit tile for now.
 //
 // The includer defines, before including this header and after packed_vnni_kernels.h, inside
 // vesper::backend::cpu's anonymous namespace:
@@ -28,9 +28,14 @@
 namespace vesper::backend::cpu {
 namespace {
 
+// 256-bit vectors a (group g) and b (group g + 1) as one zmm.
+inline __m512i join(__m256i a, __m256i b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
 // Group g's 32 bytes at a in the low half, group g + 1's at b in the high half.
 inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(load_256(a)), load_256(b), 1);
+  return join(load_256(a), load_256(b));
 }
 
 // Group g's 8 fp16 values at a in the low half, group g + 1's at b in the high half.
@@ -186,11 +191,9 @@ struct WideQ4_K {
           prefetch_ahead(c0, kSubBlockBytes);
           prefetch_ahead(c1, kSubBlockBytes);
         }
-        const __m512i scale = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_cvtepu8_epi32(
-                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc0 + 8 * s)))),
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc1 + 8 * s))),
-            1);
+        const __m512i scale = join(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc0 + 8 * s))),
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc1 + 8 * s))));
         __m512i low[R], high[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) low[r] = high[r] = _mm512_setzero_si512();
@@ -208,9 +211,7 @@ struct WideQ4_K {
       const __m512 dmin = cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m512i imin =
-            _mm512_inserti64x4(_mm512_castsi256_si512(scale_min_total(sc0 + 64, xs)),
-                               scale_min_total(sc1 + 64, xs), 1);
+        const __m512i imin = join(scale_min_total(sc0 + 64, xs), scale_min_total(sc1 + 64, xs));
         const __m512 dx = _mm512_set1_ps(xd[r]);
         acc[r] = _mm512_fmadd_ps(cvtepi32_ps_512(isum[r]), _mm512_mul_ps(d, dx), acc[r]);
         accm[r] = _mm512_fmadd_ps(cvtepi32_ps_512(imin), _mm512_mul_ps(dmin, dx), accm[r]);
@@ -229,6 +230,98 @@ struct WideQ4_K {
 
 // run_packed<K::Narrow> with the groups taken in pairs (K's wide tile); a last odd group of the
 // range runs the 256-bit tile. Same panels, prefetch rule and row tiles.
+// PackedSub16K's tile (q2_K, q3_K, q6_K; packed_kquant_tiles.h) on two groups: each group's quants
+// unpacked by F on 256-bit vectors and joined, the sub-block dots on zmm (one per row and
+// sub-block of 16, times the rows' int8 scales), and each group's per-block corrections (the
+// offsets of q3_K and q6_K, the mins of q2_K) side by side; the same block-total order lane by
+// lane.
+template <class F>
+struct WideSub16K {
+  using Narrow = PackedSub16K<VnniDot, F>;
+
+  template <int R>
+  __attribute__((noinline)) static void tile(const uint8_t* c0, const uint8_t* c1,
+                                             const uint16_t* m0, const uint16_t* m1,
+                                             int64_t n_blocks, const int8_t* xq, const float* xd,
+                                             const int16_t* xs, float* y, int64_t y_stride,
+                                             bool stream) {
+    constexpr int kScalesAt = F::kHasMin ? 16 : 8;  // uint16 entries before the scale bytes
+    __m512 acc[R], accm[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const auto* sc0 = reinterpret_cast<const uint8_t*>(m0 + kScalesAt);
+      const auto* sc1 = reinterpret_cast<const uint8_t*>(m1 + kScalesAt);
+      __m512i isum[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+      for (int g = 0; g < 8; ++g) {
+        if (stream) {
+          prefetch_ahead(c0, F::kGroupBytes);
+          prefetch_ahead(c1, F::kGroupBytes);
+        }
+        const __m128i s0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc0 + 16 * g));
+        const __m128i s1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 16 * g));
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; ++m) {
+          __m256i q0[4], q1[4];
+          F::unpack(c0, m, q0);
+          F::unpack(c1, m, q1);
+          __m512i q[4];
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) q[i] = join(q0[i], q1[i]);
+          // Byte 2j + m of each group's 16 (row j's scale of sub-block m), sign-extended.
+          const __m128i pick =
+              m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1)
+                     : _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+          const __m512i scale = join(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(s0, pick)),
+                                     _mm256_cvtepi8_epi32(_mm_shuffle_epi8(s1, pick)));
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            const int8_t* x = xq + 32 * g + 16 * m + 256 * r;
+            __m512i dot = dpbusd_512(_mm512_setzero_si512(), q[0], broadcast_4_512(x));
+            dot = dpbusd_512(dot, q[1], broadcast_4_512(x + 4));
+            dot = dpbusd_512(dot, q[2], broadcast_4_512(x + 8));
+            dot = dpbusd_512(dot, q[3], broadcast_4_512(x + 12));
+            isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dot, scale));
+            keep_in_register_512(isum[r]);
+          }
+        }
+        c0 += F::kGroupBytes;
+        c1 += F::kGroupBytes;
+      }
+      const __m512 d = cvtph_ps_512(load_half_pair(m0, m1));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        __m512i total = isum[r];
+        if constexpr (F::kOffsetShift >= 0) {
+          const __m512i corr = join(Narrow::template sub_block_sums<true>(sc0, xs),
+                                    Narrow::template sub_block_sums<true>(sc1, xs));
+          total = _mm512_sub_epi32(total, _mm512_slli_epi32(corr, F::kOffsetShift));
+        }
+        const __m512 dx = _mm512_set1_ps(xd[r]);
+        acc[r] = _mm512_fmadd_ps(cvtepi32_ps_512(total), _mm512_mul_ps(d, dx), acc[r]);
+        if constexpr (F::kHasMin) {
+          const __m512 dmin = cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8));
+          const __m512i imin = join(Narrow::template sub_block_sums<false>(sc0 + 128, xs),
+                                    Narrow::template sub_block_sums<false>(sc1 + 128, xs));
+          accm[r] = _mm512_fmadd_ps(cvtepi32_ps_512(imin), _mm512_mul_ps(dmin, dx), accm[r]);
+        }
+        xs += 16;
+      }
+      xs += 16 * (kTile - R);
+      m0 += F::kScaleCount;
+      m1 += F::kScaleCount;
+      xq += 256 * kTile;
+      xd += kTile;
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(y + r * y_stride, F::kHasMin ? _mm512_sub_ps(acc[r], accm[r]) : acc[r]);
+    }
+  }
+};
+
 // One row tile on groups g and g + 1 (`pair`: K's wide tile) or on group g alone (the 256-bit
 // tile of K::Narrow).
 template <class K, int R>
@@ -310,6 +403,12 @@ MatmulKernel vnni_wide_packed_kernel(tensor::GgmlType type) {
       return run_packed_wide<WideQ8_0>;
     case tensor::GgmlType::kQ4_K:
       return run_packed_wide<WideQ4_K>;
+    case tensor::GgmlType::kQ2_K:
+      return run_packed_wide<WideSub16K<Q2Groups>>;
+    case tensor::GgmlType::kQ3_K:
+      return run_packed_wide<WideSub16K<Q3Groups>>;
+    case tensor::GgmlType::kQ6_K:
+      return run_packed_wide<WideSub16K<Q6Groups>>;
     default:
       return vnni_packed_kernel(type);
   }
