@@ -1,5 +1,6 @@
-// Packed kernels on 512-bit vectors (q4_0, q8_0, q2_K, q3_K, q4_K, q6_K): two neighbouring groups
-// of 8 outputs side by side in one zmm register (group g in lanes 0-7, group g + 1 in lanes 8-15).
+// Packed kernels on 512-bit vectors (q4_0, q8_0 and the k-quants q2_K ... q6_K): two neighbouring
+// groups of 8 outputs side by side in one zmm register (group g in lanes 0-7, group g + 1 in lanes
+// 8-15).
 //
 // Why: packed_vnni_kernels.h runs vpdpbusd on 256-bit vectors, and a core that executes 512-bit
 // vpdpbusd at full width (AMD Zen 5; Intel's server cores with two 512-bit ports) does twice the
@@ -10,7 +11,7 @@
 // Bits: every lane does exactly what the 256-bit tile does for its output (the same exact integer
 // block dot, the same d[b] * dx[b] product, the same FMA into its accumulator, blocks in order), so
 // the results equal the other kernels' bit for bit (matmul_kernel.h's block-sum and block-total
-// contracts). q5_K keeps its 256-bit tile for now.
+// contracts).
 //
 // The includer defines, before including this header and after packed_vnni_kernels.h, inside
 // vesper::backend::cpu's anonymous namespace:
@@ -164,11 +165,32 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, acc[r]);
 }
 
-// PackedQ4_K's tile (packed_kquant_tiles.h) on two groups: per sub-block, the exact dot of each
-// lane's row (two chains, as WideQ4_0) times its 6-bit scale; per super-block the min totals of
-// each group (scale_min_total) side by side; the same block-total order lane by lane.
-struct WideQ4_K {
-  using Narrow = PackedQ4_K<VnniDot>;
+// Slice k of a q5_K sub-block in each group (q5_slice: nibbles and fifth bits, unpacked on 256-bit
+// vectors and joined) against each row's activations at x + row_stride * r, as nibble_dots.
+template <int R, int k>
+inline void q5_slice_dots(const uint8_t* c0, const uint8_t* c1, __m256i h0, __m256i h1,
+                          const int8_t* x, int64_t row_stride, __m512i (&low)[R],
+                          __m512i (&high)[R]) {
+  __m256i lo0, hi0, lo1, hi1;
+  q5_slice<k>(load_256(c0 + 32 * k), h0, lo0, hi0);
+  q5_slice<k>(load_256(c1 + 32 * k), h1, lo1, hi1);
+  const __m512i lo = join(lo0, lo1), hi = join(hi0, hi1);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const int8_t* xr = x + row_stride * r + 8 * k;
+    low[r] = dpbusd_512(low[r], lo, broadcast_4_512(xr));
+    high[r] = dpbusd_512(high[r], hi, broadcast_4_512(xr + 4));
+    keep_in_register_512(low[r]);
+    keep_in_register_512(high[r]);
+  }
+}
+
+// PackedScaleMinK's tile (q4_K, q5_K; packed_kquant_tiles.h) on two groups: per sub-block, the
+// exact dot of each lane's row (two chains, as WideQ4_0) times its 6-bit scale; per super-block the
+// min totals of each group (scale_min_total) side by side; the same block-total order lane by lane.
+template <bool kFifthBit>
+struct WideScaleMinK {
+  using Narrow = PackedScaleMinK<VnniDot, kFifthBit>;
   static constexpr int64_t kSubBlockBytes = Narrow::kSubBlockBytes;
 
   template <int R>
@@ -197,7 +219,16 @@ struct WideQ4_K {
         __m512i low[R], high[R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) low[r] = high[r] = _mm512_setzero_si512();
-        nibble_dots<R>(c0, c1, xq + 32 * s, 256, low, high);
+        const int8_t* x = xq + 32 * s;
+        if constexpr (kFifthBit) {
+          const __m256i h0 = load_256(c0 + 128), h1 = load_256(c1 + 128);
+          q5_slice_dots<R, 0>(c0, c1, h0, h1, x, 256, low, high);
+          q5_slice_dots<R, 1>(c0, c1, h0, h1, x, 256, low, high);
+          q5_slice_dots<R, 2>(c0, c1, h0, h1, x, 256, low, high);
+          q5_slice_dots<R, 3>(c0, c1, h0, h1, x, 256, low, high);
+        } else {
+          nibble_dots<R>(c0, c1, x, 256, low, high);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r) {
           const __m512i p = _mm512_mullo_epi32(_mm512_add_epi32(low[r], high[r]), scale);
@@ -402,7 +433,9 @@ MatmulKernel vnni_wide_packed_kernel(tensor::GgmlType type) {
     case tensor::GgmlType::kQ8_0:
       return run_packed_wide<WideQ8_0>;
     case tensor::GgmlType::kQ4_K:
-      return run_packed_wide<WideQ4_K>;
+      return run_packed_wide<WideScaleMinK<false>>;
+    case tensor::GgmlType::kQ5_K:
+      return run_packed_wide<WideScaleMinK<true>>;
     case tensor::GgmlType::kQ2_K:
       return run_packed_wide<WideSub16K<Q2Groups>>;
     case tensor::GgmlType::kQ3_K:
