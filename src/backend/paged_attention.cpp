@@ -227,19 +227,36 @@ void select_quest_blocks(const AttentionArgs& args, int64_t t, int64_t g) {
                static_cast<long long>(t));
 }
 
+AttentionKernel attention_kernel(Isa isa) {
+  VESPER_CHECK(isa_available(isa), "paged_attention: instruction set %s not available",
+               isa_name(isa).data());
+  switch (isa) {
+    case Isa::kScalar:
+      return paged_attention_scalar;
+    case Isa::kAvx2:
+      return paged_attention_avx2;
+    case Isa::kAvx512Vnni:
+      return paged_attention_avx512;
+  }
+  return paged_attention_scalar;
+}
+
 void paged_attention_with_isa(Isa isa, const KvCache& cache, int64_t layer,
                               const AttentionBatch& batch, const float* q, int64_t n_heads,
                               float scale, float* out, ThreadPool& pool) {
-  VESPER_CHECK(isa_available(isa), "paged_attention: instruction set %s not available",
-               isa_name(isa).data());
+  paged_attention_with_kernel(attention_kernel(isa), cache, layer, batch, q, n_heads, scale, out,
+                              pool);
+}
+
+void paged_attention_with_kernel(AttentionKernel kernel, const KvCache& cache, int64_t layer,
+                                 const AttentionBatch& batch, const float* q, int64_t n_heads,
+                                 float scale, float* out, ThreadPool& pool) {
   const KvCacheSpec& shape = cache.spec();
   const int64_t n_kv = shape.n_kv_heads;
   const int64_t group = n_heads / n_kv;
   VESPER_CHECK(group >= 1 && group * n_kv == n_heads, "heads %lld not a multiple of kv heads %lld",
                static_cast<long long>(n_heads), static_cast<long long>(n_kv));
   if (batch.num_tokens == 0) return;
-  const AttentionKernel kernel =
-      isa == Isa::kScalar ? paged_attention_scalar : paged_attention_avx2;
   static std::atomic<uint64_t> calls{0};
   AttentionArgs args{&cache, layer, batch,   q,       n_heads, group,
                      scale,  out,   ++calls, nullptr, nullptr};

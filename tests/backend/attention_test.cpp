@@ -13,6 +13,8 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/attention_cpu.h"
@@ -22,6 +24,11 @@
 #include "sanitized.h"
 
 namespace vesper::backend {
+namespace cpu {
+// The AVX-512 attention kernel built on SIMDe's AVX-512 (attention_avx512_emulated.cpp).
+void emulated_paged_attention_avx512(const AttentionArgs& args, int64_t begin, int64_t end,
+                                     float* scratch);
+}  // namespace cpu
 namespace {
 
 using cpu::Isa;
@@ -107,6 +114,12 @@ class Fixture {
   // blocks: reading one would fault or fail the sanitizers).
   std::vector<float> run(const std::vector<Span>& spans, Isa isa, ThreadPool& pool, float scale,
                          const KvSparsity& window = {}, int32_t budget = 0) const {
+    return run_kernel(spans, cpu::attention_kernel(isa), pool, scale, window, budget);
+  }
+
+  std::vector<float> run_kernel(const std::vector<Span>& spans, cpu::AttentionKernel kernel,
+                                ThreadPool& pool, float scale, const KvSparsity& window = {},
+                                int32_t budget = 0) const {
     std::vector<int32_t> positions, token_seq, gap_begin, gap_end, budgets;
     std::vector<int64_t> slots;
     std::vector<float> q;
@@ -153,7 +166,8 @@ class Fixture {
     if (budget > 0) b.block_budget = budgets.data();
     // Poisoned output: every element must be written.
     std::vector<float> out(q.size(), std::nanf(""));
-    cpu::paged_attention_with_isa(isa, *cache_, 1, b, q.data(), n_heads_, scale, out.data(), pool);
+    cpu::paged_attention_with_kernel(kernel, *cache_, 1, b, q.data(), n_heads_, scale, out.data(),
+                                     pool);
     return out;
   }
 
@@ -339,10 +353,19 @@ TEST(PagedAttention, MatchesF64ReferenceAcrossTypesShapesGroupingsAndBlockSizes)
   std::printf("  worst absolute error against f64: %.3g\n", worst);
 }
 
-// Under a sanitizer (VESPER_SANITIZED) a head size of each kind (8: one 8-lane chunk, 37: chunks
-// and a tail, 128: the largest), which takes every code path the others do.
-TEST(PagedAttention, Avx2BitIdenticalToPortableKernel) {
+// Every vector kernel this CPU runs (AVX2; AVX-512 on AVX-512 VNNI hosts) and the AVX-512 kernel
+// built on SIMDe (on any AVX2 host) give the portable kernel's bits. Head sizes cover each path of
+// the AVX-512 tile: whole 64-channel runs (64, 128), 32 and 16 channel runs and a last 8 (24, 40,
+// 80, 96, 8), and the AVX2 fallback (5, 13, 37). Under a sanitizer (VESPER_SANITIZED) a head size
+// of each kind (8: one 8-lane chunk, 37: chunks and a tail, 128: the largest), which takes every
+// code path the others do.
+TEST(PagedAttention, VectorKernelsBitIdenticalToPortableKernel) {
   if (!cpu::isa_available(Isa::kAvx2)) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::vector<std::pair<std::string, cpu::AttentionKernel>> kernels;
+  for (Isa isa : cpu::available_isas())
+    if (isa != Isa::kScalar)
+      kernels.emplace_back(std::string(cpu::isa_name(isa)), cpu::attention_kernel(isa));
+  kernels.emplace_back("avx512 on SIMDe", cpu::emulated_paged_attention_avx512);
   ThreadPool pool(1);
   uint64_t seed = 100;
   const bool sanitized = testing_util::sanitized();
@@ -352,11 +375,13 @@ TEST(PagedAttention, Avx2BitIdenticalToPortableKernel) {
       for (const Grouping g : {Grouping{4, 4}, Grouping{8, 2}, Grouping{6, 1}}) {
         Fixture f(g.n_heads, g.n_kv_heads, hd, 16, kSeqLens, seed++, 8.0f, dtypes);
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-        const auto a = f.run(kMixed, Isa::kAvx2, pool, scale);
         const auto s = f.run(kMixed, Isa::kScalar, pool, scale);
-        ASSERT_EQ(0, std::memcmp(a.data(), s.data(), a.size() * sizeof(float)))
-            << "kv " << dtypes.describe() << " head_dim " << hd << " heads " << g.n_heads << "/"
-            << g.n_kv_heads;
+        for (const auto& [name, kernel] : kernels) {
+          const auto a = f.run_kernel(kMixed, kernel, pool, scale);
+          ASSERT_EQ(0, std::memcmp(a.data(), s.data(), a.size() * sizeof(float)))
+              << name << " kv " << dtypes.describe() << " head_dim " << hd << " heads " << g.n_heads
+              << "/" << g.n_kv_heads;
+        }
       }
     }
 }

@@ -2,10 +2,10 @@
 // contract, attention_walk_tiles.h's KiviTile): unpacking a group's 2- or 4-bit codes and
 // parameters, the keys' scores as exact integer dot products of the query's 16-bit terms with the
 // codes, and the values' weighted sums per channel run from the codes (through
-// attention_avx2_rows.h's accumulate_partials for two queries). Attention_avx2.cpp's tile calls
-// these.
+// attention_avx2_rows.h's accumulate_partials for two queries). attention_avx2_tile.h's tile
+// calls these.
 //
-// Include only from attention_avx2.cpp (its flags; see attention_avx2_rows.h).
+// Include only from attention_avx2_tile.h (its flags; see attention_avx2_rows.h).
 #pragma once
 
 #include <immintrin.h>

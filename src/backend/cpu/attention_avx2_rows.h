@@ -1,13 +1,14 @@
 // The AVX2 + FMA arithmetic of paged attention over one tile of f32 rows, as
 // attention_kernel.h's numeric contract states it: scores, the online-softmax fold, and the
 // weighted value sums, for one query or for two over the same keys. A Rows type (F32Rows here,
-// EncodedRows in attention_avx2.cpp, KiviCodeRows in attention_avx2_kivi.h) supplies 8 elements of
-// row i from channel c as `load(i, c)`, and one element as `at(i, d)` where a head size that is
-// not a multiple of 8 leaves a tail.
+// EncodedRows in attention_avx2_tile.h, KiviCodeRows in attention_avx2_kivi.h) supplies 8
+// elements of row i from channel c as `load(i, c)`, and one element as `at(i, d)` where a head size
+// that is not a multiple of 8 leaves a tail.
 //
-// Include only from attention_avx2.cpp (directly, or through attention_avx2_kivi.h), which is
-// built with -mavx2 -mfma -mf16c and -ffp-contract=off. As in vec_exp.h, everything sits in an
-// unnamed namespace, so no other file can be handed a copy built for AVX2.
+// Include only from attention_avx2_tile.h (directly, or through attention_avx2_kivi.h), whose
+// includers are built with -mavx2 -mfma -mf16c (or wider) and -ffp-contract=off. As in
+// vec_exp.h, everything sits in an unnamed namespace, so no other file can be handed a copy built
+// for AVX2.
 #pragma once
 
 #include <immintrin.h>

@@ -116,4 +116,8 @@ void paged_attention_scalar(const AttentionArgs& args, int64_t begin, int64_t en
 // The AVX2 + FMA kernel (attention_avx2.cpp); only callable on a CPU that has them.
 void paged_attention_avx2(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch);
 
+// The AVX-512 kernel (attention_avx512.cpp: the AVX2 kernel with a prompt's tiles on 512-bit
+// vectors); only callable on a CPU that has AVX-512 F. Run on hosts of Isa::kAvx512Vnni.
+void paged_attention_avx512(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch);
+
 }  // namespace vesper::backend::cpu

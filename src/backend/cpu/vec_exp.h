@@ -1,8 +1,9 @@
 // A deterministic single-precision exp shared by the CPU kernels (softmax in paged attention,
 // SiLU): one lane of arithmetic, written twice, once as portable C++ (exp_lane) and once as eight
 // AVX2 lanes (exp_avx2), with the same operations in the same order, so both give bit-identical
-// results for every input. std::exp is not used because its result depends on the C library and
-// is not vectorised; this one is the same on every machine and ISA.
+// results for every input (a third copy, sixteen lanes, is attention_avx512_tile.h's exp_avx512).
+// std::exp is not used because its result depends on the C library and is not vectorised; this one
+// is the same on every machine and ISA.
 //
 // Method (Cephes expf): x is clamped to [kExpMin, kExpMax]; n = round-to-nearest-even(x * log2 e);
 // r = x - n ln2 in two fused steps (ln2 split into a short high part and a low part); a degree-5
