@@ -147,7 +147,29 @@ using PackedQ5_K = PackedScaleMinK<Dot, true>;
 //   static constexpr int kOffsetShift;     // log2 of the offset; -1 for none
 //   static constexpr bool kHasMin;         // meta: d[8], dmin[8], scales[128], mins[128]; else
 //                                          // d[8], scales[128]
-//   static void unpack(const uint8_t* group, int m, __m256i (&q)[4]);  // sub-block m (0, 1)
+//   template <class B>  // sub-block m (0, 1) of the group(s) B reads (Bytes256 here)
+//   static void unpack(const B& group, int m, typename B::V (&q)[4]);
+
+// The byte operations of the groups' unpackers (F::unpack) on one group's bytes at p, 256 bits at
+// a time. packed_vnni_wide.h has the 512-bit twin, two groups side by side; every operation is
+// lane-local (16-bit shifts whose carries the masks drop), so each half of it equals this.
+struct Bytes256 {
+  using V = __m256i;
+  const uint8_t* p;
+  V load(int64_t offset) const { return load_256(p + offset); }
+  static V bytes(char c) { return _mm256_set1_epi8(c); }
+  static V and_(V a, V b) { return _mm256_and_si256(a, b); }
+  static V or_(V a, V b) { return _mm256_or_si256(a, b); }
+  template <int kBits>
+  static V shl16(V a) {
+    return _mm256_slli_epi16(a, kBits);
+  }
+  template <int kBits>
+  static V shr16(V a) {
+    return _mm256_srli_epi16(a, kBits);
+  }
+};
+
 template <class Dot, class F>
 struct PackedSub16K {
   static constexpr int64_t kBlock = 256, kChunkBytes = 8 * F::kGroupBytes;
@@ -187,7 +209,7 @@ struct PackedSub16K {
 #pragma GCC unroll 2
         for (int m = 0; m < 2; ++m) {
           __m256i q[4];
-          F::unpack(chunk, m, q);
+          F::unpack(Bytes256{chunk}, m, q);
           Dot::template sub16<R>(q, xq + 32 * g + 16 * m, sc8, m, g == 0 && m == 0, isum);
         }
         chunk += F::kGroupBytes;
@@ -229,20 +251,20 @@ struct Q6Groups {
   static constexpr int64_t kGroupBytes = 192, kScaleCount = 72;
   static constexpr int kOffsetShift = 5;  // q - 32
   static constexpr bool kHasMin = false;
-  static inline void unpack(const uint8_t* group, int m, __m256i (&q)[4]) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
-    const __m256i v0 = load_256(group + 64 * m);
-    const __m256i v1 = load_256(group + 64 * m + 32);
-    const __m256i h = load_256(group + 128 + 32 * m);
+  template <class B>
+  static inline void unpack(const B& group, int m, typename B::V (&q)[4]) {
+    const auto low4 = B::bytes(0x0F);
+    const auto bits45 = B::bytes(0x30);
+    const auto v0 = group.load(64 * m);
+    const auto v1 = group.load(64 * m + 32);
+    const auto h = group.load(128 + 32 * m);
     // 16-bit shifts move bits across bytes; the masks keep only each byte's own bits.
-    q[0] = _mm256_or_si256(_mm256_and_si256(v0, low4),
-                           _mm256_and_si256(_mm256_slli_epi16(h, 4), bits45));
-    q[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), low4),
-                           _mm256_and_si256(_mm256_slli_epi16(h, 2), bits45));
-    q[2] = _mm256_or_si256(_mm256_and_si256(v1, low4), _mm256_and_si256(h, bits45));
-    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), low4),
-                           _mm256_and_si256(_mm256_srli_epi16(h, 2), bits45));
+    q[0] = B::or_(B::and_(v0, low4), B::and_(B::template shl16<4>(h), bits45));
+    q[1] =
+        B::or_(B::and_(B::template shr16<4>(v0), low4), B::and_(B::template shl16<2>(h), bits45));
+    q[2] = B::or_(B::and_(v1, low4), B::and_(h, bits45));
+    q[3] =
+        B::or_(B::and_(B::template shr16<4>(v1), low4), B::and_(B::template shr16<2>(h), bits45));
   }
 };
 
@@ -253,21 +275,22 @@ struct Q3Groups {
   static constexpr int64_t kGroupBytes = 96, kScaleCount = 72;
   static constexpr int kOffsetShift = 2;  // q - 4
   static constexpr bool kHasMin = false;
-  static inline void unpack(const uint8_t* group, int m, __m256i (&q)[4]) {
-    const __m256i three = _mm256_set1_epi8(3);
-    const __m256i bit2 = _mm256_set1_epi8(4);
-    const __m256i low = load_256(group + 32 * m);
-    const __m256i high = load_256(group + 64);
+  template <class B>
+  static inline void unpack(const B& group, int m, typename B::V (&q)[4]) {
+    const auto three = B::bytes(3);
+    const auto bit2 = B::bytes(4);
+    const auto low = group.load(32 * m);
+    const auto high = group.load(64);
     // Third bit 4m + i moved to bit 2. 16-bit shifts of at most 5 places cannot carry another
     // byte's bit onto bit 0-1 or bit 2, which the masks keep.
-    const __m256i h = m == 0 ? _mm256_slli_epi16(high, 2) : _mm256_srli_epi16(high, 2);
-    q[0] = _mm256_or_si256(_mm256_and_si256(low, three), _mm256_and_si256(h, bit2));
-    q[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 2), three),
-                           _mm256_and_si256(_mm256_srli_epi16(h, 1), bit2));
-    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 4), three),
-                           _mm256_and_si256(_mm256_srli_epi16(h, 2), bit2));
-    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low, 6), three),
-                           _mm256_and_si256(_mm256_srli_epi16(h, 3), bit2));
+    const auto h = m == 0 ? B::template shl16<2>(high) : B::template shr16<2>(high);
+    q[0] = B::or_(B::and_(low, three), B::and_(h, bit2));
+    q[1] =
+        B::or_(B::and_(B::template shr16<2>(low), three), B::and_(B::template shr16<1>(h), bit2));
+    q[2] =
+        B::or_(B::and_(B::template shr16<4>(low), three), B::and_(B::template shr16<2>(h), bit2));
+    q[3] =
+        B::or_(B::and_(B::template shr16<6>(low), three), B::and_(B::template shr16<3>(h), bit2));
   }
 };
 
@@ -277,13 +300,14 @@ struct Q2Groups {
   static constexpr int64_t kGroupBytes = 64, kScaleCount = 144;
   static constexpr int kOffsetShift = -1;
   static constexpr bool kHasMin = true;
-  static inline void unpack(const uint8_t* group, int m, __m256i (&q)[4]) {
-    const __m256i three = _mm256_set1_epi8(3);
-    const __m256i v = load_256(group + 32 * m);
-    q[0] = _mm256_and_si256(v, three);
-    q[1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), three);
-    q[2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), three);
-    q[3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), three);
+  template <class B>
+  static inline void unpack(const B& group, int m, typename B::V (&q)[4]) {
+    const auto three = B::bytes(3);
+    const auto v = group.load(32 * m);
+    q[0] = B::and_(v, three);
+    q[1] = B::and_(B::template shr16<2>(v), three);
+    q[2] = B::and_(B::template shr16<4>(v), three);
+    q[3] = B::and_(B::template shr16<6>(v), three);
   }
 };
 

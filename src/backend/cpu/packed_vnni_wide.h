@@ -46,6 +46,26 @@ inline __m256i load_half_pair(const uint16_t* a, const uint16_t* b) {
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
 }
 
+// Bytes256 (packed_kquant_tiles.h) on groups g (bytes at p0, low half) and g + 1 (p1, high half):
+// the k-quant groups' unpackers run on both at once, each half exactly as on its own group.
+struct Bytes512 {
+  using V = __m512i;
+  const uint8_t* p0;
+  const uint8_t* p1;
+  V load(int64_t offset) const { return load_pair(p0 + offset, p1 + offset); }
+  static V bytes(char c) { return _mm512_set1_epi8(c); }
+  static V and_(V a, V b) { return _mm512_and_si512(a, b); }
+  static V or_(V a, V b) { return _mm512_or_si512(a, b); }
+  template <int kBits>
+  static V shl16(V a) {
+    return _mm512_slli_epi16(a, kBits);
+  }
+  template <int kBits>
+  static V shr16(V a) {
+    return _mm512_srli_epi16(a, kBits);
+  }
+};
+
 inline __m512i broadcast_4_512(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -259,10 +279,8 @@ struct WideScaleMinK {
   }
 };
 
-// run_packed<K::Narrow> with the groups taken in pairs (K's wide tile); a last odd group of the
-// range runs the 256-bit tile. Same panels, prefetch rule and row tiles.
-// PackedSub16K's tile (q2_K, q3_K, q6_K; packed_kquant_tiles.h) on two groups: each group's quants
-// unpacked by F on 256-bit vectors and joined, the sub-block dots on zmm (one per row and
+// PackedSub16K's tile (q2_K, q3_K, q6_K; packed_kquant_tiles.h) on two groups: both groups'
+// quants unpacked by F at once on zmm (Bytes512), the sub-block dots on zmm (one per row and
 // sub-block of 16, times the rows' int8 scales), and each group's per-block corrections (the
 // offsets of q3_K and q6_K, the mins of q2_K) side by side; the same block-total order lane by
 // lane.
@@ -295,12 +313,8 @@ struct WideSub16K {
         const __m128i s1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 16 * g));
 #pragma GCC unroll 2
         for (int m = 0; m < 2; ++m) {
-          __m256i q0[4], q1[4];
-          F::unpack(c0, m, q0);
-          F::unpack(c1, m, q1);
           __m512i q[4];
-#pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) q[i] = join(q0[i], q1[i]);
+          F::unpack(Bytes512{c0, c1}, m, q);
           // Byte 2j + m of each group's 16 (row j's scale of sub-block m), sign-extended.
           const __m128i pick =
               m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1)
@@ -370,6 +384,8 @@ inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, 
   }
 }
 
+// run_packed<K::Narrow> with the groups taken in pairs (K's wide tile); a last odd group of the
+// range runs the 256-bit tile. Same panels, prefetch rule and row tiles.
 template <class K>
 void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
   using N = typename K::Narrow;
