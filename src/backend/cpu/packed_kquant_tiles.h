@@ -29,30 +29,50 @@
 namespace vesper::backend::cpu {
 namespace {
 
+// The byte operations of the k-quant unpackers (q5_slice, the groups' F::unpack) on one group's
+// bytes at p, 256 bits at a time. packed_vnni_wide.h has the 512-bit twin, two groups side by side;
+// every operation is lane-local (16-bit shifts whose carries the masks drop), so each half of it
+// equals this.
+struct Bytes256 {
+  using V = __m256i;
+  const uint8_t* p;
+  V load(int64_t offset) const { return load_256(p + offset); }
+  static V bytes(char c) { return _mm256_set1_epi8(c); }
+  static V and_(V a, V b) { return _mm256_and_si256(a, b); }
+  static V or_(V a, V b) { return _mm256_or_si256(a, b); }
+  template <int kBits>
+  static V shl16(V a) {
+    return _mm256_slli_epi16(a, kBits);
+  }
+  template <int kBits>
+  static V shr16(V a) {
+    return _mm256_srli_epi16(a, kBits);
+  }
+};
+
 // Moves bit `from` of every byte of x to bit 4 (other bits: garbage, masked by the caller). The
 // 16-bit shifts move bits across bytes, but by at most 4 places, which cannot carry another byte's
 // bit onto bit 4.
-template <int from>
-inline __m256i bit_to_4(__m256i x) {
+template <int from, class B = Bytes256>
+inline typename B::V bit_to_4(typename B::V x) {
   if constexpr (from < 4) {
-    return _mm256_slli_epi16(x, 4 - from);
+    return B::template shl16<4 - from>(x);
   } else if constexpr (from == 4) {
     return x;
   } else {
-    return _mm256_srli_epi16(x, from - 4);
+    return B::template shr16<from - 4>(x);
   }
 }
 
 // The unsigned quants (0..31) of slice k of a packed q5_K sub-block, from the slice's nibbles `v`
 // and the sub-block's fifth-bit vector `h` (bits 2k and 2k + 1 of each byte, packed_weights.h):
 // `lo` gets elements 8k + t, `hi` elements 8k + 4 + t.
-template <int k>
-inline void q5_slice(__m256i v, __m256i h, __m256i& lo, __m256i& hi) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i bit4 = _mm256_set1_epi8(0x10);
-  lo = _mm256_or_si256(_mm256_and_si256(v, low4), _mm256_and_si256(bit_to_4<2 * k>(h), bit4));
-  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4),
-                       _mm256_and_si256(bit_to_4<2 * k + 1>(h), bit4));
+template <int k, class B = Bytes256>
+inline void q5_slice(typename B::V v, typename B::V h, typename B::V& lo, typename B::V& hi) {
+  const auto low4 = B::bytes(0x0F);
+  const auto bit4 = B::bytes(0x10);
+  lo = B::or_(B::and_(v, low4), B::and_(bit_to_4<2 * k, B>(h), bit4));
+  hi = B::or_(B::and_(B::template shr16<4>(v), low4), B::and_(bit_to_4<2 * k + 1, B>(h), bit4));
 }
 
 // q4_K / q5_K: a super-block's min total per row (lane j: sum over its 8 sub-blocks g of
@@ -149,26 +169,6 @@ using PackedQ5_K = PackedScaleMinK<Dot, true>;
 //                                          // d[8], scales[128]
 //   template <class B>  // sub-block m (0, 1) of the group(s) B reads (Bytes256 here)
 //   static void unpack(const B& group, int m, typename B::V (&q)[4]);
-
-// The byte operations of the groups' unpackers (F::unpack) on one group's bytes at p, 256 bits at
-// a time. packed_vnni_wide.h has the 512-bit twin, two groups side by side; every operation is
-// lane-local (16-bit shifts whose carries the masks drop), so each half of it equals this.
-struct Bytes256 {
-  using V = __m256i;
-  const uint8_t* p;
-  V load(int64_t offset) const { return load_256(p + offset); }
-  static V bytes(char c) { return _mm256_set1_epi8(c); }
-  static V and_(V a, V b) { return _mm256_and_si256(a, b); }
-  static V or_(V a, V b) { return _mm256_or_si256(a, b); }
-  template <int kBits>
-  static V shl16(V a) {
-    return _mm256_slli_epi16(a, kBits);
-  }
-  template <int kBits>
-  static V shr16(V a) {
-    return _mm256_srli_epi16(a, kBits);
-  }
-};
 
 template <class Dot, class F>
 struct PackedSub16K {

@@ -185,16 +185,14 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, acc[r]);
 }
 
-// Slice k of a q5_K sub-block in each group (q5_slice: nibbles and fifth bits, unpacked on 256-bit
-// vectors and joined) against each row's activations at x + row_stride * r, as nibble_dots.
+// Slice k of a q5_K sub-block in each group (q5_slice: nibbles and fifth bits, both groups'
+// unpacked at once, h their fifth-bit vectors side by side) against each row's activations at
+// x + row_stride * r, as nibble_dots.
 template <int R, int k>
-inline void q5_slice_dots(const uint8_t* c0, const uint8_t* c1, __m256i h0, __m256i h1,
-                          const int8_t* x, int64_t row_stride, __m512i (&low)[R],
-                          __m512i (&high)[R]) {
-  __m256i lo0, hi0, lo1, hi1;
-  q5_slice<k>(load_256(c0 + 32 * k), h0, lo0, hi0);
-  q5_slice<k>(load_256(c1 + 32 * k), h1, lo1, hi1);
-  const __m512i lo = join(lo0, lo1), hi = join(hi0, hi1);
+inline void q5_slice_dots(const uint8_t* c0, const uint8_t* c1, __m512i h, const int8_t* x,
+                          int64_t row_stride, __m512i (&low)[R], __m512i (&high)[R]) {
+  __m512i lo, hi;
+  q5_slice<k, Bytes512>(load_pair(c0 + 32 * k, c1 + 32 * k), h, lo, hi);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     const int8_t* xr = x + row_stride * r + 8 * k;
@@ -241,11 +239,11 @@ struct WideScaleMinK {
         for (int r = 0; r < R; ++r) low[r] = high[r] = _mm512_setzero_si512();
         const int8_t* x = xq + 32 * s;
         if constexpr (kFifthBit) {
-          const __m256i h0 = load_256(c0 + 128), h1 = load_256(c1 + 128);
-          q5_slice_dots<R, 0>(c0, c1, h0, h1, x, 256, low, high);
-          q5_slice_dots<R, 1>(c0, c1, h0, h1, x, 256, low, high);
-          q5_slice_dots<R, 2>(c0, c1, h0, h1, x, 256, low, high);
-          q5_slice_dots<R, 3>(c0, c1, h0, h1, x, 256, low, high);
+          const __m512i h = load_pair(c0 + 128, c1 + 128);
+          q5_slice_dots<R, 0>(c0, c1, h, x, 256, low, high);
+          q5_slice_dots<R, 1>(c0, c1, h, x, 256, low, high);
+          q5_slice_dots<R, 2>(c0, c1, h, x, 256, low, high);
+          q5_slice_dots<R, 3>(c0, c1, h, x, 256, low, high);
         } else {
           nibble_dots<R>(c0, c1, x, 256, low, high);
         }
