@@ -8,8 +8,9 @@
 //   layer in turn, so the K/V read (1.4 GB of f16 at 32 sequences of 1,024 tokens, 12 layers)
 //   comes from memory, not from the last level cache, as in serving.
 // - BM_PagedAttentionPrefill: one prompt of `tokens` tokens attending causally to itself (pp512's
-//   attention). items_per_second counts prompt tokens; FLOPS, the dot products' multiply-adds
-//   (2 per key and dimension for scores, 2 for values).
+//   attention), on each vector kernel this CPU runs (`isa`: 1 AVX2, 2 AVX-512, as cpu::Isa; the
+//   label names it), so that they compare in one run. items_per_second counts prompt tokens;
+//   FLOPS, the dot products' multiply-adds (2 per key and dimension for scores, 2 for values).
 #include <benchmark/benchmark.h>
 
 #include <iterator>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/attention_cpu.h"
 #include "backend/kv_cache.h"
 #include "backend/paged_attention.h"
 #include "core/thread_pool.h"
@@ -76,9 +78,10 @@ struct BatchArrays {
 
 // Times paged_attention over `arrays` on `threads` threads, with queries (n_heads per token)
 // uniform in [-1, 1), on each of the cache's layers in turn.
+// Times paged_attention over every layer of `cache`: the kernel the CPU selects, or `isa`'s.
 void time_attention(benchmark::State& state, const vesper::backend::KvCache& cache,
                     const BatchArrays& arrays, int64_t n_heads, int threads, std::mt19937& rng,
-                    const int32_t* quantized_groups = nullptr) {
+                    const int32_t* quantized_groups = nullptr, int isa = -1) {
   vesper::backend::AttentionBatch batch = arrays.batch();
   batch.quantized_groups = quantized_groups;
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -87,9 +90,16 @@ void time_attention(benchmark::State& state, const vesper::backend::KvCache& cac
   vesper::ThreadPool pool(threads);
   const float scale = 1.0f / 8.0f;  // 1 / sqrt(head_dim)
   for (auto _ : state) {
-    for (int64_t layer = 0; layer < cache.spec().n_layers; ++layer)
-      vesper::backend::paged_attention(cache, layer, batch, q.data(), n_heads, scale, out.data(),
-                                       pool);
+    for (int64_t layer = 0; layer < cache.spec().n_layers; ++layer) {
+      if (isa < 0) {
+        vesper::backend::paged_attention(cache, layer, batch, q.data(), n_heads, scale, out.data(),
+                                         pool);
+      } else {
+        vesper::backend::cpu::paged_attention_with_isa(static_cast<vesper::backend::cpu::Isa>(isa),
+                                                       cache, layer, batch, q.data(), n_heads,
+                                                       scale, out.data(), pool);
+      }
+    }
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -186,7 +196,10 @@ void BM_PagedAttentionPrefill(benchmark::State& state) {
   const int64_t n_heads = state.range(1), n_kv_heads = state.range(2);
   const int threads = static_cast<int>(state.range(3));
   const vesper::backend::KvDtype dtype = vesper::backend::kRowKvDtypes[state.range(4)];
-  state.SetLabel(std::string(vesper::backend::kv_dtype_name(dtype)));
+  const auto isa = static_cast<int>(state.range(5));
+  state.SetLabel(
+      std::string(vesper::backend::kv_dtype_name(dtype)) + " " +
+      std::string(vesper::backend::cpu::isa_name(static_cast<vesper::backend::cpu::Isa>(isa))));
   const int64_t n_blocks = (tokens + kBlockSize - 1) / kBlockSize;
   vesper::backend::KvCache cache(cache_spec(n_kv_heads, dtype), n_blocks);
   std::mt19937 rng(2);
@@ -201,7 +214,7 @@ void BM_PagedAttentionPrefill(benchmark::State& state) {
   a.tables.resize(n_blocks);
   std::iota(a.tables.begin(), a.tables.end(), 0);
   a.offsets = {0, static_cast<int32_t>(n_blocks)};
-  time_attention(state, cache, a, n_heads, threads, rng);
+  time_attention(state, cache, a, n_heads, threads, rng, nullptr, isa);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * tokens);
   // Token t reads t + 1 keys: tokens (tokens + 1) / 2 (query, key) pairs per head.
   const double pairs = static_cast<double>(tokens) * static_cast<double>(tokens + 1) / 2.0;
@@ -251,13 +264,17 @@ BENCHMARK(BM_PagedAttentionDecodeKivi)
     ->Unit(benchmark::kMicrosecond);
 
 void prefill_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"tokens", "heads", "kv_heads", "threads", "kv"});
+  b->ArgNames({"tokens", "heads", "kv_heads", "threads", "kv", "isa"});
   const int64_t hw = vesper::ThreadPool::hardware_threads();
-  for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 12}, {32, 8}})
-    b->Args({512, heads, kv_heads, hw, 0});
-  // The serving load's prompts (1,024 tokens) at the 110M model's shape, f32 and f16 (the default
-  // cache type, whose tiles are decoded once per token block and KV head).
-  for (int64_t kv : {0, 1}) b->Args({1024, 12, 12, hw, kv});
+  for (vesper::backend::cpu::Isa isa : vesper::backend::cpu::available_isas()) {
+    if (isa == vesper::backend::cpu::Isa::kScalar) continue;
+    const auto i = static_cast<int64_t>(isa);
+    for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 12}, {32, 8}})
+      b->Args({512, heads, kv_heads, hw, 0, i});
+    // The serving load's prompts (1,024 tokens) at the 110M model's shape, f32 and f16 (the
+    // default cache type, whose tiles are decoded once per token block and KV head).
+    for (int64_t kv : {0, 1}) b->Args({1024, 12, 12, hw, kv, i});
+  }
 }
 
 BENCHMARK(BM_PagedAttentionPrefill)
