@@ -1,11 +1,12 @@
 // AVX-512 VNNI packed matmul kernels (packed_vnni_kernels.h on 256-bit vectors, and
-// packed_vnni_wide.h's q4_0 / q8_0 on 512-bit ones) bound to the vpdpbusd instruction. Compiled
-// with AVX-512 F/BW/VL + VNNI enabled and selected only on CPUs that have them (matmul_cpu.cpp).
-// g++ 12 warns that its own AVX-512 headers read an uninitialized variable (the __Y of
-// _mm512_undefined_*, GCC bug 105593, fixed in 13) when 256-bit halves are cast or inserted into
-// 512-bit vectors; -Werror would make that a build failure.
+// packed_vnni_wide.h's 512-bit ones for every packed type) bound to the vpdpbusd instruction.
+// Compiled with AVX-512 F/BW/VL + VNNI enabled and selected only on CPUs that have them
+// (matmul_cpu.cpp). g++ 12 warns that its own AVX-512 headers read an uninitialized variable (the
+// __Y of _mm512_undefined_*, GCC bug 105593, fixed in 13) when 256-bit halves are cast or inserted
+// into 512-bit vectors (-Wuninitialized under some flags); -Werror would make that a build failure.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
