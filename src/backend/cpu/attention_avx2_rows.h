@@ -147,10 +147,9 @@ void scores_from_rows(const float* q, const Rows& k, int64_t nt, int64_t head_di
   for (int64_t i = full; i < nt; ++i) s[i] = score1(q, k, i, head_dim, scale);
 }
 
-// The online-softmax step over a tile's scores s[0, nt): s becomes the weights e (0 past nt, to a
-// multiple of 8), and the running maximum and sum move on; returns alpha.
-float fold(float* s, int64_t nt, float& run_max, float& run_sum) {
-  const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
+// fold()'s first half: pads s[nt, padded) with -inf (padded: nt rounded up to 8) and moves the
+// running maximum on to the tile's; returns alpha = exp(old maximum - new maximum).
+float fold_max(float* s, int64_t nt, int64_t padded, float& run_max) {
   for (int64_t i = nt; i < padded; ++i) s[i] = -INFINITY;
   // The max is exact whatever the order (the sign of a zero cannot reach a result: exp(+-0)
   // is 1 either way).
@@ -163,7 +162,15 @@ float fold(float* s, int64_t nt, float& run_max, float& run_sum) {
   const float m_new = std::max(run_max, tile_max);
   const float alpha = exp_lane(run_max - m_new);
   run_max = m_new;
-  const __m256 vm = _mm256_set1_ps(m_new);
+  return alpha;
+}
+
+// The online-softmax step over a tile's scores s[0, nt): s becomes the weights e (0 past nt, to a
+// multiple of 8), and the running maximum and sum move on; returns alpha.
+float fold(float* s, int64_t nt, float& run_max, float& run_sum) {
+  const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
+  const float alpha = fold_max(s, nt, padded, run_max);
+  const __m256 vm = _mm256_set1_ps(run_max);
   __m256 vsum = _mm256_setzero_ps();
   for (int64_t i = 0; i < padded; i += kLanes) {
     const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));

@@ -227,17 +227,8 @@ inline __m256 high_half(__m512 v) {
 // order, each lane's exp is exp_lane's, and the sum takes the 8-key groups in order on 256 bits.
 inline float fold_512(float* s, int64_t nt, float& run_max, float& run_sum) {
   const int64_t padded = (nt + kLanes - 1) / kLanes * kLanes;
-  for (int64_t i = nt; i < padded; ++i) s[i] = -INFINITY;
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (int64_t i = 0; i < padded; i += kLanes) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + i));
-  alignas(32) float lanes[kLanes];
-  _mm256_store_ps(lanes, vmax);
-  float tile_max = lanes[0];
-  for (int l = 1; l < kLanes; ++l) tile_max = std::max(tile_max, lanes[l]);
-  const float m_new = std::max(run_max, tile_max);
-  const float alpha = exp_lane(run_max - m_new);
-  run_max = m_new;
-  const __m512 vm = _mm512_set1_ps(m_new);
+  const float alpha = fold_max(s, nt, padded, run_max);
+  const __m512 vm = _mm512_set1_ps(run_max);
   __m256 vsum = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 2 * kLanes <= padded; i += 2 * kLanes) {
