@@ -4,13 +4,14 @@
 //   - two queries' scores side by side in one zmm register (query 0 in lanes 0-7, query 1 in
 //     lanes 8-15): each key chunk is loaded once, broadcast to both halves, and one 16-lane FMA
 //     does what two 8-lane FMAs did;
+//   - the online-softmax fold's exponentials 16 at a time (exp_avx512);
 //   - the weighted value sums over 16 channels a vector, two of the contract's four partial sums
 //     at a time (so even one query keeps 8 independent FMA chains).
 // Lane by lane the operations are Avx2Tile's, in the same order (each lane's FMA chain over a
 // key's chunks, the same reduction tree, the same four partial sums over the keys), so the
-// results are attention_kernel.h's contract, bit for bit equal to the portable kernel. The
-// online-softmax fold, single-query scores, rows read in place and KIVI groups stay Avx2Tile's.
-// Head sizes that are not a multiple of 8 take Avx2Tile's path whole.
+// results are attention_kernel.h's contract, bit for bit equal to the portable kernel.
+// Single-query scores, rows read in place (decode), KIVI groups and the decoding of a tile's rows
+// stay Avx2Tile's; head sizes that are not a multiple of 8 take Avx2Tile's path whole.
 //
 // Only AVX-512 F instructions are used. Include only from attention_avx512.cpp (built with
 // -mavx512f and -ffp-contract=off) or from a test that builds it on SIMDe's AVX-512 (its native
@@ -42,6 +43,22 @@ template <int kImm>
 inline __m512 shuffle_128s(__m512 a, __m512 b) {
   return _mm512_castsi512_ps(
       _mm512_shuffle_i32x4(_mm512_castps_si512(a), _mm512_castps_si512(b), kImm));
+}
+
+// low in lanes 0-7, high in lanes 8-15.
+inline __m512 join_ps(__m256 low, __m256 high) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(low)), _mm256_castps_pd(high), 1));
+}
+
+// 8 floats at a in the low half, 8 at b in the high half.
+inline __m512 load_pair_ps(const float* a, const float* b) {
+  return join_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b));
+}
+
+// Lanes 8-15.
+inline __m256 high_half(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
 }
 
 // 8 floats at p in both halves (one load).
@@ -78,7 +95,7 @@ inline void score_pair8(const __m512* qq, int64_t chunks, const float* const* k,
   __m512 z = _mm512_mul_ps(_mm512_add_ps(low, high), _mm512_set1_ps(scale));
   z = shuffle_128s<_MM_SHUFFLE(3, 1, 2, 0)>(z, z);  // query 0's 8, then query 1's
   _mm256_storeu_ps(s0, _mm512_castps512_ps256(z));
-  _mm256_storeu_ps(s1, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+  _mm256_storeu_ps(s1, high_half(z));
 }
 
 // scores2_from_rows (attention_avx2_rows.h) over f32 rows for a head size that is a multiple of
@@ -87,10 +104,7 @@ inline void score_pairs(const float* q0, const float* q1, const float* const* k,
                         int64_t head_dim, float scale, float* s0, float* s1) {
   const int64_t chunks = head_dim / kLanes;
   __m512 qq[kMaxPairHeadDim / kLanes];
-  for (int64_t c = 0; c < chunks; ++c)
-    qq[c] = _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(q0 + 8 * c))),
-                           _mm256_castps_pd(_mm256_loadu_ps(q1 + 8 * c)), 1));
+  for (int64_t c = 0; c < chunks; ++c) qq[c] = load_pair_ps(q0 + kLanes * c, q1 + kLanes * c);
   const int64_t full = nt / 8 * 8;
   for (int64_t i = 0; i < full; i += 8) score_pair8(qq, chunks, k, i, scale, s0 + i, s1 + i);
   for (int64_t i = full; i < nt; ++i) {
@@ -212,17 +226,6 @@ inline __m512 exp_avx512(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), y);
 }
 
-// 8 floats at a in the low half, 8 at b in the high half.
-inline __m512 load_pair_ps(const float* a, const float* b) {
-  return _mm512_castpd_ps(
-      _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(a))),
-                         _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
-}
-
-inline __m256 high_half(__m512 v) {
-  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-}
-
 // fold() (attention_avx2_rows.h) with the exponentials 16 at a time: the maximum is exact in any
 // order, each lane's exp is exp_lane's, and the sum takes the 8-key groups in order on 256 bits.
 inline float fold_512(float* s, int64_t nt, float& run_max, float& run_sum) {
@@ -266,8 +269,7 @@ inline void fold2_512(float* s0, float* s1, int64_t nt, float* const* run_max,
     alpha[q] = exp_lane(*run_max[q] - m[q]);
     *run_max[q] = m[q];
   }
-  const __m512 vm = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(m[0])),
-                                                        _mm256_castps_pd(_mm256_set1_ps(m[1])), 1));
+  const __m512 vm = join_ps(_mm256_set1_ps(m[0]), _mm256_set1_ps(m[1]));
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < padded; i += kLanes) {
     const __m512 e = exp_avx512(_mm512_sub_ps(load_pair_ps(s0 + i, s1 + i), vm));

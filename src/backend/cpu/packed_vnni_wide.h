@@ -72,6 +72,12 @@ inline __m512i broadcast_4_512(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
+// acc + float(total) * (d * dx): a block's exact integer total into a row's float accumulator, in
+// matmul_kernel.h's block-total order (d: the two groups' block scales, dx: the row's).
+inline __m512 add_block_total(__m512 acc, __m512i total, __m512 d, float dx) {
+  return _mm512_fmadd_ps(cvtepi32_ps_512(total), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc);
+}
+
 // vpdpbusd's latency is several cycles and a core may start two a cycle: a tile of 4 rows with one
 // running sum per row would wait on its own results. Each row keeps two chains (integer sums, so
 // the split changes no bit) and they are added once per block.
@@ -169,10 +175,7 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
     K::template dot<R>(c0, c1, xq, xs, isum);
     const __m512 d = cvtph_ps_512(load_half_pair(s0, s1));
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xd[r]));
-      acc[r] = _mm512_fmadd_ps(cvtepi32_ps_512(isum[r]), scale, acc[r]);
-    }
+    for (int r = 0; r < R; ++r) acc[r] = add_block_total(acc[r], isum[r], d, xd[r]);
     c0 += kChunk;
     c1 += kChunk;
     s0 += 8;
@@ -261,9 +264,8 @@ struct WideScaleMinK {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512i imin = join(scale_min_total(sc0 + 64, xs), scale_min_total(sc1 + 64, xs));
-        const __m512 dx = _mm512_set1_ps(xd[r]);
-        acc[r] = _mm512_fmadd_ps(cvtepi32_ps_512(isum[r]), _mm512_mul_ps(d, dx), acc[r]);
-        accm[r] = _mm512_fmadd_ps(cvtepi32_ps_512(imin), _mm512_mul_ps(dmin, dx), accm[r]);
+        acc[r] = add_block_total(acc[r], isum[r], d, xd[r]);
+        accm[r] = add_block_total(accm[r], imin, dmin, xd[r]);
         xs += 16;
       }
       xs += 16 * (kTile - R);
@@ -334,6 +336,8 @@ struct WideSub16K {
         c1 += F::kGroupBytes;
       }
       const __m512 d = cvtph_ps_512(load_half_pair(m0, m1));
+      // q2_K's mins' scales (unused for the other types).
+      const __m512 dmin = F::kHasMin ? cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8)) : d;
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         __m512i total = isum[r];
@@ -342,13 +346,11 @@ struct WideSub16K {
                                     Narrow::template sub_block_sums<true>(sc1, xs));
           total = _mm512_sub_epi32(total, _mm512_slli_epi32(corr, F::kOffsetShift));
         }
-        const __m512 dx = _mm512_set1_ps(xd[r]);
-        acc[r] = _mm512_fmadd_ps(cvtepi32_ps_512(total), _mm512_mul_ps(d, dx), acc[r]);
+        acc[r] = add_block_total(acc[r], total, d, xd[r]);
         if constexpr (F::kHasMin) {
-          const __m512 dmin = cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8));
           const __m512i imin = join(Narrow::template sub_block_sums<false>(sc0 + 128, xs),
                                     Narrow::template sub_block_sums<false>(sc1 + 128, xs));
-          accm[r] = _mm512_fmadd_ps(cvtepi32_ps_512(imin), _mm512_mul_ps(dmin, dx), accm[r]);
+          accm[r] = add_block_total(accm[r], imin, dmin, xd[r]);
         }
         xs += 16;
       }
