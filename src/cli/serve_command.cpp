@@ -1,6 +1,7 @@
 // `vesper serve MODEL.gguf`: the OpenAI-compatible HTTP server (see server/http_server.h).
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,8 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "core/logging.h"
+#include "dist/job_end.h"
+#include "dist/launch.h"
 #include "engine/async_engine.h"
 #include "hf/model_file.h"
 #include "server/http_server.h"
@@ -61,6 +64,25 @@ void raise_fd_limit() {
              static_cast<unsigned long long>(lim.rlim_cur));
 }
 
+// A parallel job (rank 0 serves) can end under the server: a rank that stops answering or a
+// broken link aborts the job (every in-flight request gets a 500 naming why), and mpirun's kill
+// sequence (a rank died, or mpirun was signalled) leaves a SIGTERM's drain a fixed time (what
+// is left then gets a 503). Either way each client gets an answer, not a cut connection.
+void answer_clients_when_the_job_ends(server::HttpServer& http) {
+  dist::set_abort_handler([&http](const std::string& why) {
+    http.fail_in_flight(server::ApiError{500, "the parallel job failed and is ending: " + why,
+                                         "server_error", std::nullopt, std::nullopt},
+                        /*wait_s=*/1.0);
+  });
+  char message[400];
+  std::snprintf(message, sizeof message,
+                "the server is shutting down: mpirun ends every rank %.1f s after their SIGTERM "
+                "(a rank died, or mpirun itself was signalled), before this request could "
+                "finish (mpirun's --mca odls_base_sigkill_timeout sets that time)",
+                dist::launcher_kill_interval());
+  http.set_kill_clock(dist::launcher_kill_in, message);
+}
+
 int run_serve(ServeOptions& o) {
   raise_fd_limit();
   // As vLLM reads VLLM_API_KEY: a key in the environment stays out of `ps` and shell history.
@@ -97,6 +119,7 @@ int run_serve(ServeOptions& o) {
   server::OpenAiService service(o.server, engine, metrics, std::move(*tmpl));
   server::HttpServer http(o.server, service, engine);
   if (auto st = http.listen(); !st) return fail(st.error().message);
+  if (dist::started_world() != nullptr) answer_clients_when_the_job_ends(http);
   log_info(
       "serving \"%s\" on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions, "
       "/v1/models; "
@@ -105,6 +128,7 @@ int run_serve(ServeOptions& o) {
       o.server.enable_lora_runtime_updating ? ", /v1/load_lora_adapter, /v1/unload_lora_adapter"
                                             : "");
   http.run();
+  dist::set_abort_handler({});
   log_info("server stopped");
   return 0;
 }

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "dist/job_end.h"
+
 #if VESPER_HAVE_MPI
 #include <mpi.h>
 
@@ -76,6 +78,8 @@ Result<Communicator*> world(int wanted) {
       return make_error("this Open MPI gives no MPI_THREAD_SERIALIZED support");
     world_communicator = new MpiCommunicator();
     std::atexit(finalize_at_exit);
+    // mpirun ends a job with SIGCONT, SIGTERM, SIGKILL: rank 0's drain needs the first's time.
+    watch_launcher_kill();
   }
   return static_cast<Communicator*>(world_communicator);
 #else

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "dist/job_end.h"
+
 namespace vesper::dist {
 namespace {
 
@@ -255,6 +257,8 @@ void MpiCommunicator::abort(const std::string& why) {
   std::fprintf(stderr, "vesper: error: rank %d: %s; ending all %d ranks\n", rank_, why.c_str(),
                size_);
   std::fflush(stderr);
+  // Rank 0's server answers its in-flight requests before the job ends (a 500 naming why).
+  run_abort_handler(why);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }

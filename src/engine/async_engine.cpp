@@ -21,7 +21,10 @@ AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine) : engine_(std::move(eng
   });
   stats_ = engine_->stats();
   snapshot_adapters();
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    loop();
+    stopped_.store(true);
+  });
 }
 
 AsyncEngine::~AsyncEngine() {

@@ -99,6 +99,8 @@ class AsyncEngine {
   // add_request() refuses new work; in-flight requests drain for up to `timeout_s` seconds (0:
   // abort them now). A later shutdown() with a timeout keeps the drain's deadline and waits.
   void begin_shutdown(double timeout_s);
+  // Whether the engine thread has ended (after a shutdown: drained, or its deadline passed).
+  bool stopped() const { return stopped_.load(); }
 
   // Hooks for metrics: called on the engine thread after every step with the finished outputs.
   void set_step_observer(
@@ -138,6 +140,7 @@ class AsyncEngine {
   EngineStats stats_;                                  // under mutex_
   std::vector<lora::AdapterRegistry::Info> adapters_;  // under mutex_
   std::atomic<int64_t> pending_{0};
+  std::atomic<bool> stopped_{false};
   std::atomic<int64_t> waiting_{0};
   std::atomic<int64_t> running_{0};
   std::atomic<int64_t> unfinished_{0};

@@ -247,6 +247,7 @@ void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& 
 
 void GenerationJob::finish() {
   done_ = true;
+  finished_.store(true, std::memory_order_release);
   if (stream_) {
     if (include_usage_) {
       json last = chunk(json::array());
@@ -290,22 +291,36 @@ void GenerationJob::finish() {
 }
 
 void GenerationJob::on_error(const engine::AsyncEngine::RequestError& error) {
-  if (done_) return;
-  done_ = true;
-  abort_all();
   using Kind = engine::AsyncEngine::RequestError::Kind;
-  const ApiError err =
+  respond_error(
       error.kind == Kind::kShuttingDown
           ? ApiError{503, error.message, "service_unavailable", std::nullopt, std::nullopt}
       : error.kind == Kind::kModelNotFound
           ? ApiError{404, error.message, "invalid_request_error", std::string("model"),
                      std::string("model_not_found")}
-          : bad_request(error.message);
+          : bad_request(error.message));
+}
+
+void GenerationJob::fail(const ApiError& error) {
+  auto self = shared_from_this();
+  sink_->post([self, error] { self->respond_error(error); });
+}
+
+bool GenerationJob::finished() const {
+  return finished_.load(std::memory_order_acquire);
+}
+
+void GenerationJob::respond_error(const ApiError& error) {
+  if (done_) return;
+  done_ = true;
+  finished_.store(true, std::memory_order_release);
+  abort_all();
   if (stream_started_) {
-    sink_->send_event(err.to_json().dump(-1, ' ', false, json::error_handler_t::replace));
+    // The status line went out with the stream's start: the error is its last event.
+    sink_->send_event(error.to_json().dump(-1, ' ', false, json::error_handler_t::replace));
     sink_->end_stream();
   } else {
-    sink_->send_json(err.status, err.to_json());
+    sink_->send_json(error.status, error.to_json());
   }
 }
 

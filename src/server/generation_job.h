@@ -6,6 +6,7 @@
 // its state needs no lock.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "engine/async_engine.h"
+#include "server/api_error.h"
 #include "server/response_sink.h"
 #include "server/tool_calls.h"
 
@@ -40,10 +42,18 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   // request the engine refuses (an adapter unloaded meanwhile) gets its HTTP status.
   void start(int32_t priority, const std::string& lora_name = {});
 
+  // Thread-safe. Ends the response with `error` (a stream: as its last event) unless it ended
+  // already, and aborts the job's requests: for when the engine cannot answer any more (a rank of
+  // a parallel job is gone), so the server answers without it.
+  void fail(const ApiError& error);
+  // Thread-safe. Whether the response has ended (answered whole, or with an error).
+  bool finished() const;
+
  private:
   void begin_stream();
   void on_output(size_t prompt_index, const engine::RequestOutput& out);
   void on_error(const engine::AsyncEngine::RequestError& error);
+  void respond_error(const ApiError& error);
   void abort_all();
   std::string piece(int32_t token) const;
   nlohmann::json chunk(nlohmann::json choices) const;
@@ -74,6 +84,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   size_t remaining_ = 0;
   int64_t completion_tokens_ = 0;
   bool done_ = false;
+  std::atomic<bool> finished_{false};  // done_, for other threads
   bool stream_started_ = false;
   ToolChoice tool_choice_;
   ToolCallParser tool_parser_ = ToolCallParser::kNone;

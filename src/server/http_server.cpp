@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -33,6 +34,10 @@ constexpr auto kProbeInterval = std::chrono::seconds(1);
 // After the engine drained on SIGTERM: how long connections get to deliver their last responses
 // and close before the process exits regardless (it exits within --shutdown-timeout and this).
 constexpr auto kCloseWait = std::chrono::seconds(2);
+// Under a launcher that kills the process on its own schedule (mpirun's kill sequence): how long
+// before that kill the requests still in flight are answered with a 503, so that each client
+// gets an answer instead of a cut connection.
+constexpr double kAnswerBeforeKill = 0.4;
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -546,6 +551,53 @@ struct HttpServer::Impl {
       if (auto session = w.lock()) session->notify_shutdown();
   }
 
+  // Thread-safe: see HttpServer::fail_in_flight.
+  void fail_in_flight(const ApiError& error, double wait_s) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(wait_s));
+    net::post(ioc, [this] {
+      beast::error_code ignored;
+      acceptor.close(ignored);
+    });
+    engine.begin_shutdown(0);  // a request that still reaches the engine is refused (503)
+    counters.shutting_down.store(true);
+    service.fail_in_flight(error);
+    notify_sessions();
+    // Each connection closes once its answer is out (none is kept alive from here on).
+    while (counters.connections.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  // SIGINT / SIGTERM's drain, off the I/O threads. Under a launcher's kill sequence the drain
+  // also ends, with a 503 for what is left, just before the launcher kills the process: the
+  // engine may be unable to finish anything (a rank of the job is gone, and the engine thread
+  // waits for it), so the answers go out without it.
+  void drain() {
+    bool answered = false;
+    while (!engine.stopped() && !answered) {
+      if (kill_clock)
+        if (const std::optional<double> left = kill_clock(); left && *left <= kAnswerBeforeKill) {
+          log_warning(
+              "the launcher ends this process in %.1f s (mpirun's kill sequence: a rank died, or "
+              "mpirun was signalled): answering the %zu requests left with 503",
+              *left, service.num_in_flight());
+          fail_in_flight(
+              ApiError{503, kill_message, "service_unavailable", std::nullopt, std::nullopt},
+              *left);
+          answered = true;
+        }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    engine.shutdown(config.shutdown_timeout_s);
+    // Let the last responses reach their clients and the connections end (each closes once
+    // its response is out and what its client pipelined is answered).
+    const auto deadline = std::chrono::steady_clock::now() + kCloseWait;
+    while (counters.connections.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ioc.stop();
+  }
+
   void accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
@@ -573,6 +625,8 @@ struct HttpServer::Impl {
   net::signal_set signals;
   Counters counters;
   std::thread shutdown_thread;
+  std::function<std::optional<double>()> kill_clock;  // set_kill_clock
+  std::string kill_message;
 };
 
 HttpServer::HttpServer(const ServerConfig& config, OpenAiService& service,
@@ -602,6 +656,16 @@ int HttpServer::port() const {
   return impl_->acceptor.local_endpoint().port();
 }
 
+void HttpServer::fail_in_flight(const ApiError& error, double wait_s) {
+  impl_->fail_in_flight(error, wait_s);
+}
+
+void HttpServer::set_kill_clock(std::function<std::optional<double>()> seconds_until_kill,
+                                std::string message) {
+  impl_->kill_clock = std::move(seconds_until_kill);
+  impl_->kill_message = std::move(message);
+}
+
 void HttpServer::run() {
   auto& im = *impl_;
   // The I/O threads run until the shutdown thread stops them. Without this, once SIGTERM's
@@ -612,8 +676,17 @@ void HttpServer::run() {
   im.accept();
   im.signals.async_wait([&im](beast::error_code ec, int signal) {
     if (ec) return;
-    log_info("received signal %d: no new connections; finishing in-flight requests (up to %.0f s)",
-             signal, im.config.shutdown_timeout_s);
+    const std::optional<double> kill_in = im.kill_clock ? im.kill_clock() : std::nullopt;
+    if (kill_in)
+      log_info(
+          "received signal %d: no new connections; finishing in-flight requests (up to %.1f s: "
+          "mpirun ends the job then; the rest get a 503)",
+          signal,
+          std::max(0.0, std::min(im.config.shutdown_timeout_s, *kill_in - kAnswerBeforeKill)));
+    else
+      log_info(
+          "received signal %d: no new connections; finishing in-flight requests (up to %.0f s)",
+          signal, im.config.shutdown_timeout_s);
     beast::error_code ignored;
     im.acceptor.close(ignored);
     // Refuse new requests (503) from here on, before this handler returns: a request that
@@ -622,15 +695,7 @@ void HttpServer::run() {
     im.counters.shutting_down.store(true);
     im.notify_sessions();
     // Draining blocks, so it runs off the I/O threads, which keep streaming meanwhile.
-    im.shutdown_thread = std::thread([&im] {
-      im.engine.shutdown(im.config.shutdown_timeout_s);
-      // Let the last responses reach their clients and the connections end (each closes once
-      // its response is out and what its client pipelined is answered).
-      const auto deadline = std::chrono::steady_clock::now() + kCloseWait;
-      while (im.counters.connections.load() > 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      im.ioc.stop();
-    });
+    im.shutdown_thread = std::thread([&im] { im.drain(); });
   });
   std::vector<std::thread> threads;
   for (int i = 1; i < im.config.io_threads; ++i) threads.emplace_back([&im] { im.ioc.run(); });

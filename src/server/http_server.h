@@ -4,13 +4,18 @@
 // a Server-Sent Events stream in chunked transfer encoding. While an answer is pending the
 // connection watches its socket, so a client that goes away has its request aborted at once.
 // SIGINT / SIGTERM: stop accepting, let in-flight requests finish (up to the shutdown timeout),
-// then return from run().
+// then return from run(). Under a launcher that kills the process on its own schedule (mpirun),
+// what has not finished just before that kill is answered with a 503 (set_kill_clock).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "core/result.h"
 #include "engine/async_engine.h"
+#include "server/api_error.h"
 #include "server/openai_service.h"
 #include "server/server_config.h"
 
@@ -27,6 +32,17 @@ class HttpServer {
   int port() const;
   // Serves until SIGINT or SIGTERM, then shuts down gracefully.
   void run();
+
+  // Thread-safe. Answers every completion still in flight with `error`, without the engine
+  // (OpenAiService::fail_in_flight), stops accepting and keeping connections alive, and waits up
+  // to `wait_s` seconds for the answers to go out. For when the engine cannot answer any more: a
+  // parallel job's rank is gone and the job is about to end.
+  void fail_in_flight(const ApiError& error, double wait_s);
+  // Before run(): where a launcher kills the process on its own schedule once it began to end
+  // the job (mpirun's kill sequence, dist/job_end.h), the seconds left until then, else nullopt.
+  // A drain then answers what is left with a 503 carrying `message` shortly before the kill.
+  void set_kill_clock(std::function<std::optional<double>()> seconds_until_kill,
+                      std::string message);
 
  private:
   struct Impl;

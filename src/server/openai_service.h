@@ -15,7 +15,9 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/async_engine.h"
 #include "grammar/grammar_cache.h"
@@ -28,6 +30,8 @@
 #include "tokenizer/chat_template.h"
 
 namespace vesper::server {
+
+class GenerationJob;
 
 class OpenAiService {
  public:
@@ -42,6 +46,13 @@ class OpenAiService {
 
   const std::string& model_name() const { return config_.served_model_name; }
 
+  // Thread-safe. Ends every completion still answering with `error` (a stream: as its last
+  // event), without the engine: for when the engine cannot answer any more (a rank of a
+  // parallel job is gone, or the launcher is about to end the process).
+  void fail_in_flight(const ApiError& error);
+  // Thread-safe. Completions whose response has not ended.
+  size_t num_in_flight();
+
  private:
   struct Workers;
   void route(HttpRequest& request, const std::shared_ptr<ResponseSink>& sink);
@@ -50,6 +61,8 @@ class OpenAiService {
   // Runs `work`; an exception escaping it is logged and answered with a 500.
   void guarded(const std::shared_ptr<ResponseSink>& sink, const std::function<void()>& work);
   bool authorized(const std::string& authorization) const;
+  // Keeps `job` for fail_in_flight() (as a weak reference: a finished job is freed as before).
+  void track(const std::shared_ptr<GenerationJob>& job);
   void fail(const ApiError& error, const std::shared_ptr<ResponseSink>& sink);
   std::optional<ApiError> check_admission(size_t num_requests) const;
   // `ordered`: the body with its keys in written order when it may hold a JSON schema, else null.
@@ -87,6 +100,8 @@ class OpenAiService {
   int64_t created_ = 0;
   std::unique_ptr<Workers> workers_;
   std::unique_ptr<grammar::GrammarCache> grammars_;  // compiled by constraint text, shared
+  std::mutex jobs_mutex_;
+  std::vector<std::weak_ptr<GenerationJob>> jobs_;  // under jobs_mutex_; pruned as they end
 };
 
 }  // namespace vesper::server

@@ -1,9 +1,11 @@
 // `vesper serve` split across 2 processes by mpirun (-tp 2 and -pp 2, 1 thread a rank): greedy
 // completions and chat completions, streamed or not and concurrent, equal one process's
-// `vesper generate`, also while other streams are cut mid-way; a follower rank killed mid-stream ends the job (mpirun reports the rank)
-// within bounded time, with no hang; a follower that hangs (SIGSTOP) ends it after
-// VESPER_DIST_TIMEOUT with rank 0 naming the wait; SIGTERM to mpirun lets rank 0 drain its
-// streams, then every rank stops. Skipped where vesper was built without Open MPI (VESPER_MPIEXEC unset).
+// `vesper generate`, also while other streams are cut mid-way. Faults end the job within bounded
+// time with an answer to every request in flight: a follower killed mid-stream (mpirun reports
+// the rank; a 503), a follower that hangs (SIGSTOP: after VESPER_DIST_TIMEOUT, rank 0 naming the
+// wait; a 500). SIGTERM to mpirun drains until just before mpirun's SIGKILL (a 503 for the rest);
+// SIGTERM to rank 0 drains whole, then every rank stops. Skipped where vesper was built without
+// Open MPI (VESPER_MPIEXEC unset).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -104,50 +106,115 @@ for (const split of [['-tp', '2'], ['-pp', '2']]) {
   });
 }
 
+// Work that outlasts the faults below: a stream and a plain request of `n` sampled choices of
+// 1900 tokens each (n 8: about 2 s on 2 ranks of 1 thread, n 32: about 10 s, both requests
+// together twice that), started once the
+// stream's first chunk came. `stream` resolves to the stream's whole text and `plain` to the
+// plain request's status and body; neither rejects when the connection is cut.
+async function startLoad(job, n) {
+  const body = { prompt: 'Once upon a time', max_tokens: 1900, temperature: 1, seed: 7, n,
+    ignore_eos: true };
+  const res = await fetch(job.url + '/v1/completions', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = decoder.decode((await reader.read()).value ?? new Uint8Array());
+  const stream = (async () => {
+    try {
+      for (let r = await reader.read(); !r.done; r = await reader.read()) text += decoder.decode(r.value);
+    } catch { /* cut */ }
+    return text;
+  })();
+  const plain = postJson(job.url + '/v1/completions', body).catch((e) => ({ status: 0, text: String(e) }));
+  await waitForRequests(job.url, 2 * n);  // both requests' sequences, running or waiting
+  return { stream, plain };
+}
+
+// The stream's last event before [DONE], parsed.
+function lastEvent(streamText) {
+  const events = streamText.split('\n\n').map((e) => e.trim()).filter((e) => e.startsWith('data: '))
+    .map((e) => e.slice(6));
+  assert.equal(events.at(-1), '[DONE]', 'the stream ended without [DONE]:\n' + streamText.slice(-500));
+  return JSON.parse(events.at(-2));
+}
+
+// Resolves with the job's exit within `seconds`, or rejects with its logs.
+function exitWithin(job, seconds, what) {
+  const deadline = new Promise((_, reject) => setTimeout(() => reject(new Error(
+    `the job did not end within ${seconds} s of ${what}:\n` + job.logs)), seconds * 1000).unref());
+  return Promise.race([job.exited, deadline]);
+}
+
 describe('faults and shutdown', { skip }, () => {
-  test('a follower killed mid-stream ends the job: no hang, mpirun names the rank', async () => {
+  // mpirun ends the job in its kill sequence (SIGCONT, SIGTERM 1 s later, SIGKILL 1 s after
+  // that); rank 0, whose engine waits for the dead rank for ever, answers its clients just
+  // before the SIGKILL.
+  test('a follower killed mid-stream ends the job: no hang, mpirun names the rank, a 503 to each request', async () => {
     const job = await startJob(['-tp', '2']);
-    const reader = await startLongStream(job);
+    const { stream, plain } = await startLoad(job, 8);
     process.kill(rankPid(job, 1), 'SIGKILL');
-    // The stream ends (cut short) and the whole job exits, within bounded time.
-    const drained = (async () => { try { while (!(await reader.read()).done); } catch { /* cut */ } })();
-    // (unref: a pending timer must not keep the test process alive once the job has ended)
-    const deadline = new Promise((_, reject) => setTimeout(() => reject(new Error(
-      'the job did not end within 60 s of a rank dying:\n' + job.logs)), 60000).unref());
-    const { code, signal } = await Promise.race([job.exited, deadline]);
-    await Promise.race([drained, deadline]);
+    const { code, signal } = await exitWithin(job, 60, 'a rank dying');
     assert.ok(code !== 0 || signal !== null, `exit ${code} ${signal}`);
     assert.match(job.logs, /rank 1 .*(exited on signal 9|Killed)|process rank 1/s);
+    const error = lastEvent(await stream).error;
+    assert.equal(error?.type, 'service_unavailable', JSON.stringify(error));
+    assert.match(error.message, /mpirun ends every rank 1\.0 s after their SIGTERM \(a rank died/);
+    const answer = await plain;
+    assert.equal(answer.status, 503, answer.text);
+    assert.equal(answer.json.error.type, 'service_unavailable');
   });
 
-  test('a follower that stops answering (SIGSTOP) ends the job after VESPER_DIST_TIMEOUT', async () => {
+  test('a follower that stops answering (SIGSTOP) ends the job after VESPER_DIST_TIMEOUT, a 500 naming the wait to each request', async () => {
     const job = await startJob(['-pp', '2'], { VESPER_DIST_TIMEOUT: '3' });
-    const reader = await startLongStream(job);
+    const { stream, plain } = await startLoad(job, 8);
     const follower = rankPid(job, 1);
     process.kill(follower, 'SIGSTOP');
-    const deadline = new Promise((_, reject) => setTimeout(() => reject(new Error(
-      'the job did not end within 60 s of a rank hanging:\n' + job.logs)), 60000).unref());
     try {
-      const drained = (async () => { try { while (!(await reader.read()).done); } catch { /* cut */ } })();
-      await Promise.race([job.exited, deadline]);
-      await Promise.race([drained, deadline]);
+      await exitWithin(job, 60, 'a rank hanging');
     } finally {
       try { process.kill(follower, 'SIGKILL'); } catch { /* gone */ }
     }
     assert.match(job.logs, /rank 0: MPI_\w+ has waited 3\.0+ s for the other ranks: one of them is hung/);
+    const error = lastEvent(await stream).error;
+    assert.equal(error?.type, 'server_error', JSON.stringify(error));
+    assert.match(error.message, /^the parallel job failed and is ending: MPI_\w+ has waited 3\.0+ s/);
+    const answer = await plain;
+    assert.equal(answer.status, 500, answer.text);
+    assert.match(answer.json.error.message, /has waited 3\.0+ s/);
   });
 
-  test('SIGTERM to mpirun drains rank 0\'s streams, then every rank stops', async () => {
+  // SIGTERM to mpirun starts the same kill sequence: the drain has the 1 s between its SIGTERM
+  // and SIGKILL, and what it cannot finish in that time gets a 503.
+  test('SIGTERM to mpirun: rank 0 drains until just before mpirun\'s SIGKILL, then a 503 to what is left', async () => {
     const job = await startJob(['-pp', '2']);
-    const stream = streamText(job.url + '/v1/completions',
-      { prompt: 'Once upon a time', max_tokens: 200, temperature: 0, ignore_eos: true });
-    // The request must have reached the engine before the signal (a fixed pause raced under CI's
-    // load, as it did in server.test.mjs): a request still in the listener's queue is refused.
-    await waitForRequests(job.url, 1);
+    const { stream, plain } = await startLoad(job, 32);
     job.proc.kill('SIGTERM');
-    const text = await stream;  // finished with [DONE], not cut
-    assert.ok(text.length > 0);
-    await job.exited;
-    assert.match(job.logs, /finishing in-flight requests/);
+    await exitWithin(job, 60, 'SIGTERM to mpirun');
+    assert.match(job.logs, /finishing in-flight requests \(up to 0\.\d s: mpirun ends the job then/);
+    const error = lastEvent(await stream).error;
+    assert.equal(error?.type, 'service_unavailable', JSON.stringify(error));
+    const answer = await plain;
+    assert.equal(answer.status, 503, answer.text);
+  });
+
+  // SIGTERM to rank 0 itself: no kill sequence, so the drain has --shutdown-timeout; rank 0
+  // finishes its requests, then stops the other ranks, and the job ends cleanly.
+  test('SIGTERM to rank 0 drains its requests whole, then every rank stops', async () => {
+    // (a generous drain: under CI's load, ranks that poll for each other's messages slow down
+    // many times over)
+    const job = await startJob(['-pp', '2', '--shutdown-timeout', '300']);
+    const { stream, plain } = await startLoad(job, 4);
+    process.kill(rankPid(job, 0), 'SIGTERM');
+    const { code } = await exitWithin(job, 300, 'SIGTERM to rank 0');
+    assert.equal(code, 0, job.logs);
+    assert.match(job.logs, /finishing in-flight requests \(up to 300 s\)/);
+    const last = lastEvent(await stream);
+    assert.ok(last.choices.every((c) => c.finish_reason === 'length'), JSON.stringify(last));
+    const answer = await plain;
+    assert.equal(answer.status, 200, answer.text);
+    assert.equal(answer.json.usage.completion_tokens, 4 * 1900);
   });
 });
