@@ -29,6 +29,9 @@ class BatchInvariance : public ::testing::TestWithParam<backend::KvDtype> {};
 // (preemption by recompute, by swap, and swap falling back to recompute): identical results.
 void check_invariance(const EngineConfig& base, int64_t small_blocks, double block_gib,
                       double mixed_swap_blocks = 5.5) {
+  // Swap space is sized in bytes, and a tensor-parallel rank holds 1/T of each block's KV heads
+  // (test_split.h): as many blocks for the same bytes as one process has.
+  block_gib /= static_cast<double>(testing_util::test_split().tensor);
   // Under a sanitizer 24 prompts: still enough to batch, chunk, preempt and swap.
   const auto prompts = testing_util::varied_prompts(testing_util::sanitized() ? 24 : 64);
   EngineConfig one = base;

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "sanitized.h"
+#include "test_split.h"
 
 namespace vesper::testing_util {
 
@@ -53,10 +54,19 @@ inline engine::EngineConfig with_medusa(engine::EngineConfig c, int64_t k = 4, b
   return c;
 }
 
-inline std::unique_ptr<engine::Engine> make_engine(const engine::EngineConfig& c) {
+// One process's engine, under a split too: a reference beside the split engine under test, or a
+// tokenizer that lives as long as the test program.
+inline std::unique_ptr<engine::Engine> make_unsplit_engine(const engine::EngineConfig& c) {
   auto e = engine::Engine::create(c);
   EXPECT_TRUE(e.ok()) << e.error().message;
   return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Under VESPER_TEST_SPLIT (test_split.h) the engine is split across the mpirun job; one such
+// engine at a time.
+inline std::unique_ptr<engine::Engine> make_engine(engine::EngineConfig c) {
+  split_engine(c);
+  return make_unsplit_engine(c);
 }
 
 // Runs until every request finished; returns the final output of each request by id. Checks
@@ -148,9 +158,14 @@ inline RunResult run_ids(const engine::EngineConfig& config,
 inline RunResult run_texts(const engine::EngineConfig& config,
                            const std::vector<std::string>& prompts,
                            const sample::SamplingParams& params = greedy_params()) {
-  auto e = make_engine(config);
   std::vector<std::vector<int32_t>> ids;
-  for (const auto& p : prompts) ids.push_back(e->tokenizer().encode(p, true, false));
+  {
+    // Gone before run_ids makes its own: under a split (test_split.h) rank 1 follows one engine
+    // at a time.
+    auto e = make_engine(config);
+    if (e == nullptr) return {};
+    for (const auto& p : prompts) ids.push_back(e->tokenizer().encode(p, true, false));
+  }
   return run_ids(config, ids, params);
 }
 

@@ -27,7 +27,7 @@ constexpr int64_t kBlock = 16;  // stories_config's block size
 
 // `n` token ids of story text (BOS first); `variant` picks a different text.
 std::vector<int32_t> story_ids(int n, int variant) {
-  static auto e = make_engine(testing_util::stories_config());
+  static auto e = testing_util::make_unsplit_engine(testing_util::stories_config());
   const auto parts = testing_util::varied_prompts(64);
   std::vector<int32_t> ids = {1};
   for (int k = 0; static_cast<int>(ids.size()) < n; ++k) {
@@ -166,14 +166,24 @@ TEST(PrefixCache, SharedSystemPromptIsComputedOnce) {
   }
   auto params = greedy_params(4);
   // All 32 arrive together and start in the same step: the first computes the system prompt,
-  // the other 31 share its blocks in that very step.
+  // the other 31 share its blocks in that very step. (Under pipeline parallelism the sequences
+  // are split into one set a stage, planned in turn with plans in flight together (virtual
+  // engines): the first of the set planned first computes it, and the other set shares blocks
+  // still being computed, which a stage computes before it reads them.)
   const RunResult on = run_ids(cache_config(true), prompts, params);
   EXPECT_EQ(on.stats.prefill_tokens_computed, 400 + 32 * 20);
   EXPECT_EQ(on.stats.prefix_cache_queries, 32 * 420);
   EXPECT_EQ(on.stats.prefix_cache_hits, 31 * 400);
-  EXPECT_EQ(on.outputs.at("0").num_cached_tokens, 0);
-  for (int i = 1; i < 32; ++i)
-    EXPECT_EQ(on.outputs.at(std::to_string(i)).num_cached_tokens, 400) << i;
+  if (testing_util::test_split().pipeline == 1) {
+    EXPECT_EQ(on.outputs.at("0").num_cached_tokens, 0);
+  }
+  int64_t computed_whole = 0;
+  for (int i = 0; i < 32; ++i) {
+    const int64_t cached = on.outputs.at(std::to_string(i)).num_cached_tokens;
+    EXPECT_TRUE(cached == 0 || cached == 400) << i << ": " << cached;
+    computed_whole += cached == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(computed_whole, 1);
   const RunResult off = run_ids(cache_config(false), prompts, params);
   EXPECT_EQ(off.stats.prefill_tokens_computed, 32 * 420);
   EXPECT_EQ(off.stats.prefix_cache_queries, 0);
@@ -192,7 +202,8 @@ TEST(PrefixCache, SharedSystemPromptIsComputedOnce) {
 
 TEST(PrefixCache, MultiTurnChatComputesOnlyEachTurnsNewTokens) {
   auto on = make_engine(cache_config(true));
-  auto off = make_engine(cache_config(false));
+  // (one process's: a split job follows one engine at a time, and its outputs are one process's)
+  auto off = testing_util::make_unsplit_engine(cache_config(false));
   auto params = greedy_params(20);
   std::vector<int32_t> prompt = story_ids(60, 2);
   int64_t cached_before = 0;  // tokens of the previous turn whose KV was computed
