@@ -1,6 +1,7 @@
 // `vesper serve` split across 2 processes by mpirun (-tp 2 and -pp 2, 1 thread a rank): greedy
 // completions and chat completions, streamed or not and concurrent, equal one process's
-// `vesper generate`, also while other streams are cut mid-way. Faults end the job within bounded
+// `vesper generate`, also while other streams are cut mid-way; so do the issue's 64 prompts of 48
+// tokens, streamed at once, log-probabilities included. Faults end the job within bounded
 // time with an answer to every request in flight: a follower killed mid-stream (mpirun reports
 // the rank; a 503), a follower that hangs (SIGSTOP: after VESPER_DIST_TIMEOUT, rank 0 naming the
 // wait; a 500). SIGTERM to mpirun drains until just before mpirun's SIGKILL (a 503 for the rest);
@@ -8,8 +9,13 @@
 // Open MPI (VESPER_MPIEXEC unset).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { startServer, storiesLong, postJson, readSse, generateJson, waitForRequests } from './server_harness.mjs';
+import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer, storiesLong, postJson, readSse, generateJson, waitForRequests, vesper,
+  repoRoot } from './server_harness.mjs';
 
 const mpiexec = process.env.VESPER_MPIEXEC;
 const skip = mpiexec ? false : 'vesper was built without Open MPI';
@@ -57,6 +63,50 @@ async function streamText(url, body) {
   return events.map((e) => e.choices[0]?.text ?? e.choices[0]?.delta?.content ?? '').join('');
 }
 
+// The issue's proof set, as tests/integration/parallel_cli_test.cpp makes it: 64 prompts of 48
+// tokens from the held-out text (token ids, so that both sides read the same 48), greedy, 16
+// tokens each, with the top 2 log-probabilities; and one process's `vesper generate` of them.
+let heldOutRun;
+function heldOutPrompts() {
+  heldOutRun ??= (async () => {
+    const run = promisify(execFile);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'vesper-parallel-'));
+    const words = readFileSync(path.join(repoRoot, '..', 'shared', 'data', 'tinystories-heldout.txt'),
+      'utf8').split(/\s+/).filter((w) => w.length > 0);
+    const texts = path.join(dir, 'texts.txt');
+    writeFileSync(texts, Array.from({ length: 64 }, (_, p) => words.slice(p * 200, p * 200 + 40)
+      .join(' ')).join('\n') + '\n');
+    const generate = async (file) => (await run(vesper, ['generate', storiesLong, '--prompts-file',
+      file, '--json', '-t', '1'], { cwd: repoRoot, maxBuffer: 64 << 20 })).stdout.trim().split('\n')
+      .map((line) => JSON.parse(line));
+    const ids = (await generate(texts)).map((j) => j.prompt_token_ids.slice(0, 48));
+    assert.ok(ids.every((p) => p.length === 48));
+    const jsonl = path.join(dir, 'prompts.jsonl');
+    writeFileSync(jsonl, ids.map((p) => JSON.stringify({ prompt_token_ids: p, max_tokens: 16,
+      temperature: 0, ignore_eos: true, logprobs: 2 })).join('\n') + '\n');
+    return { prompts: ids, expected: await generate(jsonl) };
+  })();
+  return heldOutRun;
+}
+
+// A streamed completion's text and per-token log-probabilities.
+async function streamWithLogprobs(url, body) {
+  const res = await fetch(url + '/v1/completions', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...body, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  const { events, done } = await readSse(res);
+  assert.ok(done);
+  let text = '';
+  const logprobs = [];
+  for (const e of events) {
+    text += e.choices[0]?.text ?? '';
+    logprobs.push(...(e.choices[0]?.logprobs?.token_logprobs ?? []));
+  }
+  return { text, logprobs };
+}
+
 const prompts = ['Once upon a time', 'Lily had a red ball.', 'The dog ran to the park and',
   'Tom and Sue were friends.'];
 
@@ -94,6 +144,21 @@ for (const split of [['-tp', '2'], ['-pp', '2']]) {
       for (let i = 0; i < prompts.length; ++i) {
         assert.equal(answers[i].status, 200, answers[i].text);
         assert.equal(answers[i].json.choices[0].text, expected[i].text, prompts[i]);
+      }
+    });
+
+    test('64 prompts of 48 tokens, streamed at once, equal one process\'s generate', async () => {
+      const { prompts: ids, expected } = await heldOutPrompts();
+      const streamed = await Promise.all(ids.map((prompt) => streamWithLogprobs(job.url,
+        { prompt, max_tokens: 16, temperature: 0, ignore_eos: true, logprobs: 2 })));
+      for (let i = 0; i < ids.length; ++i) {
+        assert.equal(streamed[i].text, expected[i].text, `prompt ${i}`);
+        const want = expected[i].token_ids.map((t, k) => expected[i].logprobs[k][String(t)]);
+        assert.equal(streamed[i].logprobs.length, want.length, `prompt ${i}`);
+        for (let k = 0; k < want.length; ++k) {
+          assert.ok(Math.abs(streamed[i].logprobs[k] - want[k]) <= 1e-5 * Math.max(1, Math.abs(want[k])),
+            `prompt ${i} token ${k}: ${streamed[i].logprobs[k]} vs ${want[k]}`);
+        }
       }
     });
 
