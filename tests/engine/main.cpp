@@ -20,12 +20,7 @@ int follow_engines(vesper::dist::Communicator& world) {
     if (message.empty()) return 0;
     vesper::engine::EngineConfig config;
     config.model_path.assign(message.begin(), message.end());
-    config.threads = 1;
-    const vesper::testing_util::TestSplit& split = vesper::testing_util::test_split();
-    config.parallel.tensor_parallel_size = split.tensor;
-    config.parallel.pipeline_parallel_size = split.pipeline;
-    config.parallel.group = split.world;
-    config.parallel.tensor_group = split.world;
+    vesper::testing_util::apply_split(config);
     if (vesper::Status s = vesper::engine::run_follower(config); !s)
       world.abort(config.model_path + ": " + s.error().message);
   }

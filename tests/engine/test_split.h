@@ -27,16 +27,22 @@ inline TestSplit& test_split() {
   return split;
 }
 
-// On rank 0 under a split: tells rank 1 to follow an engine of `config`'s model, and gives
-// `config` the split (1 thread a rank: 2 ranks share these 2-core machines).
-inline void split_engine(engine::EngineConfig& config) {
-  TestSplit& split = test_split();
-  if (split.world == nullptr) return;
+// Gives `config` the split, on either rank (1 thread a rank: 2 ranks share these 2-core machines).
+inline void apply_split(engine::EngineConfig& config) {
+  const TestSplit& split = test_split();
   config.threads = 1;
   config.parallel.tensor_parallel_size = split.tensor;
   config.parallel.pipeline_parallel_size = split.pipeline;
   config.parallel.group = split.world;
   config.parallel.tensor_group = split.world;  // one stage (tp) or one rank a stage (pp, unused)
+}
+
+// On rank 0 under a split: tells rank 1 to follow an engine of `config`'s model, and gives
+// `config` the split.
+inline void split_engine(engine::EngineConfig& config) {
+  TestSplit& split = test_split();
+  if (split.world == nullptr) return;
+  apply_split(config);
   split.world->post_message(
       std::vector<uint8_t>(config.model_path.begin(), config.model_path.end()), 1);
 }
