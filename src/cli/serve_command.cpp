@@ -160,7 +160,9 @@ CommandRunner add_serve_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_option("--shutdown-timeout", s.shutdown_timeout_s,
-                  "Seconds in-flight requests get to finish on SIGINT/SIGTERM")
+                  "Seconds in-flight requests get to finish on SIGINT/SIGTERM (under mpirun, a "
+                  "signal to mpirun leaves only its kill interval, 1 s by default: signal rank 0 "
+                  "for the full drain; README: Parallelism)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--timeout-keep-alive", s.keep_alive_timeout_s,
