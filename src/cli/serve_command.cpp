@@ -68,6 +68,11 @@ void raise_fd_limit() {
 // broken link aborts the job (every in-flight request gets a 500 naming why), and mpirun's kill
 // sequence (a rank died, or mpirun was signalled) leaves a SIGTERM's drain a fixed time (what
 // is left then gets a 503). Either way each client gets an answer, not a cut connection.
+// Clears the job's abort handler when the server goes, however run_serve returns.
+struct AbortHandlerScope {
+  ~AbortHandlerScope() { dist::set_abort_handler({}); }
+};
+
 void answer_clients_when_the_job_ends(server::HttpServer& http) {
   dist::set_abort_handler([&http](const std::string& why) {
     http.fail_in_flight(server::ApiError{500, "the parallel job failed and is ending: " + why,
@@ -119,6 +124,7 @@ int run_serve(ServeOptions& o) {
   server::OpenAiService service(o.server, engine, metrics, std::move(*tmpl));
   server::HttpServer http(o.server, service, engine);
   if (auto st = http.listen(); !st) return fail(st.error().message);
+  AbortHandlerScope abort_handler_scope;  // declared after http: cleared before it goes
   if (dist::started_world() != nullptr) answer_clients_when_the_job_ends(http);
   log_info(
       "serving \"%s\" on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions, "
@@ -128,7 +134,6 @@ int run_serve(ServeOptions& o) {
       o.server.enable_lora_runtime_updating ? ", /v1/load_lora_adapter, /v1/unload_lora_adapter"
                                             : "");
   http.run();
-  dist::set_abort_handler({});
   log_info("server stopped");
   return 0;
 }

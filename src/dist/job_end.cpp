@@ -11,9 +11,12 @@
 namespace vesper::dist {
 namespace {
 
-std::mutex handler_mutex;
+// The handler runs under handler_mutex: set_abort_handler waits for a running one to finish (its
+// captures must outlive it), and so does an abort from another thread (whose MPI_Abort would
+// otherwise cut the first one's answers short).
+std::recursive_mutex handler_mutex;
 std::function<void(const std::string&)> abort_handler;  // under handler_mutex
-std::atomic<bool> abort_handler_ran{false};
+bool abort_handler_ran = false;                         // under handler_mutex
 
 // CLOCK_MONOTONIC in nanoseconds: clock_gettime is async-signal-safe, so the handler may read it.
 int64_t monotonic_ns() {
@@ -33,18 +36,16 @@ void on_sigcont(int) {
 }  // namespace
 
 void set_abort_handler(std::function<void(const std::string& why)> handler) {
-  std::lock_guard<std::mutex> lock(handler_mutex);
+  std::lock_guard<std::recursive_mutex> lock(handler_mutex);
   abort_handler = std::move(handler);
 }
 
 void run_abort_handler(const std::string& why) {
-  if (abort_handler_ran.exchange(true)) return;
-  std::function<void(const std::string&)> handler;
-  {
-    std::lock_guard<std::mutex> lock(handler_mutex);
-    handler = abort_handler;
-  }
-  if (handler) handler(why);
+  // Recursive: an abort from within the handler, on its own thread, finds it ran and returns.
+  std::lock_guard<std::recursive_mutex> lock(handler_mutex);
+  if (abort_handler_ran) return;
+  abort_handler_ran = true;
+  if (abort_handler) abort_handler(why);
 }
 
 void watch_launcher_kill() {
@@ -61,8 +62,10 @@ void watch_launcher_kill() {
 double launcher_kill_interval() {
   const char* v = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
   if (v == nullptr || *v == '\0') return 1.0;
-  const double t = std::atof(v);
-  return t > 0 ? t : 1.0;
+  char* end = nullptr;
+  const double t = std::strtod(v, &end);
+  // 0 is a valid setting (no wait between the signals); what is not a number is Open MPI's default.
+  return end != v && *end == '\0' && t >= 0 ? t : 1.0;
 }
 
 std::optional<double> launcher_kill_in() {

@@ -18,18 +18,24 @@ namespace vesper::dist {
 // What runs on the rank that ends the job (Communicator::abort: a rank that stopped answering,
 // a broken link) before the job ends, with why: rank 0's server answers its in-flight requests
 // there. It runs once, on the thread that aborts, and must not call MPI. One handler a process;
-// an empty function removes it.
+// an empty function removes it, after waiting for a run in progress (so the handler's captures
+// need only outlive that call).
 void set_abort_handler(std::function<void(const std::string& why)> handler);
-// Runs the handler, if one is set, the first time only (an abort from within it returns at once).
+// Runs the handler, if one is set, the first time only. A later call returns once that first
+// run has finished: at once from within the handler, after it from another thread (whose abort
+// would otherwise end the job under it).
 void run_abort_handler(const std::string& why);
 
 // Starts keeping the time of each SIGCONT (once a process; world() calls it for every rank of a
 // job of more than one process).
 void watch_launcher_kill();
-// T above: odls_base_sigkill_timeout as mpirun passed it, else Open MPI's default of 1 s.
+// T above: odls_base_sigkill_timeout as mpirun passed it (0 allowed), else Open MPI's 1 s.
 double launcher_kill_interval();
-// Seconds until mpirun's SIGKILL when its kill sequence has begun on this process (a SIGCONT
-// less than 2T ago, 0 once overdue); nullopt otherwise, and always before watch_launcher_kill().
+// Seconds until mpirun's SIGKILL when its kill sequence has begun on this process: a SIGCONT
+// came less than 2T + 1 s ago (the second of grace for a kill on its way; 0 once overdue).
+// nullopt otherwise, and always before watch_launcher_kill(). A SIGCONT of another origin (a
+// job stopped and continued by hand) followed within that time by a SIGTERM to this rank would
+// be taken for the sequence too, and shorten that drain.
 std::optional<double> launcher_kill_in();
 
 }  // namespace vesper::dist

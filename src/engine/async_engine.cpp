@@ -224,7 +224,9 @@ void AsyncEngine::abort_all_with_outputs() {
 void AsyncEngine::begin_shutdown(double timeout_s) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!thread_.joinable()) return;
+    // (stopped_, not thread_.joinable(): another thread may be joining thread_ meanwhile, as
+    // when a parallel job's abort handler calls this during a shutdown)
+    if (stopped_.load()) return;
     if (timeout_s <= 0) {
       stopping_ = true;
     } else if (!draining_) {

@@ -573,7 +573,7 @@ struct HttpServer::Impl {
   // also ends, with a 503 for what is left, just before the launcher kills the process: the
   // engine may be unable to finish anything (a rank of the job is gone, and the engine thread
   // waits for it), so the answers go out without it.
-  void drain() {
+  void drain_then_stop() {
     bool answered = false;
     while (!engine.stopped() && !answered) {
       if (kill_clock)
@@ -589,6 +589,9 @@ struct HttpServer::Impl {
         }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    // After a 503 for what was left this waits for ever if the engine thread is stuck in an MPI
+    // wait for a dead rank: on purpose, since the I/O threads must go on writing the answers
+    // until the launcher's SIGKILL, which is due within a second.
     engine.shutdown(config.shutdown_timeout_s);
     // Let the last responses reach their clients and the connections end (each closes once
     // its response is out and what its client pipelined is answered).
@@ -695,7 +698,7 @@ void HttpServer::run() {
     im.counters.shutting_down.store(true);
     im.notify_sessions();
     // Draining blocks, so it runs off the I/O threads, which keep streaming meanwhile.
-    im.shutdown_thread = std::thread([&im] { im.drain(); });
+    im.shutdown_thread = std::thread([&im] { im.drain_then_stop(); });
   });
   std::vector<std::thread> threads;
   for (int i = 1; i < im.config.io_threads; ++i) threads.emplace_back([&im] { im.ioc.run(); });

@@ -66,7 +66,15 @@ inline std::unique_ptr<engine::Engine> make_unsplit_engine(const engine::EngineC
 // engine at a time.
 inline std::unique_ptr<engine::Engine> make_engine(engine::EngineConfig c) {
   split_engine(c);
-  return make_unsplit_engine(c);
+  auto e = make_unsplit_engine(c);
+  // Rank 1 was told to follow this engine and waits in its model's loop: a job that went on
+  // would read the next test's messages as commands. End it here, naming the test.
+  if (e == nullptr && test_split().world != nullptr) {
+    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    test_split().world->abort(std::string("a split engine failed to build in ") +
+                              (test != nullptr ? test->name() : "a test"));
+  }
+  return e;
 }
 
 // Runs until every request finished; returns the final output of each request by id. Checks
