@@ -148,7 +148,7 @@ json GenerationJob::usage_json() const {
 }
 
 void GenerationJob::begin_stream() {
-  if (stream_started_ || done_) return;
+  if (stream_started_ || finished()) return;
   stream_started_ = true;
   sink_->start_stream();
   const int32_t n = params_.n;
@@ -196,7 +196,7 @@ void GenerationJob::start(int32_t priority, const std::string& lora_name) {
 }
 
 void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& out) {
-  if (done_) return;
+  if (finished()) return;
   const int32_t n = params_.n;
   cached_tokens_[prompt_index] = out.num_cached_tokens;
   for (const auto& c : out.outputs)
@@ -246,7 +246,6 @@ void GenerationJob::on_output(size_t prompt_index, const engine::RequestOutput& 
 }
 
 void GenerationJob::finish() {
-  done_ = true;
   finished_.store(true, std::memory_order_release);
   if (stream_) {
     if (include_usage_) {
@@ -311,8 +310,7 @@ bool GenerationJob::finished() const {
 }
 
 void GenerationJob::respond_error(const ApiError& error) {
-  if (done_) return;
-  done_ = true;
+  if (finished()) return;
   finished_.store(true, std::memory_order_release);
   abort_all();
   if (stream_started_) {

@@ -83,8 +83,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::vector<int64_t> cached_tokens_;  // per prompt: prompt tokens served from the prefix cache
   size_t remaining_ = 0;
   int64_t completion_tokens_ = 0;
-  bool done_ = false;
-  std::atomic<bool> finished_{false};  // done_, for other threads
+  // The response has ended. Written on the connection's strand only; atomic for finished().
+  std::atomic<bool> finished_{false};
   bool stream_started_ = false;
   ToolChoice tool_choice_;
   ToolCallParser tool_parser_ = ToolCallParser::kNone;

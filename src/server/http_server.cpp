@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "core/logging.h"
+#include "server/weak_list.h"
 
 namespace vesper::server {
 
@@ -536,19 +537,13 @@ struct HttpServer::Impl {
         acceptor(ioc),
         signals(ioc, SIGINT, SIGTERM) {}
 
-  void track(const std::shared_ptr<Session>& session) {
-    std::lock_guard<std::mutex> lock(sessions_mutex);
-    if (sessions.size() >= 2 * tracked_live + 64) {  // forget closed ones now and then
-      std::erase_if(sessions, [](const auto& w) { return w.expired(); });
-      tracked_live = sessions.size();
-    }
-    sessions.push_back(session);
-  }
-  // SIGTERM: every connection stops keeping alive; idle ones close now.
-  void notify_sessions() {
-    std::lock_guard<std::mutex> lock(sessions_mutex);
-    for (const auto& w : sessions)
-      if (auto session = w.lock()) session->notify_shutdown();
+  // Shutting down (a signal, or a parallel job's end): new requests get a 503 from here on, the
+  // engine drains for `drain_s` seconds (0: aborts now), and every connection stops keeping
+  // alive (idle ones close now). Thread-safe.
+  void refuse_new_work(double drain_s) {
+    engine.begin_shutdown(drain_s);
+    counters.shutting_down.store(true);
+    sessions.for_each([](Session& session) { session.notify_shutdown(); });
   }
 
   // Thread-safe: see HttpServer::fail_in_flight.
@@ -560,10 +555,8 @@ struct HttpServer::Impl {
       beast::error_code ignored;
       acceptor.close(ignored);
     });
-    engine.begin_shutdown(0);  // a request that still reaches the engine is refused (503)
-    counters.shutting_down.store(true);
+    refuse_new_work(0);
     service.fail_in_flight(error);
-    notify_sessions();
     // Each connection closes once its answer is out (none is kept alive from here on).
     while (counters.connections.load() > 0 && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -579,8 +572,8 @@ struct HttpServer::Impl {
       if (kill_clock)
         if (const std::optional<double> left = kill_clock(); left && *left <= kAnswerBeforeKill) {
           log_warning(
-              "the launcher ends this process in %.1f s (mpirun's kill sequence: a rank died, or "
-              "mpirun was signalled): answering the %zu requests left with 503",
+              "the launcher ends this process in %.1f s: answering the %zu requests left "
+              "with 503",
               *left, service.num_in_flight());
           fail_in_flight(
               ApiError{503, kill_message, "service_unavailable", std::nullopt, std::nullopt},
@@ -609,7 +602,7 @@ struct HttpServer::Impl {
         socket.set_option(tcp::no_delay(true), ignored);
         auto session =
             std::make_shared<Session>(std::move(socket), service, config, cors, counters);
-        track(session);
+        sessions.add(session);
         session->start();
       }
       accept();
@@ -620,9 +613,7 @@ struct HttpServer::Impl {
   OpenAiService& service;
   engine::AsyncEngine& engine;
   CorsPolicy cors;
-  std::mutex sessions_mutex;
-  std::vector<std::weak_ptr<Session>> sessions;
-  size_t tracked_live = 0;
+  WeakList<Session> sessions;
   net::io_context ioc;
   tcp::acceptor acceptor;
   net::signal_set signals;
@@ -683,7 +674,7 @@ void HttpServer::run() {
     if (kill_in)
       log_info(
           "received signal %d: no new connections; finishing in-flight requests (up to %.1f s: "
-          "mpirun ends the job then; the rest get a 503)",
+          "the launcher ends the process then; the rest get a 503)",
           signal,
           std::max(0.0, std::min(im.config.shutdown_timeout_s, *kill_in - kAnswerBeforeKill)));
     else
@@ -694,9 +685,7 @@ void HttpServer::run() {
     im.acceptor.close(ignored);
     // Refuse new requests (503) from here on, before this handler returns: a request that
     // arrives on a kept-alive connection while the drain's thread starts must not be admitted.
-    im.engine.begin_shutdown(im.config.shutdown_timeout_s);
-    im.counters.shutting_down.store(true);
-    im.notify_sessions();
+    im.refuse_new_work(im.config.shutdown_timeout_s);
     // Draining blocks, so it runs off the I/O threads, which keep streaming meanwhile.
     im.shutdown_thread = std::thread([&im] { im.drain_then_stop(); });
   });

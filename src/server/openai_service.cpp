@@ -402,7 +402,7 @@ void OpenAiService::completions(const json& body, const nlohmann::ordered_json* 
       GenerationJob::Kind::kCompletion, random_id("cmpl-"),
       lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
       r.include_usage, r.echo, r.params, std::move(prompts), sink, engine_);
-  track(job);
+  jobs_.add(job);
   job->start(r.priority, lora_name);
 }
 
@@ -454,30 +454,17 @@ void OpenAiService::chat_completions(const json& body, const nlohmann::ordered_j
       lora_name.empty() ? config_.served_model_name : lora_name, unix_now(), r.stream,
       r.include_usage, false, r.params, std::move(prompts), sink, engine_);
   if (r.tool_choice.kind != ToolChoice::Kind::kNone) job->set_tools(r.tool_choice, parser);
-  track(job);
+  jobs_.add(job);
   job->start(r.priority, lora_name);
 }
 
-void OpenAiService::track(const std::shared_ptr<GenerationJob>& job) {
-  std::lock_guard<std::mutex> lock(jobs_mutex_);
-  std::erase_if(jobs_, [](const std::weak_ptr<GenerationJob>& w) {
-    const auto j = w.lock();
-    return j == nullptr || j->finished();
-  });
-  jobs_.push_back(job);
-}
-
 void OpenAiService::fail_in_flight(const ApiError& error) {
-  std::lock_guard<std::mutex> lock(jobs_mutex_);
-  for (const auto& w : jobs_)
-    if (const auto job = w.lock()) job->fail(error);
+  jobs_.for_each([&error](GenerationJob& job) { job.fail(error); });
 }
 
 size_t OpenAiService::num_in_flight() {
-  std::lock_guard<std::mutex> lock(jobs_mutex_);
   size_t n = 0;
-  for (const auto& w : jobs_)
-    if (const auto job = w.lock(); job != nullptr && !job->finished()) ++n;
+  jobs_.for_each([&n](GenerationJob& job) { n += job.finished() ? 0 : 1; });
   return n;
 }
 

@@ -15,9 +15,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "engine/async_engine.h"
 #include "grammar/grammar_cache.h"
@@ -27,6 +25,7 @@
 #include "server/openai_protocol.h"
 #include "server/response_sink.h"
 #include "server/server_config.h"
+#include "server/weak_list.h"
 #include "tokenizer/chat_template.h"
 
 namespace vesper::server {
@@ -61,8 +60,6 @@ class OpenAiService {
   // Runs `work`; an exception escaping it is logged and answered with a 500.
   void guarded(const std::shared_ptr<ResponseSink>& sink, const std::function<void()>& work);
   bool authorized(const std::string& authorization) const;
-  // Keeps `job` for fail_in_flight() (as a weak reference: a finished job is freed as before).
-  void track(const std::shared_ptr<GenerationJob>& job);
   void fail(const ApiError& error, const std::shared_ptr<ResponseSink>& sink);
   std::optional<ApiError> check_admission(size_t num_requests) const;
   // `ordered`: the body with its keys in written order when it may hold a JSON schema, else null.
@@ -100,8 +97,8 @@ class OpenAiService {
   int64_t created_ = 0;
   std::unique_ptr<Workers> workers_;
   std::unique_ptr<grammar::GrammarCache> grammars_;  // compiled by constraint text, shared
-  std::mutex jobs_mutex_;
-  std::vector<std::weak_ptr<GenerationJob>> jobs_;  // under jobs_mutex_; pruned as they end
+  // The completions started, for fail_in_flight() (weakly: a finished job is freed as before).
+  WeakList<GenerationJob> jobs_;
 };
 
 }  // namespace vesper::server

@@ -258,7 +258,7 @@ describe('faults and shutdown', { skip }, () => {
     const { stream, plain } = await startLoad(job, 32);
     job.proc.kill('SIGTERM');
     await exitWithin(job, 60, 'SIGTERM to mpirun');
-    assert.match(job.logs, /finishing in-flight requests \(up to 0\.\d s: mpirun ends the job then/);
+    assert.match(job.logs, /finishing in-flight requests \(up to 0\.\d s: the launcher ends the process then/);
     const error = lastEvent(await stream).error;
     assert.equal(error?.type, 'service_unavailable', JSON.stringify(error));
     const answer = await plain;
