@@ -7,6 +7,8 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/matmul_cpu.h"
+
 namespace vesper::bench {
 namespace {
 
@@ -103,7 +105,8 @@ __attribute__((target("avx2"))) long long avx2_loop(double seconds) {
 }  // namespace
 
 Int8Peak measure_int8_peak(int threads) {
-  const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  // The instruction the kernels in use are built on (VESPER_MAX_CPU_ISA=avx2 measures AVX2's).
+  const bool vnni = backend::cpu::selected_isa() == backend::cpu::Isa::kAvx512Vnni;
   constexpr double kSeconds = 0.2;
   std::vector<long long> macs(static_cast<size_t>(threads), 0);
   std::vector<std::thread> workers;

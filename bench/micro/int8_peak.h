@@ -4,6 +4,8 @@
 // The peak is a loop of independent integer dot-product instructions on registers, with no loads,
 // run on `threads` threads at once for a fixed time: the instructions the kernels' inner loops
 // are built on, at the rate the cores can issue them.
+// Which one: the instruction set the kernels run on (backend::cpu::selected_isa(), so
+// VESPER_MAX_CPU_ISA=avx2 measures the AVX2 kernels against the AVX2 peak).
 //  - AVX-512 VNNI: vpdpbusd on zmm registers (64 u8 x s8 products summed into 16 int32 lanes).
 //  - AVX2 (no VNNI): vpmaddubsw, then vpmaddwd against ones, then vpaddd (32 products per
 //    three instructions), llama.cpp's AVX2 dot.

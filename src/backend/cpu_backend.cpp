@@ -33,7 +33,9 @@ std::string CpuBackend::describe() const {
   std::string group;
   if (group_ != nullptr && group_->size() > 1)
     group = ", rank " + std::to_string(group_->rank()) + " of " + std::to_string(group_->size());
-  return "cpu (" + std::string(cpu::isa_name(cpu::selected_isa())) + ", " +
+  const std::string capped =
+      cpu::isa_capped() ? std::string(" by ") + cpu::kMaxIsaVariable : std::string();
+  return "cpu (" + std::string(cpu::isa_name(cpu::selected_isa())) + capped + ", " +
          std::to_string(pool_->num_threads()) + " threads" + group + ")";
 }
 

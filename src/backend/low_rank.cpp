@@ -66,7 +66,7 @@ struct Kernels {
 };
 
 Kernels select_kernels() {
-  if (cpu::isa_available(cpu::Isa::kAvx2))
+  if (cpu::selected_isa() != cpu::Isa::kScalar)
     return {cpu::low_rank_dot_avx2, cpu::low_rank_expand_avx2};
   return {cpu::low_rank_dot_scalar, cpu::low_rank_expand_scalar};
 }

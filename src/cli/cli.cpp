@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/matmul_cpu.h"
 #include "cli/commands.h"
 #include "dist/launch.h"
 
@@ -70,6 +71,9 @@ int run_main(int argc, char** argv) {
     if (app.get_subcommands().empty()) std::fprintf(stderr, "\n%s", app.help().c_str());
     return 2;
   }
+  // A bad instruction-set cap is the environment's fault: say so before any kernel runs.
+  if (const std::string isa_error = backend::cpu::max_isa_error(); !isa_error.empty())
+    return fail(isa_error);
   // The innermost chosen subcommand runs (e.g. `bench throughput`).
   CLI::App* chosen = nullptr;
   for (CLI::App* sub = app.get_subcommands().empty() ? nullptr : app.get_subcommands()[0];

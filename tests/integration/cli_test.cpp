@@ -406,6 +406,57 @@ void expect_batch_equals_alone(const std::string& model, const std::string& prom
   }
 }
 
+// VESPER_MAX_CPU_ISA caps the kernels' instruction set (oneDNN's ONEDNN_MAX_CPU_ISA), so one CPU
+// runs what a CPU without its best instructions gets: a batch of three prompts on packed q4_0 and
+// q4_K weights gives the same tokens and top-2 log-probabilities on every instruction set, the
+// startup log names the one in use, and a value that names none is an error naming the variable.
+TEST(CliGenerate, MaxCpuIsaCapsTheKernelsWithTheSameOutput) {
+  using testing_util::run_vesper_with;
+  const std::string prompts_path = ::testing::TempDir() + "vesper_prompts_isa.jsonl";
+  {
+    std::ofstream f(prompts_path);
+    for (const auto& p : kThreePrompts)
+      f << nlohmann::json{{"prompt", p}, {"logprobs", 2}}.dump() << "\n";
+  }
+  for (const std::string type : {"q4_0", "q4_k"}) {
+    SCOPED_TRACE(type);
+    const std::string path = ::testing::TempDir() + "vesper_isa_" + type + ".gguf";
+    auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4",
+                         "--n-head-kv", "2", "--n-ff", "512", "--vocab-from", kStories,
+                         "--context-length", "512", "--type", type, "-o", path});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    const std::vector<std::string> args = {"generate",     path, "--prompts-file", prompts_path,
+                                           "--max-tokens", "12", "--temperature",  "0",
+                                           "--json"};
+    auto best = run_vesper(args, "isa_best");
+    ASSERT_EQ(best.exit_code, 0) << best.err;
+    const auto want = json_lines(best.out);
+    ASSERT_EQ(want.size(), kThreePrompts.size());
+    for (const std::string isa : {"avx2", "scalar"}) {
+      SCOPED_TRACE(isa);
+      auto capped = run_vesper_with("VESPER_MAX_CPU_ISA=" + isa, args, "isa_" + isa);
+      ASSERT_EQ(capped.exit_code, 0) << capped.err;
+      if (isa == "scalar") {
+        EXPECT_NE(capped.err.find("backend cpu (scalar"), std::string::npos) << capped.err;
+      }
+      const auto got = json_lines(capped.out);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i]["token_ids"], want[i]["token_ids"]) << kThreePrompts[i];
+        EXPECT_EQ(got[i]["logprobs"], want[i]["logprobs"]) << kThreePrompts[i];
+      }
+    }
+    std::remove(path.c_str());
+  }
+  std::remove(prompts_path.c_str());
+  auto bad = run_vesper_with("VESPER_MAX_CPU_ISA=avx3", {"generate", kStories, "--prompt", "Hi"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("VESPER_MAX_CPU_ISA=\"avx3\" is not an instruction set: expected one of "
+                         "scalar, avx2, avx512_vnni"),
+            std::string::npos)
+      << bad.err;
+}
+
 // F16 and BF16 weights (the float-contract kernels: the register-tiled GEMM for batches, the
 // in-register GEMV for one or two rows) on a real model: the greedy tokens of the f32 model, and
 // each prompt's tokens the same whether it runs alone or in a batch of three.

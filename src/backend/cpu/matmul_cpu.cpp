@@ -4,6 +4,8 @@
 #include <cpuid.h>
 #endif
 
+#include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/matmul_kernel.h"
@@ -143,8 +145,50 @@ std::vector<Isa> available_isas() {
   return isas;
 }
 
+namespace {
+
+constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni};
+
+// VESPER_MAX_CPU_ISA's value when it is set and not empty.
+std::optional<std::string_view> max_isa_value() {
+  const char* v = std::getenv(kMaxIsaVariable);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string_view(v);
+}
+
+// The cap VESPER_MAX_CPU_ISA names (the best instruction set when it is unset); nullopt when it
+// names none.
+std::optional<Isa> max_isa() {
+  const std::optional<std::string_view> value = max_isa_value();
+  if (!value) return Isa::kAvx512Vnni;
+  for (Isa isa : kAllIsas)
+    if (*value == isa_name(isa)) return isa;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string max_isa_error() {
+  if (max_isa()) return "";
+  std::string names;
+  for (Isa isa : kAllIsas) names += (names.empty() ? "" : ", ") + std::string(isa_name(isa));
+  return std::string(kMaxIsaVariable) + "=\"" + std::string(*max_isa_value()) +
+         "\" is not an instruction set: expected one of " + names;
+}
+
+bool isa_capped() {
+  return selected_isa() != available_isas().back();
+}
+
 Isa selected_isa() {
-  static const Isa isa = available_isas().back();
+  static const Isa isa = [] {
+    const std::optional<Isa> cap = max_isa();
+    VESPER_CHECK(cap.has_value(), "%s", max_isa_error().c_str());
+    Isa best = Isa::kScalar;
+    for (Isa available : available_isas())
+      if (available <= *cap) best = available;
+    return best;
+  }();
   return isa;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,7 +36,22 @@ bool isa_available(Isa isa);
 // Every instruction set this CPU can run, portable first: what tests compare.
 std::vector<Isa> available_isas();
 
-// The instruction set backend::matmul uses: the best available, decided once per process.
+// The environment variable that caps the instruction set selected_isa() picks, as oneDNN's
+// ONEDNN_MAX_CPU_ISA: "scalar", "avx2" or "avx512_vnni" (isa_name's names); unset or empty: no
+// cap. It lets one CPU run, and measure, the kernels a CPU without its best instruction set gets
+// (bench/compare-llamacpp --isa); results are the same bits on every instruction set.
+inline constexpr const char* kMaxIsaVariable = "VESPER_MAX_CPU_ISA";
+
+// What is wrong with VESPER_MAX_CPU_ISA's value (naming the variable, the value and the names it
+// takes), or "" when it is unset, empty or an instruction set's name. The CLI checks it before a
+// command runs; selected_isa() stops the process with this message otherwise.
+std::string max_isa_error();
+
+// Whether VESPER_MAX_CPU_ISA holds selected_isa() below what this CPU can run.
+bool isa_capped();
+
+// The instruction set the kernels use (backend::matmul, attention, the KV codecs, the other ops):
+// the best available, at most VESPER_MAX_CPU_ISA's, decided once per process.
 Isa selected_isa();
 
 // backend::matmul on the kernels of `isa`, which must be available.
