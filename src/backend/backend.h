@@ -203,7 +203,12 @@ class Backend {
   virtual Result<LoadedWeight> load_weight(const WeightSource& source) = 0;
 
   // --- paged KV storage
+  // Device storage may be made resident in the background as it starts (the CPU's is: a
+  // block's first write then pays no page fault inside a forward pass); its contents are
+  // unspecified until written either way.
   virtual KvHandle create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind kind) = 0;
+  // Blocks until all KV storage is resident (a benchmark that must not time first touches).
+  virtual void wait_kv_resident() = 0;
   virtual void release_kv(KvHandle kv) = 0;
   virtual int64_t kv_bytes(KvHandle kv) const = 0;
   // Copies whole blocks (every layer's K and V, metadata included): block src[i] of `from` into

@@ -142,9 +142,16 @@ const CpuBackend::CpuWeight& CpuBackend::weight(WeightHandle w) const {
   return weights_[w.id - 1];
 }
 
-KvHandle CpuBackend::create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind /*kind*/) {
+KvHandle CpuBackend::create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind kind) {
   caches_.push_back(std::make_unique<KvCache>(spec, num_blocks));
+  // The engine's cache, not the swap space (host-visible storage, written only by swaps).
+  if (kind == MemoryKind::kDevice) caches_.back()->warm_in_background();
   return KvHandle{static_cast<uint32_t>(caches_.size())};
+}
+
+void CpuBackend::wait_kv_resident() {
+  for (const auto& c : caches_)
+    if (c != nullptr) c->wait_resident();
 }
 
 void CpuBackend::release_kv(KvHandle kv) {

@@ -45,6 +45,7 @@ class CpuBackend final : public Backend {
   Result<LoadedWeight> load_weight(const WeightSource& source) override;
 
   KvHandle create_kv(const KvCacheSpec& spec, int64_t num_blocks, MemoryKind kind) override;
+  void wait_kv_resident() override;
   void release_kv(KvHandle kv) override;
   int64_t kv_bytes(KvHandle kv) const override;
   void copy_kv_blocks(KvHandle to, KvHandle from, std::span<const int32_t> src,

@@ -39,6 +39,22 @@ KvCache::KvCache(const KvCacheSpec& spec, int64_t n_blocks)
         std::vector<float>(static_cast<size_t>(n_blocks * spec.n_kv_heads * 2 * spec.head_dim)));
 }
 
+void KvCache::warm_in_background() {
+  VESPER_CHECK(warmer_ == nullptr, "KV cache: warmed twice");
+  std::vector<std::span<std::byte>> regions;
+  const auto k_bytes = static_cast<size_t>(n_blocks_ * spec_.key_block_bytes_per_layer());
+  const auto v_bytes = static_cast<size_t>(n_blocks_ * spec_.value_block_bytes_per_layer());
+  for (int64_t l = 0; l < spec_.n_layers; ++l) {
+    regions.emplace_back(k_[static_cast<size_t>(l)].get(), k_bytes);
+    regions.emplace_back(v_[static_cast<size_t>(l)].get(), v_bytes);
+  }
+  warmer_ = std::make_unique<PageWarmer>(std::move(regions), size_t{2} << 20);
+}
+
+void KvCache::wait_resident() {
+  if (warmer_ != nullptr) warmer_->wait();
+}
+
 void KvCache::update_key_bounds(int64_t layer, int64_t block, int64_t last_row) {
   const int64_t hd = spec_.head_dim;
   thread_local std::vector<float> row;  // per written block and layer: no allocation once warm

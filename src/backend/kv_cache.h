@@ -26,6 +26,7 @@
 #include "backend/kv_cache_spec.h"
 #include "core/check.h"
 #include "core/large_buffer.h"
+#include "core/page_warmer.h"
 #include "core/thread_pool.h"
 
 namespace vesper::backend {
@@ -130,6 +131,14 @@ class KvCache {
   // Bytes of storage (K and V, all layers).
   int64_t bytes() const { return n_blocks_ * spec_.bytes_per_block(); }
 
+  // Starts making the storage resident in the background, at idle priority (core/page_warmer.h):
+  // 2 MiB of every layer's K and V at a time, lowest blocks first (the order a block pool hands
+  // out blocks never used), so that a block's first write does not pay a page fault inside a
+  // forward pass. Contents are unchanged; the cache may be used meanwhile. Once only.
+  void warm_in_background();
+  // Blocks until the storage is resident (a no-op without warm_in_background).
+  void wait_resident();
+
  private:
   using Storage = std::unique_ptr<std::byte[], LargeBufferFree>;
 
@@ -149,6 +158,8 @@ class KvCache {
   // per layer and head.
   std::vector<uint8_t> layer_calibrated_;
   std::vector<uint16_t> k_scale_, v_scale_;
+  // Last: destroyed (its thread stopped) before the storage it populates is unmapped.
+  std::unique_ptr<PageWarmer> warmer_;
 };
 
 }  // namespace vesper::backend

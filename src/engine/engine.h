@@ -113,6 +113,11 @@ class Engine {
   const sched::SchedulerConfig& scheduler_config() const { return scheduler_->config(); }
   const EngineConfig& config() const { return config_; }
 
+  // Blocks until the KV cache is resident: it is made so in the background from the start
+  // (backend.h's create_kv), and a benchmark waits here so as not to time first touches, as
+  // llama-bench does not (llama.cpp clears its whole KV buffer when it creates a context).
+  void wait_kv_resident() { model_->backend().wait_kv_resident(); }
+
   // Queues a request. Errors (nothing queued) for invalid sampling parameters, a duplicate id,
   // an empty prompt, token ids outside the vocabulary, or a request that can never fit.
   Status add_request(EngineRequest request);

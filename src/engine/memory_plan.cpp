@@ -34,7 +34,7 @@ std::string MemoryPlan::describe() const {
       buf, sizeof(buf),
       "memory plan: weights %s%s; activations %s; KV cache (%s) %lld bytes/token, block %lld "
       "tokens = %s, %lld blocks = %s (%lld tokens%s, %.2f sequences of max-model-len %lld at "
-      "once%s); swap space %lld blocks = %s",
+      "once%s; made resident in the background); swap space %lld blocks = %s",
       gib(static_cast<double>(weight_bytes)).c_str(), adapters.c_str(),
       gib(static_cast<double>(activation_bytes)).c_str(), kv_dtype.c_str(),
       static_cast<long long>(bytes_per_token), static_cast<long long>(block_size),
