@@ -29,21 +29,21 @@ PageWarmer::PageWarmer(std::vector<std::span<std::byte>> regions, size_t step)
 }
 
 PageWarmer::~PageWarmer() {
+  stop_and_join();
+}
+
+void PageWarmer::stop_and_join() {
+  if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_relaxed);
   // Back to normal priority for its last step, where the process may (root, or RLIMIT_NICE):
-  // at idle priority a busy machine would keep it, and so this destructor, waiting.
-  if (thread_.joinable()) {
-    sched_param normal{};
-    pthread_setschedparam(thread_.native_handle(), SCHED_OTHER, &normal);
-    thread_.join();
-  }
+  // at idle priority a busy machine would keep it, and so the caller, waiting.
+  sched_param normal{};
+  pthread_setschedparam(thread_.native_handle(), SCHED_OTHER, &normal);
+  thread_.join();
 }
 
 void PageWarmer::wait() {
-  if (thread_.joinable()) {
-    stop_.store(true, std::memory_order_relaxed);
-    thread_.join();
-  }
+  stop_and_join();
   // The rest on this thread, at its priority (the idle thread may not be raised without
   // privilege).
   stop_.store(false, std::memory_order_relaxed);
@@ -66,7 +66,8 @@ void PageWarmer::populate() {
     int rc;
     do {
       rc = ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);
-    } while (rc != 0 && (errno == EINTR || errno == EAGAIN));
+    } while (rc != 0 && (errno == EINTR || errno == EAGAIN) && !stop_.load());
+    if (rc != 0 && stop_.load()) return;
     if (rc != 0) {
       // EINVAL: a kernel without MADV_POPULATE_WRITE; ENOMEM: no memory left for the rest.
       // Either way the remaining pages fault in on first write, as without a warmer.

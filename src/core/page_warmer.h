@@ -45,6 +45,8 @@ class PageWarmer {
  private:
   // Populates from step next_ on until the end, or until stop_.
   void populate();
+  // Stops the thread after its step in progress (at normal priority where allowed) and joins it.
+  void stop_and_join();
 
   std::vector<std::span<std::byte>> regions_;
   size_t step_;
