@@ -387,6 +387,18 @@ std::string write_three_prompts(const std::string& name) {
   return path;
 }
 
+// A small model of weight type `type` that `vesper synth` writes to TempDir()/name (2 layers,
+// 256 wide, grouped-query heads, stories260K's vocabulary): its path, or "" (the failure
+// recorded) when synth fails.
+std::string synth_small_model(const std::string& type, const std::string& name) {
+  const std::string path = ::testing::TempDir() + name;
+  auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4", "--n-head-kv",
+                       "2", "--n-ff", "512", "--vocab-from", kStories, "--context-length", "512",
+                       "--type", type, "-o", path});
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  return s.exit_code == 0 ? path : "";
+}
+
 // `vesper generate MODEL` over kThreePrompts in one batch (--prompts-file) gives each prompt the
 // greedy tokens it gets alone (16 of them).
 void expect_batch_equals_alone(const std::string& model, const std::string& prompts_path) {
@@ -420,11 +432,8 @@ TEST(CliGenerate, MaxCpuIsaCapsTheKernelsWithTheSameOutput) {
   }
   for (const std::string type : {"q4_0", "q4_k"}) {
     SCOPED_TRACE(type);
-    const std::string path = ::testing::TempDir() + "vesper_isa_" + type + ".gguf";
-    auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4",
-                         "--n-head-kv", "2", "--n-ff", "512", "--vocab-from", kStories,
-                         "--context-length", "512", "--type", type, "-o", path});
-    ASSERT_EQ(s.exit_code, 0) << s.err;
+    const std::string path = synth_small_model(type, "vesper_isa_" + type + ".gguf");
+    ASSERT_FALSE(path.empty());
     const std::vector<std::string> args = {"generate",     path, "--prompts-file", prompts_path,
                                            "--max-tokens", "12", "--temperature",  "0",
                                            "--json"};
@@ -494,11 +503,8 @@ TEST(CliSynth, PackedKQuantModelsGiveEachPromptItsTokensAloneAndBatched) {
   const std::string prompts_path = write_three_prompts("vesper_prompts_kquant.txt");
   for (const std::string type : {"q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}) {
     SCOPED_TRACE(type);
-    const std::string path = ::testing::TempDir() + "vesper_packed_" + type + ".gguf";
-    auto s = run_vesper({"synth", "--n-layer", "2", "--n-embd", "256", "--n-head", "4",
-                         "--n-head-kv", "2", "--n-ff", "512", "--vocab-from", kStories,
-                         "--context-length", "512", "--type", type, "-o", path});
-    ASSERT_EQ(s.exit_code, 0) << s.err;
+    const std::string path = synth_small_model(type, "vesper_packed_" + type + ".gguf");
+    ASSERT_FALSE(path.empty());
     expect_batch_equals_alone(path, prompts_path);
     std::remove(path.c_str());
   }
