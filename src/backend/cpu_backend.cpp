@@ -303,17 +303,38 @@ void CpuBackend::add_low_rank(std::span<const LowRankSegment> segments, const Te
   backend::add_low_rank(low_rank_runs_, ptr(x), x.cols, ptr(y), y.cols, *pool_);
 }
 
+void CpuBackend::over_rows(int64_t rows, int64_t cols,
+                           const std::function<void(int64_t, int64_t)>& f) {
+  // As matmul's activation quantizer: below this many elements one thread is quicker.
+  constexpr int64_t kMinParallelElements = int64_t{1} << 16;
+  if (rows < 2 || rows * cols < kMinParallelElements || pool_->num_threads() == 1)
+    return f(0, rows);
+  pool_->parallel_for(static_cast<size_t>(rows), [&f](size_t begin, size_t end) {
+    f(static_cast<int64_t>(begin), static_cast<int64_t>(end));
+  });
+}
+
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) {
   VESPER_CHECK(weight.numel() == x.cols && y.cols == x.cols && y.rows == x.rows,
                "rms_norm: shapes do not match");
-  backend::rms_norm(ptr(x), ptr(weight), x.cols, x.rows, eps, ptr(y));
+  const float *in = ptr(x), *w = ptr(weight);
+  float* out = ptr(y);
+  const int64_t n = x.cols;
+  over_rows(x.rows, n, [&](int64_t begin, int64_t end) {
+    backend::rms_norm(in + begin * n, w, n, end - begin, eps, out + begin * n);
+  });
 }
 
 void CpuBackend::rms_norm_heads(const Tensor& x, const Tensor& weight, int64_t head_dim,
                                 float eps) {
   VESPER_CHECK(weight.numel() == head_dim && x.cols % head_dim == 0,
                "rms_norm_heads: shapes do not match");
-  backend::rms_norm_heads(ptr(x), ptr(weight), head_dim, x.rows, x.cols / head_dim, eps);
+  float* data = ptr(x);
+  const float* w = ptr(weight);
+  const int64_t n = x.cols;
+  over_rows(x.rows, n, [&](int64_t begin, int64_t end) {
+    backend::rms_norm_heads(data + begin * n, w, head_dim, end - begin, n / head_dim, eps);
+  });
 }
 
 void CpuBackend::add_bias(const Tensor& x, const Tensor& bias) {
@@ -323,12 +344,26 @@ void CpuBackend::add_bias(const Tensor& x, const Tensor& bias) {
 
 void CpuBackend::add(const Tensor& y, const Tensor& x) {
   VESPER_CHECK(x.numel() == y.numel(), "add: shapes do not match");
-  backend::add_inplace(ptr(y), ptr(x), y.numel());
+  float* out = ptr(y);
+  const float* in = ptr(x);
+  const int64_t n = y.cols;
+  if (x.rows != y.rows || x.cols != y.cols) return backend::add_inplace(out, in, y.numel());
+  over_rows(y.rows, n, [&](int64_t begin, int64_t end) {
+    backend::add_inplace(out + begin * n, in + begin * n, (end - begin) * n);
+  });
 }
 
 void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
   VESPER_CHECK(gate.numel() == up.numel(), "silu_mul: shapes do not match");
-  backend::silu_mul(ptr(gate), ptr(up), gate.numel());
+  float* g = ptr(gate);
+  const float* u = ptr(up);
+  const int64_t n = gate.cols;
+  if (up.rows != gate.rows || up.cols != gate.cols) return backend::silu_mul(g, u, gate.numel());
+  // Element by element, the vector body's lanes and the scalar tail compute the same values
+  // (exp_lane is exp_avx2's lane), so where a range starts changes nothing.
+  over_rows(gate.rows, n, [&](int64_t begin, int64_t end) {
+    backend::silu_mul(g + begin * n, u + begin * n, (end - begin) * n);
+  });
 }
 
 void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim,
@@ -344,8 +379,13 @@ void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim,
   p.attn_factor = rope.attn_factor;
   p.corr_low = rope.corr_low;
   p.corr_high = rope.corr_high;
-  backend::rope_qk(ptr(q), q.cols / head_dim, ptr(k), k.cols / head_dim, q.rows, head_dim,
-                   ptr<int32_t>(positions), p);
+  float *qd = ptr(q), *kd = ptr(k);
+  const int32_t* pos = ptr<int32_t>(positions);
+  // Row by row, each row's angles from its own position: any split of the rows gives the same.
+  over_rows(q.rows, q.cols + k.cols, [&](int64_t begin, int64_t end) {
+    backend::rope_qk(qd + begin * q.cols, q.cols / head_dim, kd + begin * k.cols, k.cols / head_dim,
+                     end - begin, head_dim, pos + begin, p);
+  });
 }
 
 AttentionBatch CpuBackend::attention_batch(const AttentionInputs& in) const {

@@ -6,6 +6,7 @@
 // issued, synchronize() has nothing to wait for.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -107,6 +108,11 @@ class CpuBackend final : public Backend {
   void matmul_composite(const CpuWeight& w, const float* x, int64_t rows, float* y);
   KvCache& cache(KvHandle kv) const;
   AttentionBatch attention_batch(const AttentionInputs& in) const;
+  // f(begin, end) over rows [0, rows) of `cols` elements each: split across the pool in
+  // contiguous ranges when there are enough elements (a prompt's rows), else on the calling
+  // thread, where waking the pool would cost more than the op. The row-wise and element-wise ops
+  // compute each row alone, so the split changes no value.
+  void over_rows(int64_t rows, int64_t cols, const std::function<void(int64_t, int64_t)>& f);
 
   std::unique_ptr<ThreadPool> pool_;
   dist::Communicator* group_ = nullptr;

@@ -11,6 +11,7 @@
 #include "backend/cpu/matmul_cpu.h"
 #include "backend/cpu/ops_kernel.h"
 #include "backend/cpu/vec_exp.h"
+#include "backend/cpu_backend.h"
 #include "backend/ops.h"
 #include "reference/reference_attention.h"
 
@@ -138,6 +139,57 @@ TEST(Rope, MatchesF64ReferenceAndRopeQkEqualsSeparateCalls) {
                 << "row " << r << " element " << i << " dims " << dims;
         }
       }
+}
+
+// CpuBackend splits a prompt's rows of the row-wise and element-wise ops over its threads; every
+// thread count gives one thread's bits. 300 rows of 771 (a tail past the vectors' 8 lanes in each
+// row, and splits that fall mid-vector of the flat element-wise ops) and RoPE on 12 + 4 heads.
+TEST(CpuBackendOps, RowsSplitAcrossThreadsGiveOneThreadsBits) {
+  const int64_t rows = 300, n = 771, head_dim = 64, n_head = 12, n_head_kv = 4;
+  const auto x0 = random_floats(rows * n, 2.0f, 1), y0 = random_floats(rows * n, 2.0f, 2);
+  const auto w0 = random_floats(n, 1.0f, 3);
+  const auto q0 = random_floats(rows * n_head * head_dim, 1.0f, 4);
+  const auto k0 = random_floats(rows * n_head_kv * head_dim, 1.0f, 5);
+  std::vector<int32_t> positions(rows);
+  for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r * 7 % 1000);
+  // Per thread count: rms_norm(x), x + y, silu(x) * y, rms_norm_heads(q), rope(q, k).
+  auto run = [&](int threads) {
+    CpuBackend b(threads);
+    auto put = [&](const std::vector<float>& v, int64_t r, int64_t c) {
+      Tensor t = b.allocate(DType::kF32, r, c, MemoryKind::kDevice);
+      b.copy_to_device(t, v.data());
+      return t;
+    };
+    auto get = [&](const Tensor& t) {
+      std::vector<float> v(static_cast<size_t>(t.numel()));
+      b.copy_to_host(v.data(), t);
+      return v;
+    };
+    const Tensor w = put(w0, 1, n),
+                 hw = put(std::vector<float>(w0.begin(), w0.begin() + head_dim), 1, head_dim);
+    const Tensor normed = b.allocate(DType::kF32, rows, n, MemoryKind::kDevice);
+    b.rms_norm(put(x0, rows, n), w, 1e-5f, normed);
+    const Tensor sum = put(x0, rows, n);
+    b.add(sum, put(y0, rows, n));
+    const Tensor gate = put(x0, rows, n);
+    b.silu_mul(gate, put(y0, rows, n));
+    const Tensor q = put(q0, rows, n_head * head_dim), k = put(k0, rows, n_head_kv * head_dim);
+    b.rms_norm_heads(q, hw, head_dim, 1e-6f);
+    RopeConfig rope;
+    rope.rope_dims = head_dim;
+    const Tensor pos = b.allocate(DType::kI32, rows, 1, MemoryKind::kDevice);
+    b.copy_to_device(pos, positions.data());
+    b.rope_qk(q, k, head_dim, pos, rope);
+    b.synchronize();
+    return std::vector<std::vector<float>>{get(normed), get(sum), get(gate), get(q), get(k)};
+  };
+  const auto one = run(1);
+  for (int threads : {2, 3}) {
+    const auto many = run(threads);
+    for (size_t i = 0; i < one.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(one[i].data(), many[i].data(), one[i].size() * sizeof(float)))
+          << "output " << i << " with " << threads << " threads";
+  }
 }
 
 }  // namespace
