@@ -138,16 +138,18 @@ bool isa_available(Isa isa) {
 #endif
 }
 
+namespace {
+constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni};  // portable first
+}  // namespace
+
 std::vector<Isa> available_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni})
+  for (Isa isa : kAllIsas)
     if (isa_available(isa)) isas.push_back(isa);
   return isas;
 }
 
 namespace {
-
-constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni};
 
 // VESPER_MAX_CPU_ISA's value when it is set and not empty.
 std::optional<std::string_view> max_isa_value() {
