@@ -314,6 +314,11 @@ void CpuBackend::over_rows(int64_t rows, int64_t cols,
   });
 }
 
+void CpuBackend::over_elements(const Tensor& t, const std::function<void(int64_t, int64_t)>& f) {
+  over_rows(t.rows, t.cols,
+            [&](int64_t begin, int64_t end) { f(begin * t.cols, (end - begin) * t.cols); });
+}
+
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& y) {
   VESPER_CHECK(weight.numel() == x.cols && y.cols == x.cols && y.rows == x.rows,
                "rms_norm: shapes do not match");
@@ -346,24 +351,16 @@ void CpuBackend::add(const Tensor& y, const Tensor& x) {
   VESPER_CHECK(x.numel() == y.numel(), "add: shapes do not match");
   float* out = ptr(y);
   const float* in = ptr(x);
-  const int64_t n = y.cols;
-  if (x.rows != y.rows || x.cols != y.cols) return backend::add_inplace(out, in, y.numel());
-  over_rows(y.rows, n, [&](int64_t begin, int64_t end) {
-    backend::add_inplace(out + begin * n, in + begin * n, (end - begin) * n);
-  });
+  over_elements(y, [&](int64_t at, int64_t n) { backend::add_inplace(out + at, in + at, n); });
 }
 
 void CpuBackend::silu_mul(const Tensor& gate, const Tensor& up) {
   VESPER_CHECK(gate.numel() == up.numel(), "silu_mul: shapes do not match");
   float* g = ptr(gate);
   const float* u = ptr(up);
-  const int64_t n = gate.cols;
-  if (up.rows != gate.rows || up.cols != gate.cols) return backend::silu_mul(g, u, gate.numel());
   // Element by element, the vector body's lanes and the scalar tail compute the same values
   // (exp_lane is exp_avx2's lane), so where a range starts changes nothing.
-  over_rows(gate.rows, n, [&](int64_t begin, int64_t end) {
-    backend::silu_mul(g + begin * n, u + begin * n, (end - begin) * n);
-  });
+  over_elements(gate, [&](int64_t at, int64_t n) { backend::silu_mul(g + at, u + at, n); });
 }
 
 void CpuBackend::rope_qk(const Tensor& q, const Tensor& k, int64_t head_dim,

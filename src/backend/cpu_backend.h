@@ -113,6 +113,9 @@ class CpuBackend final : public Backend {
   // thread, where waking the pool would cost more than the op. The row-wise and element-wise ops
   // compute each row alone, so the split changes no value.
   void over_rows(int64_t rows, int64_t cols, const std::function<void(int64_t, int64_t)>& f);
+  // over_rows for an element-wise op over dense `t` (and its operands of as many elements):
+  // f(first element, count), whole rows of t at a time.
+  void over_elements(const Tensor& t, const std::function<void(int64_t, int64_t)>& f);
 
   std::unique_ptr<ThreadPool> pool_;
   dist::Communicator* group_ = nullptr;
