@@ -101,37 +101,28 @@ float* thread_scratch(int64_t group, int64_t head_dim, int64_t n_kv_heads) {
   return scratch.data();
 }
 
-// Thread `thread` of `n_threads` takes the items whose cumulative cost (keys
-// visited, counted before the item) falls in [total * thread / n, total *
-// (thread + 1) / n): contiguous ranges of near-equal cost, so a long prefill
-// chunk and many short decodes balance. Each item is computed start to finish
-// by one thread, so the split cannot change any value; threads write disjoint
-// output rows except at the (at most n_threads - 1) range boundaries.
-struct Split {
-  int64_t begin;
-  int64_t end;
-};
-
-Split cost_split(const AttentionBatch& batch, int64_t n_kv, int64_t total, int thread,
-                 int n_threads) {
-  const int64_t lo = total * thread / n_threads, hi = total * (thread + 1) / n_threads;
+// Splits the items into n_chunks contiguous ranges of near-equal cost (keys visited): range c
+// holds the items whose cumulative cost, counted before the item, falls in
+// [total * c / n_chunks, total * (c + 1) / n_chunks), so a long prefill chunk and many short
+// decodes balance. Writes the n_chunks + 1 range boundaries to `bounds` (range c is
+// [bounds[c], bounds[c + 1]); some may be empty). Each item is computed start to finish by one
+// thread, so the split cannot change any value; threads write disjoint output rows except at the
+// range boundaries.
+void cost_bounds(const AttentionBatch& batch, int64_t n_kv, int64_t total, int64_t n_chunks,
+                 std::vector<int64_t>& bounds) {
   const int64_t items = attention_items(batch.num_tokens, n_kv);
-  Split s{-1, items};
-  int64_t before = 0;
-  for (int64_t w = 0; w < items; w += n_kv) {
+  bounds.assign(static_cast<size_t>(n_chunks + 1), items);
+  bounds[0] = 0;
+  int64_t c = 1, before = 0;  // the next boundary to place, and the cost before item w + g
+  for (int64_t w = 0; w < items && c < n_chunks; w += n_kv) {
     int64_t cost = 0;  // of each of the n_kv items of this token block
     const int64_t first = w / n_kv * kAttentionQueryBlock;
     const int64_t last = std::min(first + kAttentionQueryBlock, batch.num_tokens);
     for (int64_t t = first; t < last; ++t) cost += int64_t{batch.positions[t]} + 1;
-    for (int64_t g = 0; g < n_kv; ++g, before += cost) {
-      if (s.begin < 0 && before >= lo) s.begin = w + g;
-      if (before >= hi) {
-        s.end = w + g;
-        return s.begin < 0 ? Split{0, 0} : s;
-      }
-    }
+    for (int64_t g = 0; g < n_kv; ++g, before += cost)
+      while (c < n_chunks && before >= total * c / n_chunks)
+        bounds[static_cast<size_t>(c++)] = w + g;
   }
-  return s.begin < 0 ? Split{0, 0} : s;
 }
 
 // Group b's key bounds through KV head g ([2][head_dim]): its block's (a plain cache's block, or a
@@ -286,18 +277,27 @@ void paged_attention_with_kernel(AttentionKernel kernel, const KvCache& cache, i
     kernel(args, 0, items, thread_scratch(group, shape.head_dim, n_kv));
     return;
   }
-  // One pointer-sized capture, so std::function does not allocate.
+  // The items in 8 ranges of near-equal cost a thread, taken by the threads as
+  // ThreadPool::for_each_piece deals them: a thread that starts late or is descheduled on a shared
+  // machine leaves part of its share to the others. One pointer-sized capture, so std::function
+  // does not allocate.
   struct Job {
     AttentionKernel kernel;
     const AttentionArgs* args;
-    int64_t total;
-  } job{kernel, &args, keys * n_kv};
-  pool.run([&job](int thread, int n_threads) {
-    const AttentionArgs& a = *job.args;
-    const Split s = cost_split(a.batch, a.cache->spec().n_kv_heads, job.total, thread, n_threads);
-    if (s.begin >= s.end) return;
+    const std::vector<int64_t>* bounds;
+  };
+  thread_local std::vector<int64_t> bounds;  // reused: steady-state calls do not allocate
+  const int64_t n_ranges = int64_t{8} * pool.num_threads();
+  cost_bounds(batch, n_kv, keys * n_kv, n_ranges, bounds);
+  const Job job{kernel, &args, &bounds};
+  const Job* const jp = &job;
+  pool.for_each_piece(n_ranges, [jp](int64_t r) {
+    const AttentionArgs& a = *jp->args;
     const KvCacheSpec& spec = a.cache->spec();
-    job.kernel(a, s.begin, s.end, thread_scratch(a.group, spec.head_dim, spec.n_kv_heads));
+    const int64_t begin = (*jp->bounds)[static_cast<size_t>(r)];
+    const int64_t end = (*jp->bounds)[static_cast<size_t>(r) + 1];
+    if (begin < end)
+      jp->kernel(a, begin, end, thread_scratch(a.group, spec.head_dim, spec.n_kv_heads));
   });
 }
 

@@ -17,7 +17,8 @@ namespace {
 constexpr int kSpinIterations = 4000;
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(std::max(1, num_threads)), shares_(static_cast<size_t>(num_threads_)) {
   workers_.reserve(num_threads_ - 1);
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -66,6 +67,28 @@ void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)
     size_t begin = std::min(n, chunk * index);
     size_t end = std::min(n, begin + chunk);
     if (begin < end) fn(begin, end);
+  });
+}
+
+void ThreadPool::for_each_piece(int64_t n_pieces, const std::function<void(int64_t)>& fn) {
+  if (n_pieces <= 0) return;
+  if (num_threads_ == 1 || n_pieces == 1) {
+    for (int64_t p = 0; p < n_pieces; ++p) fn(p);
+    return;
+  }
+  const int64_t n = num_threads_;
+  for (int64_t t = 0; t < n; ++t) {
+    shares_[static_cast<size_t>(t)].next.store(n_pieces * t / n, std::memory_order_relaxed);
+    shares_[static_cast<size_t>(t)].end = n_pieces * (t + 1) / n;
+  }
+  // run() publishes the shares to the workers (its generation store releases them).
+  run([this, &fn](int index, int count) {
+    for (int k = 0; k < count; ++k) {
+      Share& share = shares_[static_cast<size_t>((index + k) % count)];
+      for (int64_t p = share.next.fetch_add(1, std::memory_order_relaxed); p < share.end;
+           p = share.next.fetch_add(1, std::memory_order_relaxed))
+        fn(p);
+    }
   });
 }
 

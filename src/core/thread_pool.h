@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -32,13 +33,30 @@ class ThreadPool {
   // non-empty chunk. The split depends only on n and the thread count.
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn);
 
+  // Calls fn(piece) once for each piece of [0, n_pieces), on the pool's threads. Thread t of T
+  // first takes the pieces of its own share, [t * n / T, (t + 1) * n / T), one at a time from the
+  // front (a counter only it touches until its share runs low), then the pieces still left in the
+  // other threads' shares. So the work is split as parallel_for splits it while the threads keep
+  // pace, and a thread that starts late or is descheduled on a shared machine leaves the rest of
+  // its share to the others instead of holding all of them at the end of the job. Which thread
+  // runs a piece varies from call to call: fn must compute each piece the same way on any thread.
+  void for_each_piece(int64_t n_pieces, const std::function<void(int64_t)>& fn);
+
   // The number of hardware threads, at least 1.
   static int hardware_threads();
 
  private:
   void worker_loop(int index);
 
+  // One thread's share in for_each_piece: the next piece to claim and the end of the share, on a
+  // cache line of its own so that claims from one's own share do not contend.
+  struct alignas(64) Share {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+
   int num_threads_;
+  std::vector<Share> shares_;  // for_each_piece's, one per thread (one job runs at a time)
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};

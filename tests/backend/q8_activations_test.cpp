@@ -1,4 +1,4 @@
-// Tests of backend/cpu/q8_activations.h: the AVX2 Q8_0 quantizer gives the portable one's bits,
+// Tests of backend/cpu/q8_activations.h: the AVX2 quantizers give the portable ones' bits,
 // every layout (interleave 1 and 4, Q8_0 and Q8_K) stores each block where Q8Rows::block_index
 // says, and the quantized values are within half a step of the input.
 #include "backend/cpu/q8_activations.h"
@@ -101,13 +101,26 @@ TEST_P(Q8ActivationsTest, Avx2EqualsPortableAndBlocksSitAtBlockIndex) {
 
 INSTANTIATE_TEST_SUITE_P(Interleave, Q8ActivationsTest, ::testing::Values(1, 4));
 
-// Q8_K rows interleaved in tiles of 4 (the packed q4_K kernels' layout) hold, at block_index,
-// exactly the blocks of the plain row-major quantization: quants, scale and the 16 sums.
-TEST(Q8ActivationsQ8K, InterleavedBlocksEqualRowMajorOnes) {
+// Q8_K rows interleaved in tiles of 4 (the packed q4_K kernels' layout) and quantized by the AVX2
+// quantizer hold, at block_index, exactly the blocks of the plain row-major quantization by the
+// portable one: quants, scale and the 16 sums.
+TEST(Q8ActivationsQ8K, Avx2InterleavedBlocksEqualPortableRowMajorOnes) {
   std::mt19937 rng(17);
   for (const int64_t n_in : {256, 768}) {
     for (const int64_t n_rows : {1, 3, 4, 5, 9}) {
-      const std::vector<float> x = awkward_rows(n_rows, n_in, rng);
+      std::vector<float> x = awkward_rows(n_rows, n_in, rng);
+      // Blocks whose largest magnitude comes twice with both signs (the first one sets the scale's
+      // sign), in the first vector and across vectors, and a block of one nonzero value.
+      for (int64_t r = 0; r < n_rows; ++r) {
+        float* row = x.data() + r * n_in + (n_in > 256 ? 256 : 0);
+        const int64_t first = (r * 37) % 200, second = first + 1 + (r * 11) % 40;
+        row[first] = (r % 2 == 0 ? -1.0f : 1.0f) * 80.0f;
+        row[second] = -row[first];
+        if (n_in > 512 && r % 3 == 0) {
+          std::fill(row + 256, row + 512, 0.0f);
+          row[256 + 255] = -1.0e-3f;
+        }
+      }
       Q8Buffer plain_buf, tiled_buf;
       const Q8Rows plain = plain_buf.prepare(ActivationQuant::kQ8_K, n_in, n_rows, 1);
       const Q8Rows tiled = tiled_buf.prepare(ActivationQuant::kQ8_K, n_in, n_rows, 4);

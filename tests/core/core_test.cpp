@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "core/fp16.h"
 #include "core/mapped_file.h"
@@ -23,6 +26,42 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
       });
       for (size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << threads << " threads, n=" << n;
     }
+  }
+}
+
+TEST(ThreadPool, ForEachPieceRunsEveryPieceOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{7}, int64_t{1000}}) {
+      for (int round = 0; round < 3; ++round) {  // the shares are set afresh each call
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool.for_each_piece(n, [&](int64_t p) { hits[static_cast<size_t>(p)].fetch_add(1); });
+        for (int64_t p = 0; p < n; ++p)
+          EXPECT_EQ(hits[static_cast<size_t>(p)].load(), 1) << threads << " threads, n=" << n;
+      }
+    }
+  }
+}
+
+// A thread held up in a piece (as one descheduled on a shared machine) leaves the rest of that
+// share to the others: the piece that holds it waits for the share's remaining pieces, which only
+// another thread can run (a thread that took them in turn would never get there).
+TEST(ThreadPool, ForEachPieceLeavesAHeldUpThreadsShareToTheOthers) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    constexpr int64_t kPieces = 60;
+    const int64_t held = kPieces * (threads - 1) / threads;  // the last share's first piece
+    std::atomic<int64_t> rest_done{0};
+    bool all_done = false;
+    pool.for_each_piece(kPieces, [&](int64_t p) {
+      if (p > held) rest_done.fetch_add(1);
+      if (p != held) return;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (rest_done.load() < kPieces - held - 1 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      all_done = rest_done.load() == kPieces - held - 1;
+    });
+    EXPECT_TRUE(all_done) << threads << " threads";
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cpuid.h>
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <vector>
@@ -247,24 +248,27 @@ void run_parts(Isa isa, Part* parts, int n_parts, ThreadPool& pool) {
       });
     }
   }
-  // Contiguous ranges of each part's output features, one per thread: each output element is
-  // computed by exactly one thread, start to finish, so the thread count cannot change its value.
-  // Ranges are whole multiples of 16 features (a 64-byte line of y) so threads never share a line
-  // of a row of y. The lambda captures two words, small enough for std::function not to allocate.
+  // Each part's output features in pieces of 32 (two 64-byte lines of a row of y, so threads never
+  // share a line; whole pairs of the 8-feature groups that the wide kernels take two at a time),
+  // the parts' pieces one after another, taken by the threads as ThreadPool::for_each_piece deals
+  // them. Each output element is computed by exactly one thread, start to finish, so neither the
+  // thread count nor which thread takes a piece can change its value. The lambda captures one
+  // pointer, small enough for std::function not to allocate.
+  constexpr int64_t kPiece = 32;
   struct Job {
     const Part* parts;
     int n_parts;
-  } job{parts, n_parts};
-  pool.run([&job](int thread, int n_threads) {
-    constexpr int64_t kAlign = 16;
-    for (int i = 0; i < job.n_parts; ++i) {
-      const Part& p = job.parts[i];
-      const int64_t n = p.args.n_out;
-      const int64_t per_thread = ((n + n_threads - 1) / n_threads + kAlign - 1) / kAlign * kAlign;
-      const int64_t begin = per_thread * thread;
-      const int64_t end = begin + per_thread < n ? begin + per_thread : n;
-      if (begin < end) p.kernel(p.args, begin, end, thread_scratch(p.args.n_in));
-    }
+    int64_t first_piece[kMaxMatmulGroup + 1];  // part i's pieces are [first_piece[i], [i + 1])
+  } job{parts, n_parts, {}};
+  for (int i = 0; i < n_parts; ++i)
+    job.first_piece[i + 1] = job.first_piece[i] + (parts[i].args.n_out + kPiece - 1) / kPiece;
+  const Job* const jp = &job;
+  pool.for_each_piece(job.first_piece[n_parts], [jp](int64_t piece) {
+    int i = 0;
+    while (piece >= jp->first_piece[i + 1]) ++i;
+    const Part& p = jp->parts[i];
+    const int64_t begin = (piece - jp->first_piece[i]) * kPiece;
+    p.kernel(p.args, begin, std::min(p.args.n_out, begin + kPiece), thread_scratch(p.args.n_in));
   });
 }
 

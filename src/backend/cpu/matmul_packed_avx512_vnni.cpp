@@ -18,6 +18,9 @@ inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
 inline __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8) {
   return _mm512_dpbusd_epi32(acc, u8, s8);
 }
+inline __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b) {
+  return _mm512_dpwssd_epi32(acc, a, b);
+}
 inline __m512 cvtepi32_ps_512(__m512i v) {
   return _mm512_cvtepi32_ps(v);
 }

@@ -16,6 +16,7 @@
 // The includer defines, before including this header and after packed_vnni_kernels.h, inside
 // vesper::backend::cpu's anonymous namespace:
 //   __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8);   // _mm512_dpbusd_epi32
+//   __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b);     // _mm512_dpwssd_epi32
 //   __m512 cvtepi32_ps_512(__m512i v);                          // _mm512_cvtepi32_ps
 //   __m512 cvtph_ps_512(__m256i halves);                        // _mm512_cvtph_ps
 //   void keep_in_register_512(__m512i& v);  // an optimization barrier, or nothing
@@ -208,7 +209,8 @@ inline void q5_slice_dots(const uint8_t* c0, const uint8_t* c1, __m512i h, const
 
 // PackedScaleMinK's tile (q4_K, q5_K; packed_kquant_tiles.h) on two groups: per sub-block, the
 // exact dot of each lane's row (two chains, as WideQ4_0) times its 6-bit scale; per super-block the
-// min totals of each group (scale_min_total) side by side; the same block-total order lane by lane.
+// min totals (scale_min_total's integers) of both groups by vpdpwssd on the mins as int16 pairs;
+// the same block-total order lane by lane.
 template <bool kFifthBit>
 struct WideScaleMinK {
   using Narrow = PackedScaleMinK<VnniDot, kFifthBit>;
@@ -261,9 +263,26 @@ struct WideScaleMinK {
       }
       const __m512 d = cvtph_ps_512(load_half_pair(m0, m1));
       const __m512 dmin = cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8));
+      // scale_min_total on both groups at once: pair p's mins of each output (16 bytes a group,
+      // an output's two side by side) as int16 pairs, shared by the rows; each row's 8 sub-block
+      // sums (its 16 sums of 16 added in pairs) times them by one vpdpwssd a pair. The same exact
+      // integer total.
+      __m512i mins[4];
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; ++p)
+        mins[p] = join(_mm256_cvtepu8_epi16(
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc0 + 64 + 16 * p))),
+                       _mm256_cvtepu8_epi16(
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 64 + 16 * p))));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m512i imin = join(scale_min_total(sc0 + 64, xs), scale_min_total(sc1 + 64, xs));
+        const __m128i bs =
+            _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)),
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + 8)));
+        __m512i imin = dpwssd_512(_mm512_setzero_si512(), mins[0], _mm512_broadcastd_epi32(bs));
+        imin = dpwssd_512(imin, mins[1], _mm512_broadcastd_epi32(_mm_shuffle_epi32(bs, 0x55)));
+        imin = dpwssd_512(imin, mins[2], _mm512_broadcastd_epi32(_mm_shuffle_epi32(bs, 0xAA)));
+        imin = dpwssd_512(imin, mins[3], _mm512_broadcastd_epi32(_mm_shuffle_epi32(bs, 0xFF)));
         acc[r] = add_block_total(acc[r], isum[r], d, xd[r]);
         accm[r] = add_block_total(accm[r], imin, dmin, xd[r]);
         xs += 16;
@@ -281,9 +300,10 @@ struct WideScaleMinK {
 
 // PackedSub16K's tile (q2_K, q3_K, q6_K; packed_kquant_tiles.h) on two groups: both groups'
 // quants unpacked by F at once on zmm (Bytes512), the sub-block dots on zmm (one per row and
-// sub-block of 16, times the rows' int8 scales), and each group's per-block corrections (the
-// offsets of q3_K and q6_K, the mins of q2_K) side by side; the same block-total order lane by
-// lane.
+// sub-block of 16, times the rows' int8 scales), and both groups' corrections (the offsets of
+// q3_K and q6_K, into the same integer sums; the mins of q2_K) by vpdpwssd per pair of sub-blocks,
+// the scale or min bytes as int16 pairs against each row's activation sums; the same exact integer
+// totals and block-total order lane by lane.
 template <class F>
 struct WideSub16K {
   using Narrow = PackedSub16K<VnniDot, F>;
@@ -301,16 +321,47 @@ struct WideSub16K {
     for (int64_t b = 0; b < n_blocks; ++b) {
       const auto* sc0 = reinterpret_cast<const uint8_t*>(m0 + kScalesAt);
       const auto* sc1 = reinterpret_cast<const uint8_t*>(m1 + kScalesAt);
-      __m512i isum[R];
+      __m512i isum[R], imin[R];  // imin: q2_K's mins' sums (unused for the other types)
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+      for (int r = 0; r < R; ++r) isum[r] = imin[r] = _mm512_setzero_si512();
       for (int g = 0; g < 8; ++g) {
         if (stream) {
           prefetch_ahead(c0, F::kGroupBytes);
           prefetch_ahead(c1, F::kGroupBytes);
         }
+        if constexpr (F::kHasMin) {
+          // Sub-blocks 2g and 2g + 1's mins (4-bit, laid out as the scales) as int16 pairs, times
+          // each row's two activation sums by vpdpwssd.
+          const __m512i mins =
+              join(_mm256_cvtepu8_epi16(
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc0 + 128 + 16 * g))),
+                   _mm256_cvtepu8_epi16(
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 128 + 16 * g))));
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r)
+            imin[r] =
+                dpwssd_512(imin[r], mins,
+                           broadcast_4_512(reinterpret_cast<const int8_t*>(xs + 16 * r + 2 * g)));
+        }
         const __m128i s0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc0 + 16 * g));
         const __m128i s1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 16 * g));
+        if constexpr (F::kOffsetShift >= 0) {
+          // The offset's share of sub-blocks 2g and 2g + 1, into the same integer sums:
+          // -(scale << shift) of each output's two sub-blocks as an int16 pair (the scales' byte
+          // pairs, sign-extended), times each row's two activation sums (bsums) by vpdpwssd. One
+          // instruction a row and pair of sub-blocks, where the sums after the block took four.
+          const __m512i neg = _mm512_sub_epi16(
+              _mm512_setzero_si512(),
+              _mm512_slli_epi16(join(_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1)),
+                                F::kOffsetShift));
+#pragma GCC unroll 4
+          for (int r = 0; r < R; ++r) {
+            isum[r] =
+                dpwssd_512(isum[r], neg,
+                           broadcast_4_512(reinterpret_cast<const int8_t*>(xs + 16 * r + 2 * g)));
+            keep_in_register_512(isum[r]);
+          }
+        }
 #pragma GCC unroll 2
         for (int m = 0; m < 2; ++m) {
           __m512i q[4];
@@ -340,18 +391,8 @@ struct WideSub16K {
       const __m512 dmin = F::kHasMin ? cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8)) : d;
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        __m512i total = isum[r];
-        if constexpr (F::kOffsetShift >= 0) {
-          const __m512i corr = join(Narrow::template sub_block_sums<true>(sc0, xs),
-                                    Narrow::template sub_block_sums<true>(sc1, xs));
-          total = _mm512_sub_epi32(total, _mm512_slli_epi32(corr, F::kOffsetShift));
-        }
-        acc[r] = add_block_total(acc[r], total, d, xd[r]);
-        if constexpr (F::kHasMin) {
-          const __m512i imin = join(Narrow::template sub_block_sums<false>(sc0 + 128, xs),
-                                    Narrow::template sub_block_sums<false>(sc1 + 128, xs));
-          accm[r] = add_block_total(accm[r], imin, dmin, xd[r]);
-        }
+        acc[r] = add_block_total(acc[r], isum[r], d, xd[r]);
+        if constexpr (F::kHasMin) accm[r] = add_block_total(accm[r], imin[r], dmin, xd[r]);
         xs += 16;
       }
       xs += 16 * (kTile - R);

@@ -104,7 +104,10 @@ void quantize_rows(const Q8Rows& rows, const float* x, int64_t r_begin, int64_t 
   for (int64_t r = r_begin; r < r_end; ++r) {
     const int64_t k = rows.block_index(r, 0);
     if (rows.format == ActivationQuant::kQ8_K) {
-      quantize_row_q8_k(x + r * n, n, rows.interleave, qs + k * 256, d + k, bsums + k * 16);
+      if (use_avx2)
+        quantize_row_q8_k_avx2(x + r * n, n, rows.interleave, qs + k * 256, d + k, bsums + k * 16);
+      else
+        quantize_row_q8_k(x + r * n, n, rows.interleave, qs + k * 256, d + k, bsums + k * 16);
     } else if (use_avx2) {
       quantize_row_q8_0_avx2(x + r * n, n, rows.interleave, qs + k * 32, d + k, bsums + k);
     } else {

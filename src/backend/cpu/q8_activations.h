@@ -59,14 +59,19 @@ class Q8Buffer {
 
 // Quantizes rows [r_begin, r_end) of x (rows of rows.n_in floats) into `rows`, whose storage
 // came from Q8Buffer::prepare. Rows are independent, so threads may fill disjoint ranges. With
-// use_avx2 (only on a CPU that has AVX2 + F16C) Q8_0 rows take the AVX2 quantizer, which gives the
-// same bits as the portable one.
+// use_avx2 (only on a CPU that has AVX2 + F16C) rows take the AVX2 quantizers, which give the same
+// bits as the portable ones.
 void quantize_rows(const Q8Rows& rows, const float* x, int64_t r_begin, int64_t r_end,
                    bool use_avx2);
 
 // One row of Q8_0 on AVX2 (q8_activations_avx2.cpp): blocks of x[0, n) to qs, d and bsums, block
 // b at qs + 32 * stride * b, d[stride * b] and bsums[stride * b].
 void quantize_row_q8_0_avx2(const float* x, int64_t n, int64_t stride, int8_t* qs, float* d,
+                            int16_t* bsums);
+
+// One row of Q8_K on AVX2: blocks of 256 to qs + 256 * stride * b, d[stride * b] and the 16 sums
+// at bsums + 16 * stride * b.
+void quantize_row_q8_k_avx2(const float* x, int64_t n, int64_t stride, int8_t* qs, float* d,
                             int16_t* bsums);
 
 }  // namespace vesper::backend::cpu
