@@ -277,7 +277,7 @@ void paged_attention_with_kernel(AttentionKernel kernel, const KvCache& cache, i
     kernel(args, 0, items, thread_scratch(group, shape.head_dim, n_kv));
     return;
   }
-  // The items in 8 ranges of near-equal cost a thread, taken by the threads as
+  // The items in up to 8 ranges of near-equal cost a thread, taken by the threads as
   // ThreadPool::for_each_piece deals them: a thread that starts late or is descheduled on a shared
   // machine leaves part of its share to the others. One pointer-sized capture, so std::function
   // does not allocate.
@@ -287,7 +287,13 @@ void paged_attention_with_kernel(AttentionKernel kernel, const KvCache& cache, i
     const std::vector<int64_t>* bounds;
   };
   thread_local std::vector<int64_t> bounds;  // reused: steady-state calls do not allocate
-  const int64_t n_ranges = int64_t{8} * pool.num_threads();
+  // Ranges of at least half a token block's KV heads where the items allow: a decode token walks
+  // the heads of its range side by side (attend_decode_heads), and a range of one head read 2 KB
+  // runs of each block (f16, head size 64) where a range of 6 read 12 KB, about 1.3x slower from
+  // memory (vesper_microbench BM_PagedAttentionDecode, 8 sequences x 2,048 positions).
+  const int64_t threads = pool.num_threads();
+  const int64_t n_ranges =
+      std::clamp(items / std::max<int64_t>(1, n_kv / 2), threads, int64_t{8} * threads);
   cost_bounds(batch, n_kv, keys * n_kv, n_ranges, bounds);
   const Job job{kernel, &args, &bounds};
   const Job* const jp = &job;
