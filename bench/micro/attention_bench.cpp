@@ -7,6 +7,8 @@
 //   items_per_second, decoded tokens. With `layers` > 1 an iteration is a whole decode step: every
 //   layer in turn, so the K/V read (1.4 GB of f16 at 32 sequences of 1,024 tokens, 12 layers)
 //   comes from memory, not from the last level cache, as in serving.
+// - BM_PagedAttentionDecodeLockstep: the same at the 110M model's shape, 12 layers, short contexts
+//   and the sequences' blocks interleaved, as batched decode's block tables leave them.
 // - BM_PagedAttentionPrefill: one prompt of `tokens` tokens attending causally to itself (pp512's
 //   attention), on each vector kernel this CPU runs (`isa`: 1 AVX2, 2 AVX-512, as cpu::Isa; the
 //   label names it), so that they compare in one run. items_per_second counts prompt tokens;
@@ -105,28 +107,32 @@ void time_attention(benchmark::State& state, const vesper::backend::KvCache& cac
   }
 }
 
-// Args: cached tokens per sequence, sequences, query heads, KV heads, threads, KV type, layers.
-void BM_PagedAttentionDecode(benchmark::State& state) {
-  const int64_t context = state.range(0), seqs = state.range(1);
-  const int64_t n_heads = state.range(2), n_kv_heads = state.range(3);
-  const int threads = static_cast<int>(state.range(4));
-  const vesper::backend::KvDtype dtype = vesper::backend::kRowKvDtypes[state.range(5)];
-  const int64_t layers = state.range(6);
+// One decode step of `seqs` sequences, each with one new token attending to `context` cached
+// tokens: sequence s's block j is block j * seqs + s where `interleaved` (the order in which the
+// block pool hands blocks to sequences that grow in lockstep, as in batched decode), else
+// s * blocks_per_seq + j (each sequence's blocks adjacent).
+void time_decode(benchmark::State& state, int64_t context, int64_t seqs, int64_t n_heads,
+                 int64_t n_kv_heads, int threads, vesper::backend::KvDtype dtype, int64_t layers,
+                 bool interleaved) {
   state.SetLabel(std::string(vesper::backend::kv_dtype_name(dtype)));
   const int64_t blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   vesper::backend::KvCache cache(cache_spec(n_kv_heads, dtype, layers), blocks_per_seq * seqs);
   std::mt19937 rng(1);
   for (int64_t layer = 0; layer < layers; ++layer) fill_cache(cache, rng, 0, -1, layer);
-  // Sequence s owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq); its new token is the
-  // last of `context` positions, so it reads all of them.
+  // Its new token is the last of `context` positions, so it reads all of them.
   BatchArrays a;
   a.positions.assign(seqs, static_cast<int32_t>(context - 1));
   a.token_seq.resize(seqs);
   std::iota(a.token_seq.begin(), a.token_seq.end(), 0);
-  a.slots.resize(seqs);
-  for (int64_t s = 0; s < seqs; ++s) a.slots[s] = s * blocks_per_seq * kBlockSize + context - 1;
   a.tables.resize(blocks_per_seq * seqs);
-  std::iota(a.tables.begin(), a.tables.end(), 0);
+  for (int64_t s = 0; s < seqs; ++s)
+    for (int64_t j = 0; j < blocks_per_seq; ++j)
+      a.tables[s * blocks_per_seq + j] =
+          static_cast<int32_t>(interleaved ? j * seqs + s : s * blocks_per_seq + j);
+  a.slots.resize(seqs);
+  for (int64_t s = 0; s < seqs; ++s)
+    a.slots[s] = a.tables[s * blocks_per_seq + (context - 1) / kBlockSize] * kBlockSize +
+                 (context - 1) % kBlockSize;
   a.offsets.resize(seqs + 1);
   for (int64_t s = 0; s <= seqs; ++s) a.offsets[s] = static_cast<int32_t>(s * blocks_per_seq);
   time_attention(state, cache, a, n_heads, threads, rng);
@@ -134,6 +140,22 @@ void BM_PagedAttentionDecode(benchmark::State& state) {
                            (cache.spec().key_row_bytes() + cache.spec().value_row_bytes());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kv_bytes);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * seqs);
+}
+
+// Args: cached tokens per sequence, sequences, query heads, KV heads, threads, KV type, layers.
+// Each sequence's blocks adjacent.
+void BM_PagedAttentionDecode(benchmark::State& state) {
+  time_decode(state, state.range(0), state.range(1), state.range(2), state.range(3),
+              static_cast<int>(state.range(4)), vesper::backend::kRowKvDtypes[state.range(5)],
+              state.range(6), false);
+}
+
+// Args: cached tokens per sequence, sequences, threads, KV type; the 110M model's shape, 12
+// layers, the sequences' blocks interleaved as batched decode leaves them (`vesper bench latency
+// --decode-seqs 32`'s steps read 1 to 128 tokens of 32 sequences so).
+void BM_PagedAttentionDecodeLockstep(benchmark::State& state) {
+  time_decode(state, state.range(0), state.range(1), 12, 12, static_cast<int>(state.range(2)),
+              vesper::backend::kRowKvDtypes[state.range(3)], 12, true);
 }
 
 // Args: cached tokens per sequence, sequences, query heads, KV heads, threads, KIVI type (index in
@@ -245,6 +267,18 @@ void attention_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_PagedAttentionDecode)
     ->Apply(attention_args)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void lockstep_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"context", "seqs", "threads", "kv"});
+  const int64_t hw = vesper::ThreadPool::hardware_threads();
+  for (int64_t context : {64, 128})
+    for (int64_t kv : {0, 1}) b->Args({context, 32, hw, kv});
+}
+
+BENCHMARK(BM_PagedAttentionDecodeLockstep)
+    ->Apply(lockstep_args)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
