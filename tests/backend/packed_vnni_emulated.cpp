@@ -5,6 +5,9 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
+#include <cstdint>
+#include <cstring>
+
 namespace vesper::backend::cpu {
 namespace {
 inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
@@ -12,6 +15,16 @@ inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
 }
 inline __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8) {
   return simde_mm512_dpbusd_epi32(acc, u8, s8);
+}
+inline __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8) {
+  int32_t four;
+  std::memcpy(&four, s8, 4);
+  return simde_mm512_dpbusd_epi32(acc, u8, simde_mm512_set1_epi32(four));
+}
+inline __m512i dpwssd_bcast_512(__m512i acc, __m512i a, const int16_t* b) {
+  int32_t pair;
+  std::memcpy(&pair, b, 4);
+  return simde_mm512_dpwssd_epi32(acc, a, simde_mm512_set1_epi32(pair));
 }
 inline __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b) {
   return simde_mm512_dpwssd_epi32(acc, a, b);

@@ -16,7 +16,12 @@
 // The includer defines, before including this header and after packed_vnni_kernels.h, inside
 // vesper::backend::cpu's anonymous namespace:
 //   __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8);   // _mm512_dpbusd_epi32
+//   // dpbusd_512 against the 4 bytes at s8 in every lane: vpdpbusd's embedded broadcast (one
+//   // instruction where a broadcast and a vpdpbusd took two)
+//   __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8);
 //   __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b);     // _mm512_dpwssd_epi32
+//   // dpwssd_512 against the int16 pair at b in every lane (vpdpwssd's embedded broadcast)
+//   __m512i dpwssd_bcast_512(__m512i acc, __m512i a, const int16_t* b);
 //   __m512 cvtepi32_ps_512(__m512i v);                          // _mm512_cvtepi32_ps
 //   __m512 cvtph_ps_512(__m256i halves);                        // _mm512_cvtph_ps
 //   void keep_in_register_512(__m512i& v);  // an optimization barrier, or nothing
@@ -67,12 +72,6 @@ struct Bytes512 {
   }
 };
 
-inline __m512i broadcast_4_512(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // acc + float(total) * (d * dx): a block's exact integer total into a row's float accumulator, in
 // matmul_kernel.h's block-total order (d: the two groups' block scales, dx: the row's).
 inline __m512 add_block_total(__m512 acc, __m512i total, __m512 d, float dx) {
@@ -99,8 +98,8 @@ inline void nibble_dots(const uint8_t* c0, const uint8_t* c1, const int8_t* x, i
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const int8_t* xr = x + row_stride * r + 8 * k;
-      low[r] = dpbusd_512(low[r], lo, broadcast_4_512(xr));
-      high[r] = dpbusd_512(high[r], hi, broadcast_4_512(xr + 4));
+      low[r] = dpbusd_bcast_512(low[r], lo, xr);
+      high[r] = dpbusd_bcast_512(high[r], hi, xr + 4);
       keep_in_register_512(low[r]);
       keep_in_register_512(high[r]);
     }
@@ -144,8 +143,8 @@ struct WideQ8_0 {
       const __m512i w1 = _mm512_xor_si512(load_pair(c0 + 32 * k + 32, c1 + 32 * k + 32), bias);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        isum[r] = dpbusd_512(isum[r], w0, broadcast_4_512(xq + 32 * r + 4 * k));
-        odd[r] = dpbusd_512(odd[r], w1, broadcast_4_512(xq + 32 * r + 4 * k + 4));
+        isum[r] = dpbusd_bcast_512(isum[r], w0, xq + 32 * r + 4 * k);
+        odd[r] = dpbusd_bcast_512(odd[r], w1, xq + 32 * r + 4 * k + 4);
         keep_in_register_512(isum[r]);
         keep_in_register_512(odd[r]);
       }
@@ -200,8 +199,8 @@ inline void q5_slice_dots(const uint8_t* c0, const uint8_t* c1, __m512i h, const
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     const int8_t* xr = x + row_stride * r + 8 * k;
-    low[r] = dpbusd_512(low[r], lo, broadcast_4_512(xr));
-    high[r] = dpbusd_512(high[r], hi, broadcast_4_512(xr + 4));
+    low[r] = dpbusd_bcast_512(low[r], lo, xr);
+    high[r] = dpbusd_bcast_512(high[r], hi, xr + 4);
     keep_in_register_512(low[r]);
     keep_in_register_512(high[r]);
   }
@@ -339,9 +338,7 @@ struct WideSub16K {
                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 128 + 16 * g))));
 #pragma GCC unroll 4
           for (int r = 0; r < R; ++r)
-            imin[r] =
-                dpwssd_512(imin[r], mins,
-                           broadcast_4_512(reinterpret_cast<const int8_t*>(xs + 16 * r + 2 * g)));
+            imin[r] = dpwssd_bcast_512(imin[r], mins, xs + 16 * r + 2 * g);
         }
         const __m128i s0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc0 + 16 * g));
         const __m128i s1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 16 * g));
@@ -356,9 +353,7 @@ struct WideSub16K {
                                 F::kOffsetShift));
 #pragma GCC unroll 4
           for (int r = 0; r < R; ++r) {
-            isum[r] =
-                dpwssd_512(isum[r], neg,
-                           broadcast_4_512(reinterpret_cast<const int8_t*>(xs + 16 * r + 2 * g)));
+            isum[r] = dpwssd_bcast_512(isum[r], neg, xs + 16 * r + 2 * g);
             keep_in_register_512(isum[r]);
           }
         }
@@ -375,10 +370,10 @@ struct WideSub16K {
 #pragma GCC unroll 4
           for (int r = 0; r < R; ++r) {
             const int8_t* x = xq + 32 * g + 16 * m + 256 * r;
-            __m512i dot = dpbusd_512(_mm512_setzero_si512(), q[0], broadcast_4_512(x));
-            dot = dpbusd_512(dot, q[1], broadcast_4_512(x + 4));
-            dot = dpbusd_512(dot, q[2], broadcast_4_512(x + 8));
-            dot = dpbusd_512(dot, q[3], broadcast_4_512(x + 12));
+            __m512i dot = dpbusd_bcast_512(_mm512_setzero_si512(), q[0], x);
+            dot = dpbusd_bcast_512(dot, q[1], x + 4);
+            dot = dpbusd_bcast_512(dot, q[2], x + 8);
+            dot = dpbusd_bcast_512(dot, q[3], x + 12);
             isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(dot, scale));
             keep_in_register_512(isum[r]);
           }
