@@ -167,6 +167,8 @@ using PackedQ5_K = PackedScaleMinK<Dot, true>;
 //   static constexpr int kOffsetShift;     // log2 of the offset; -1 for none
 //   static constexpr bool kHasMin;         // meta: d[8], dmin[8], scales[128], mins[128]; else
 //                                          // d[8], scales[128]
+//   static constexpr bool kKeepPanel;      // whether the 512-bit tile keeps the unpacked vectors
+//                                          // for a panel's other row tiles (packed_vnni_wide.h)
 //   template <class B>  // sub-block m (0, 1) of the group(s) B reads (Bytes256 here)
 //   static void unpack(const B& group, int m, typename B::V (&q)[4]);
 
@@ -251,6 +253,7 @@ struct Q6Groups {
   static constexpr int64_t kGroupBytes = 192, kScaleCount = 72;
   static constexpr int kOffsetShift = 5;  // q - 32
   static constexpr bool kHasMin = false;
+  static constexpr bool kKeepPanel = true;  // packed_vnni_wide.h's Panel
   template <class B>
   static inline void unpack(const B& group, int m, typename B::V (&q)[4]) {
     const auto low4 = B::bytes(0x0F);
@@ -275,6 +278,7 @@ struct Q3Groups {
   static constexpr int64_t kGroupBytes = 96, kScaleCount = 72;
   static constexpr int kOffsetShift = 2;  // q - 4
   static constexpr bool kHasMin = false;
+  static constexpr bool kKeepPanel = true;  // packed_vnni_wide.h's Panel
   template <class B>
   static inline void unpack(const B& group, int m, typename B::V (&q)[4]) {
     const auto three = B::bytes(3);
@@ -300,6 +304,7 @@ struct Q2Groups {
   static constexpr int64_t kGroupBytes = 64, kScaleCount = 144;
   static constexpr int kOffsetShift = -1;
   static constexpr bool kHasMin = true;
+  static constexpr bool kKeepPanel = false;  // packed_vnni_wide.h's Panel
   template <class B>
   static inline void unpack(const B& group, int m, typename B::V (&q)[4]) {
     const auto three = B::bytes(3);

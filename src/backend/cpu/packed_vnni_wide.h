@@ -29,6 +29,8 @@
 // SIMDe's AVX-512 (its native aliases), so the logic is tested on machines without AVX-512.
 #pragma once
 
+#include <vector>
+
 #include "backend/cpu/packed_gemm_avx2.h"
 #include "backend/cpu/packed_kquant_tiles.h"
 
@@ -297,23 +299,57 @@ struct WideScaleMinK {
   }
 };
 
+// Where a WideSub16K row tile's weight vectors (each group's unpacked quants, sub-block scales and
+// offset or min factors, as the tile uses them) come from. A panel's row tiles all read the same
+// weights (run_packed_wide), and unpacking q6_K's took about 55 vector instructions a group of 32
+// against 32 vpdpbusd at 4 rows, on the ports vpdpbusd needs. So in a panel of 3 row tiles or
+// more, the first unpacks them and keeps every vector, in the order it makes them, in a per-thread
+// buffer (kUnpackAndKeep), and the others load them back in the same order (kReuse): one
+// unpacking per panel instead of one per row tile, the same integers. Other tiles unpack in place
+// (kUnpack). Best of 7 on one thread, AMD Zen 5, 2048 x 2048: q6_K and q3_K 10-14% faster at 32,
+// 64 and 512 rows. q2_K unpacks in few enough instructions that keeping its vectors was 10% slower
+// (F::kKeepPanel), and q4_0 and q4_K (16 a slice of 32 vpdpbusd), tried the same way, gained
+// nothing measurable.
+enum class Panel { kUnpack, kUnpackAndKeep, kReuse };
+
+// A row tile's walk through the panel buffer: each vector it makes is kept (kUnpackAndKeep) or
+// read back (kReuse) in turn; with kUnpack the buffer is not touched.
+template <Panel M>
+struct PanelCursor {
+  __m512i* at;
+  // v: made by the caller unless M is kReuse, then read from the buffer.
+  void pass(__m512i& v) {
+    if constexpr (M == Panel::kReuse) v = _mm512_load_si512(at);
+    if constexpr (M == Panel::kUnpackAndKeep) _mm512_store_si512(at, v);
+    if constexpr (M != Panel::kUnpack) ++at;
+  }
+  static constexpr bool kMakes = M != Panel::kReuse;  // whether the caller makes the vectors
+};
+
 // PackedSub16K's tile (q2_K, q3_K, q6_K; packed_kquant_tiles.h) on two groups: both groups'
 // quants unpacked by F at once on zmm (Bytes512), the sub-block dots on zmm (one per row and
 // sub-block of 16, times the rows' int8 scales), and both groups' corrections (the offsets of
 // q3_K and q6_K, into the same integer sums; the mins of q2_K) by vpdpwssd per pair of sub-blocks,
 // the scale or min bytes as int16 pairs against each row's activation sums; the same exact integer
-// totals and block-total order lane by lane.
+// totals and block-total order lane by lane. The unpacked vectors come from the weights or the
+// panel buffer as M says (Panel).
 template <class F>
 struct WideSub16K {
   using Narrow = PackedSub16K<VnniDot, F>;
+  // Panel vectors a super-block: per group, the min or offset factors and two sub-blocks' 4
+  // quant vectors and scales.
+  // Only where F::kKeepPanel (Panel says why).
+  static constexpr int64_t kPanelVectors =
+      F::kKeepPanel ? 8 * ((F::kHasMin ? 1 : 0) + (F::kOffsetShift >= 0 ? 1 : 0) + 2 * 5) : 0;
 
-  template <int R>
+  template <Panel M, int R>
   __attribute__((noinline)) static void tile(const uint8_t* c0, const uint8_t* c1,
                                              const uint16_t* m0, const uint16_t* m1,
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
                                              const int16_t* xs, float* y, int64_t y_stride,
-                                             bool stream) {
+                                             bool stream, __m512i* panel) {
     constexpr int kScalesAt = F::kHasMin ? 16 : 8;  // uint16 entries before the scale bytes
+    PanelCursor<M> cursor{panel};
     __m512 acc[R], accm[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
@@ -324,18 +360,20 @@ struct WideSub16K {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) isum[r] = imin[r] = _mm512_setzero_si512();
       for (int g = 0; g < 8; ++g) {
-        if (stream) {
+        if (M != Panel::kReuse && stream) {
           prefetch_ahead(c0, F::kGroupBytes);
           prefetch_ahead(c1, F::kGroupBytes);
         }
         if constexpr (F::kHasMin) {
           // Sub-blocks 2g and 2g + 1's mins (4-bit, laid out as the scales) as int16 pairs, times
           // each row's two activation sums by vpdpwssd.
-          const __m512i mins =
-              join(_mm256_cvtepu8_epi16(
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc0 + 128 + 16 * g))),
-                   _mm256_cvtepu8_epi16(
-                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 128 + 16 * g))));
+          __m512i mins;
+          if constexpr (PanelCursor<M>::kMakes)
+            mins = join(_mm256_cvtepu8_epi16(
+                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc0 + 128 + 16 * g))),
+                        _mm256_cvtepu8_epi16(
+                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 128 + 16 * g))));
+          cursor.pass(mins);
 #pragma GCC unroll 4
           for (int r = 0; r < R; ++r)
             imin[r] = dpwssd_bcast_512(imin[r], mins, xs + 16 * r + 2 * g);
@@ -347,10 +385,13 @@ struct WideSub16K {
           // -(scale << shift) of each output's two sub-blocks as an int16 pair (the scales' byte
           // pairs, sign-extended), times each row's two activation sums (bsums) by vpdpwssd. One
           // instruction a row and pair of sub-blocks, where the sums after the block took four.
-          const __m512i neg = _mm512_sub_epi16(
-              _mm512_setzero_si512(),
-              _mm512_slli_epi16(join(_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1)),
-                                F::kOffsetShift));
+          __m512i neg;
+          if constexpr (PanelCursor<M>::kMakes)
+            neg = _mm512_sub_epi16(
+                _mm512_setzero_si512(),
+                _mm512_slli_epi16(join(_mm256_cvtepi8_epi16(s0), _mm256_cvtepi8_epi16(s1)),
+                                  F::kOffsetShift));
+          cursor.pass(neg);
 #pragma GCC unroll 4
           for (int r = 0; r < R; ++r) {
             isum[r] = dpwssd_bcast_512(isum[r], neg, xs + 16 * r + 2 * g);
@@ -359,14 +400,20 @@ struct WideSub16K {
         }
 #pragma GCC unroll 2
         for (int m = 0; m < 2; ++m) {
-          __m512i q[4];
-          F::unpack(Bytes512{c0, c1}, m, q);
-          // Byte 2j + m of each group's 16 (row j's scale of sub-block m), sign-extended.
-          const __m128i pick =
-              m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1)
-                     : _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
-          const __m512i scale = join(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(s0, pick)),
-                                     _mm256_cvtepi8_epi32(_mm_shuffle_epi8(s1, pick)));
+          // The sub-block's 4 quant vectors, then its scales: byte 2j + m of each group's 16 (row
+          // j's scale of sub-block m), sign-extended.
+          __m512i q[4], scale;
+          if constexpr (PanelCursor<M>::kMakes) {
+            F::unpack(Bytes512{c0, c1}, m, q);
+            const __m128i pick =
+                m == 0 ? _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1)
+                       : _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+            scale = join(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(s0, pick)),
+                         _mm256_cvtepi8_epi32(_mm_shuffle_epi8(s1, pick)));
+          }
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) cursor.pass(q[i]);
+          cursor.pass(scale);
 #pragma GCC unroll 4
           for (int r = 0; r < R; ++r) {
             const int8_t* x = xq + 32 * g + 16 * m + 256 * r;
@@ -403,16 +450,34 @@ struct WideSub16K {
   }
 };
 
-// One row tile on groups g and g + 1 (`pair`: K's wide tile) or on group g alone (the 256-bit
-// tile of K::Narrow).
-template <class K, int R>
+// Whether K's wide tile takes a Panel mode (WideSub16K), and the vectors a super-block it keeps
+// (0: it unpacks in every row tile).
+template <class K>
+constexpr bool takes_panel() {
+  return requires {
+    K::kPanelVectors;
+  };
+}
+template <class K>
+constexpr int64_t panel_vectors() {
+  if constexpr (takes_panel<K>())
+    return K::kPanelVectors;
+  else
+    return 0;
+}
+
+// One row tile on groups g and g + 1 (`pair`: K's wide tile, its panel vectors as M says) or on
+// group g alone (the 256-bit tile of K::Narrow).
+template <class K, Panel M, int R>
 inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
                                const float* xd, const int16_t* xs, float* y, int64_t y_stride,
-                               bool stream) {
+                               bool stream, __m512i* panel) {
   using N = typename K::Narrow;
   if (!pair) {
     run_tile<N, R>(c0, s0, n_blocks, xq, xd, xs, y, y_stride, stream);
+  } else if constexpr (takes_panel<K>()) {
+    K::template tile<M, R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream, panel);
   } else if constexpr (N::kBlock == 256) {
     K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream);
   } else {
@@ -420,8 +485,28 @@ inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, 
   }
 }
 
+// run_wide_or_narrow with the panel mode chosen at run time.
+template <class K, int R>
+inline void run_row_tile(Panel mode, bool pair, const uint8_t* c0, const uint8_t* c1,
+                         const uint16_t* s0, const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
+                         const float* xd, const int16_t* xs, float* y, int64_t y_stride,
+                         bool stream, __m512i* panel) {
+  if constexpr (panel_vectors<K>() > 0) {
+    if (mode == Panel::kUnpackAndKeep)
+      return run_wide_or_narrow<K, Panel::kUnpackAndKeep, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd,
+                                                             xs, y, y_stride, stream, panel);
+    if (mode == Panel::kReuse)
+      return run_wide_or_narrow<K, Panel::kReuse, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y,
+                                                     y_stride, stream, panel);
+  }
+  run_wide_or_narrow<K, Panel::kUnpack, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride,
+                                           stream, panel);
+}
+
 // run_packed<K::Narrow> with the groups taken in pairs (K's wide tile); a last odd group of the
-// range runs the 256-bit tile. Same panels, prefetch rule and row tiles.
+// range runs the 256-bit tile. Same panels, prefetch rule and row tiles; where K keeps a panel
+// (Panel) and a panel has 3 row tiles or more, its first tile unpacks each pair of groups for
+// the others.
 template <class K>
 void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
   using N = typename K::Narrow;
@@ -438,6 +523,14 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
   const int64_t panel_tiles = std::max<int64_t>(1, kPanelBytes / (kTile * a.n_in));
   const int64_t group_chunks = n_blocks * N::kChunkBytes;
   const int64_t group_scales = n_blocks * N::kScaleCount;
+  // Each thread's panel buffer, for a pair of groups' unpacked vectors.
+  struct alignas(64) PanelVector {
+    unsigned char bytes[64];
+  };
+  thread_local std::vector<PanelVector> panel_buffer;
+  const auto panel_size = static_cast<size_t>(n_blocks * panel_vectors<K>());
+  if (panel_buffer.size() < panel_size) panel_buffer.resize(panel_size);
+  auto* panel = reinterpret_cast<__m512i*>(panel_buffer.data());
   for (int64_t p0 = 0; p0 < n_tiles; p0 += panel_tiles) {
     const int64_t p1 = std::min(n_tiles, p0 + panel_tiles);
     for (int64_t g = o_begin / 8; g < o_end / 8;) {
@@ -453,22 +546,27 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
         const int16_t* xs = x.bsums + first * sums_per_block;
         float* y = a.y + t * kTile * a.n_out + 8 * g;
         const bool stream = t == p0;
+        // Keeping the vectors costs their stores: a panel of 2 row tiles (8 rows) was 8% slower
+        // for it, so panels of 3 and more.
+        const Panel mode = p1 - p0 < 3 ? Panel::kUnpack
+                           : t == p0   ? Panel::kUnpackAndKeep
+                                       : Panel::kReuse;
         switch (std::min(kTile, a.n_rows - t * kTile)) {
           case 4:
-            run_wide_or_narrow<K, 4>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
-                                     stream);
+            run_row_tile<K, 4>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
+                               panel);
             break;
           case 3:
-            run_wide_or_narrow<K, 3>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
-                                     stream);
+            run_row_tile<K, 3>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
+                               panel);
             break;
           case 2:
-            run_wide_or_narrow<K, 2>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
-                                     stream);
+            run_row_tile<K, 2>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
+                               panel);
             break;
           default:
-            run_wide_or_narrow<K, 1>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out,
-                                     stream);
+            run_row_tile<K, 1>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
+                               panel);
             break;
         }
       }
