@@ -13,9 +13,6 @@ namespace {
 inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
   return simde_mm256_dpbusd_epi32(acc, u8, s8);
 }
-inline __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8) {
-  return simde_mm512_dpbusd_epi32(acc, u8, s8);
-}
 inline __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8) {
   int32_t four;
   std::memcpy(&four, s8, 4);

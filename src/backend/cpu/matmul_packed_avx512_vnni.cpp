@@ -17,26 +17,25 @@ namespace {
 inline __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
   return _mm256_dpbusd_epi32(acc, u8, s8);
 }
-inline __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8) {
-  return _mm512_dpbusd_epi32(acc, u8, s8);
-}
-// The broadcast as vpdpbusd's own {1to16} memory operand, which no intrinsic spells (GCC 12 keeps
-// _mm512_set1_epi32 of a load as a separate vpbroadcastd): one instruction where a row and slice
-// took two. Best of 7 on one thread, AMD Zen 5, 2048 x 2048 at 8, 32 and 512 rows: q4_K and q6_K
-// 3-7% faster, q4_0 0-2%.
-inline __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8) {
+// The broadcast as the dot instruction's own {1to16} memory operand, which no intrinsic spells
+// (GCC 12 keeps _mm512_set1_epi32 of a load as a separate vpbroadcastd): one instruction where a
+// row and slice took two. Best of 7 on one thread, AMD Zen 5, 2048 x 2048 at 8, 32 and 512 rows:
+// q4_K and q6_K 3-7% faster, q4_0 0-2%. kWords: vpdpwssd (int16 pairs), else vpdpbusd.
+template <bool kWords>
+inline __m512i dot_broadcast(__m512i acc, __m512i a, const void* four_bytes) {
   using Unaligned32 = int32_t __attribute__((may_alias, aligned(1)));
-  asm("vpdpbusd %2%{1to16%}, %1, %0"
-      : "+v"(acc)
-      : "v"(u8), "m"(*reinterpret_cast<const Unaligned32*>(s8)));
+  const auto& b = *reinterpret_cast<const Unaligned32*>(four_bytes);
+  if constexpr (kWords)
+    asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(b));
+  else
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(b));
   return acc;
+}
+inline __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8) {
+  return dot_broadcast<false>(acc, u8, s8);
 }
 inline __m512i dpwssd_bcast_512(__m512i acc, __m512i a, const int16_t* b) {
-  using Unaligned32 = int32_t __attribute__((may_alias, aligned(1)));
-  asm("vpdpwssd %2%{1to16%}, %1, %0"
-      : "+v"(acc)
-      : "v"(a), "m"(*reinterpret_cast<const Unaligned32*>(b)));
-  return acc;
+  return dot_broadcast<true>(acc, a, b);
 }
 inline __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b) {
   return _mm512_dpwssd_epi32(acc, a, b);

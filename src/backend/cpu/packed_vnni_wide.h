@@ -15,9 +15,8 @@
 //
 // The includer defines, before including this header and after packed_vnni_kernels.h, inside
 // vesper::backend::cpu's anonymous namespace:
-//   __m512i dpbusd_512(__m512i acc, __m512i u8, __m512i s8);   // _mm512_dpbusd_epi32
-//   // dpbusd_512 against the 4 bytes at s8 in every lane: vpdpbusd's embedded broadcast (one
-//   // instruction where a broadcast and a vpdpbusd took two)
+//   // _mm512_dpbusd_epi32 against the 4 bytes at s8 in every lane: vpdpbusd's embedded
+//   // broadcast (one instruction where a broadcast and a vpdpbusd took two)
 //   __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8);
 //   __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b);     // _mm512_dpwssd_epi32
 //   // dpwssd_512 against the int16 pair at b in every lane (vpdpwssd's embedded broadcast)
