@@ -335,9 +335,8 @@ struct PanelCursor {
 template <class F>
 struct WideSub16K {
   using Narrow = PackedSub16K<VnniDot, F>;
-  // Panel vectors a super-block: per group, the min or offset factors and two sub-blocks' 4
-  // quant vectors and scales.
-  // Only where F::kKeepPanel (Panel says why).
+  // Panel vectors a super-block, where F::kKeepPanel (Panel says why): per group, the min or
+  // offset factors and two sub-blocks' 4 quant vectors and scales.
   static constexpr int64_t kPanelVectors =
       F::kKeepPanel ? 8 * ((F::kHasMin ? 1 : 0) + (F::kOffsetShift >= 0 ? 1 : 0) + 2 * 5) : 0;
 
@@ -359,7 +358,7 @@ struct WideSub16K {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) isum[r] = imin[r] = _mm512_setzero_si512();
       for (int g = 0; g < 8; ++g) {
-        if (M != Panel::kReuse && stream) {
+        if (stream) {  // only a panel's first row tile, never kReuse
           prefetch_ahead(c0, F::kGroupBytes);
           prefetch_ahead(c1, F::kGroupBytes);
         }
