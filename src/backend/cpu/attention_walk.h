@@ -92,12 +92,16 @@ void attend_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, i
 // cache read in place: tile by tile, and within a tile head after head. A block holds its heads'
 // rows back to back, so the walk reads each block's heads as one sequential stream (n_kv runs of
 // block_size rows) instead of one head's run per block (2 KB at f16, head size 64, 16-token
-// blocks, scattered over the cache). The hardware prefetchers follow streams that long, so there
-// is no software prefetch here: prefetching the next head's tile made single-stream decode from
-// the last-level cache about 1.3x slower (its bursts fill the line-fill buffers ahead of the
-// demand loads) and a step read from memory no faster for f16 and int8, 8% faster for f32
-// (`vesper_microbench`'s BM_PagedAttentionDecode, context:2048/seqs:1 and layers:12). Each
-// head's reduction is attend_run's: the same tiles in the same order.
+// blocks, scattered over the cache). While a head's tile is worked on, the next head's (or the
+// next tile's first head's) rows are prefetched into L2 (prefetcht1): a head's tile takes a few
+// hundred nanoseconds, more than a read from memory, so its rows arrive in time, and L1 is left to
+// the demand loads. Into L1 (prefetcht0) the same prefetches made single-stream decode from the
+// last-level cache about 1.3x slower (their bursts fill the line-fill buffers ahead of the demand
+// loads); into L2, with the tile's lines read in order (read_lines_in_order), a decode step of 32
+// sequences of 128 tokens at the 110M model's shape from memory took 10-20% less time than
+// without, and the 110M model's 32-sequence decode ran a median 15% faster end to end
+// (`vesper_microbench`'s BM_PagedAttentionDecodeLockstep and BM_PagedAttentionDecode; AMD Zen 5).
+// Each head's reduction is attend_run's: the same tiles in the same order.
 template <class Tile>
 void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, int64_t g_end,
                          const int32_t* table, float* scratch) {
@@ -134,9 +138,17 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
   } else {
     key_ranges(args, t, t + 1, n_ctx, g_begin, ranges);  // the same for every head
     for (size_t r = 0; r < ranges.size(); ++r)
-      for (int64_t j0 = ranges[r].first; j0 < ranges[r].second; j0 += kAttentionTile)
-        for (int64_t g = g_begin; g < g_end; ++g)
-          tile(g, j0, std::min(kAttentionTile, ranges[r].second - j0));
+      for (int64_t j0 = ranges[r].first, end = ranges[r].second; j0 < end; j0 += kAttentionTile) {
+        const int64_t nt = std::min(kAttentionTile, end - j0);
+        for (int64_t g = g_begin; g < g_end; ++g) {
+          if (g + 1 < g_end)
+            prefetch_tile<2>(*args.cache, args.layer, g + 1, table, j0, j0 + nt);
+          else if (j0 + kAttentionTile < end)
+            prefetch_tile<2>(*args.cache, args.layer, g_begin, table, j0 + kAttentionTile,
+                             std::min(j0 + 2 * kAttentionTile, end));
+          tile(g, j0, nt);
+        }
+      }
   }
   for (int64_t g = g_begin; g < g_end; ++g) {
     const int64_t first = (g - g_begin) * group;

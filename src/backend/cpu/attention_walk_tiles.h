@@ -186,9 +186,12 @@ inline void tile_rows(const KvCache& cache, int64_t layer, int64_t g, const int3
   }
 }
 
-// Prefetches the rows of keys [begin, end) of KV head g (a tile), K and V, through the table.
-inline void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const int32_t* table,
-                          int64_t begin, int64_t end) {
+// Prefetches the rows of keys [begin, end) of KV head g (a tile), K and V, through the table, with
+// __builtin_prefetch's temporal locality kLocality (3: into every level, prefetcht0; 2: prefetcht1,
+// which leaves L1 to the demand loads).
+template <int kLocality = 3>
+void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const int32_t* table,
+                   int64_t begin, int64_t end) {
   const KvCacheSpec& spec = cache.spec();
   const int64_t bs = spec.block_size, k_row = spec.key_row_bytes(), v_row = spec.value_row_bytes();
   for (int64_t b = begin / bs; b * bs < end; ++b) {
@@ -196,8 +199,10 @@ inline void prefetch_tile(const KvCache& cache, int64_t layer, int64_t g, const 
     const int64_t last = std::min((b + 1) * bs, end) - b * bs;
     const std::byte* kp = cache.key_run(layer, table[b], g);
     const std::byte* vp = cache.value_run(layer, table[b], g);
-    for (int64_t at = first * k_row; at < last * k_row; at += 64) __builtin_prefetch(kp + at);
-    for (int64_t at = first * v_row; at < last * v_row; at += 64) __builtin_prefetch(vp + at);
+    for (int64_t at = first * k_row; at < last * k_row; at += 64)
+      __builtin_prefetch(kp + at, 0, kLocality);
+    for (int64_t at = first * v_row; at < last * v_row; at += 64)
+      __builtin_prefetch(vp + at, 0, kLocality);
   }
 }
 
