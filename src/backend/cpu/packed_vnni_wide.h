@@ -107,16 +107,17 @@ inline void nibble_dots(const uint8_t* c0, const uint8_t* c1, const int8_t* x, i
   }
 }
 
-// VnniQ4_0::dot on two groups.
+// VnniQ4_0::dot on two groups; xc: each row's -8 * sum of the block's activations (Corrections).
 struct WideQ4_0 {
   using Narrow = VnniQ4_0;
+  static constexpr int32_t kSumFactor = -8;
   template <int R>
-  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int16_t* xs,
+  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xc,
                          __m512i (&isum)[R]) {
     __m512i high[R];  // the high nibbles' sums: a second chain per row
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      isum[r] = _mm512_set1_epi32(-8 * xs[r]);
+      isum[r] = _mm512_set1_epi32(xc[r]);
       high[r] = _mm512_setzero_si512();
     }
     nibble_dots<R>(c0, c1, xq, 32, isum, high);
@@ -125,17 +126,19 @@ struct WideQ4_0 {
   }
 };
 
-// VnniQ8_0::dot on two groups.
+// VnniQ8_0::dot on two groups; xc: each row's -128 * sum of the block's activations
+// (Corrections).
 struct WideQ8_0 {
   using Narrow = VnniQ8_0;
+  static constexpr int32_t kSumFactor = -128;
   template <int R>
-  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int16_t* xs,
+  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xc,
                          __m512i (&isum)[R]) {
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512i odd[R];  // the odd slices' sums: a second chain per row
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      isum[r] = _mm512_set1_epi32(-128 * xs[r]);
+      isum[r] = _mm512_set1_epi32(xc[r]);
       odd[r] = _mm512_setzero_si512();
     }
 #pragma GCC unroll 4
@@ -158,10 +161,17 @@ struct WideQ8_0 {
 // tile<K::Narrow, R> of packed_gemm_avx2.h on outputs 8g .. 8g + 15: groups g and g + 1, whose
 // chunks and scales start at c0 / s0 and c1 / s1. With 32 vector registers a tile of 4 rows keeps
 // its 4 integer and 4 float accumulators, the two unpacked slices and the broadcasts in registers.
+//
+// What bounds it: on AMD Zen 5, vpdpbusd, vfmadd and vmulps issue to the same pipes (8 vpdpbusd
+// with 4 FMAs or 4 multiplies beside them ran at 2/3 of the rate of 8 alone; ands, shifts, adds,
+// inserts and int-to-float conversions beside them cost nothing). A block's 8 vpdpbusd a row come
+// with the scale product and the FMA of the block-total order, so no tile of 32-element blocks
+// gets past 8 / 10 of the vpdpbusd peak; this one runs at about 70%. A tile of 8 rows with one
+// chain each (half the unpacking and adds per row) measured the same, as that predicts.
 template <class K, int R>
 __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                          const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
-                                         const float* xd, const int16_t* xs, float* y,
+                                         const float* xd, const int32_t* xc, float* y,
                                          int64_t y_stride, bool stream) {
   constexpr int64_t kChunk = K::Narrow::kChunkBytes;
   __m512 acc[R];
@@ -173,7 +183,7 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
       prefetch_ahead(c0, kChunk);
       prefetch_ahead(c1, kChunk);
     }
-    K::template dot<R>(c0, c1, xq, xs, isum);
+    K::template dot<R>(c0, c1, xq, xc, isum);
     const __m512 d = cvtph_ps_512(load_half_pair(s0, s1));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = add_block_total(acc[r], isum[r], d, xd[r]);
@@ -183,7 +193,7 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
     s1 += 8;
     xq += 32 * kTile;
     xd += kTile;
-    xs += kTile;
+    xc += kTile;
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, acc[r]);
@@ -464,13 +474,38 @@ constexpr int64_t panel_vectors() {
     return 0;
 }
 
+// Whether K's wide tile starts each block's integer sums from K::kSumFactor times the block's
+// activation sum (q4_0's -8, q8_0's -128), given as int32 per row and block (Corrections below).
+template <class K>
+constexpr bool takes_corrections() {
+  return requires {
+    K::kSumFactor;
+  };
+}
+
+// K::kSumFactor times each activation block sum of x (Q8Rows' int16 sums, in their order and
+// tiles), made once per matmul call and thread (a few thousand multiplies against millions of
+// vpdpbusd). The tile broadcasts a row's value from memory, one load, where building it from the
+// int16 sum took a sign extension and a shift in a general register, then the move across to a
+// vector register and the broadcast, a row and block. The same integers. Best of 5 on one thread,
+// AMD Zen 5, 2048 x 2048 at 8, 32 and 512 rows, four alternations: q8_0 2-8% faster, q4_0 within
+// 2% either way.
+template <class K>
+const int32_t* corrections(const Q8Rows& x, int64_t n_tiles, int64_t n_blocks) {
+  thread_local std::vector<int32_t> values;
+  const auto n = static_cast<size_t>(n_tiles * kTile * n_blocks);  // whole tiles (Q8Buffer)
+  if (values.size() < n) values.resize(n);
+  for (size_t i = 0; i < n; ++i) values[i] = K::kSumFactor * int32_t{x.bsums[i]};
+  return values.data();
+}
+
 // One row tile on groups g and g + 1 (`pair`: K's wide tile, its panel vectors as M says) or on
-// group g alone (the 256-bit tile of K::Narrow).
+// group g alone (the 256-bit tile of K::Narrow). xc: the tile's Corrections where K takes them.
 template <class K, Panel M, int R>
 inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
-                               const float* xd, const int16_t* xs, float* y, int64_t y_stride,
-                               bool stream, __m512i* panel) {
+                               const float* xd, const int16_t* xs, const int32_t* xc, float* y,
+                               int64_t y_stride, bool stream, __m512i* panel) {
   using N = typename K::Narrow;
   if (!pair) {
     run_tile<N, R>(c0, s0, n_blocks, xq, xd, xs, y, y_stride, stream);
@@ -479,7 +514,7 @@ inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, 
   } else if constexpr (N::kBlock == 256) {
     K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream);
   } else {
-    wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream);
+    wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xc, y, y_stride, stream);
   }
 }
 
@@ -487,18 +522,18 @@ inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, 
 template <class K, int R>
 inline void run_row_tile(Panel mode, bool pair, const uint8_t* c0, const uint8_t* c1,
                          const uint16_t* s0, const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
-                         const float* xd, const int16_t* xs, float* y, int64_t y_stride,
-                         bool stream, __m512i* panel) {
+                         const float* xd, const int16_t* xs, const int32_t* xc, float* y,
+                         int64_t y_stride, bool stream, __m512i* panel) {
   if constexpr (panel_vectors<K>() > 0) {
     if (mode == Panel::kUnpackAndKeep)
       return run_wide_or_narrow<K, Panel::kUnpackAndKeep, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd,
-                                                             xs, y, y_stride, stream, panel);
+                                                             xs, xc, y, y_stride, stream, panel);
     if (mode == Panel::kReuse)
-      return run_wide_or_narrow<K, Panel::kReuse, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y,
-                                                     y_stride, stream, panel);
+      return run_wide_or_narrow<K, Panel::kReuse, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc,
+                                                     y, y_stride, stream, panel);
   }
-  run_wide_or_narrow<K, Panel::kUnpack, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride,
-                                           stream, panel);
+  run_wide_or_narrow<K, Panel::kUnpack, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y,
+                                           y_stride, stream, panel);
 }
 
 // run_packed<K::Narrow> with the groups taken in pairs (K's wide tile); a last odd group of the
@@ -529,6 +564,8 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
   const auto panel_size = static_cast<size_t>(n_blocks * panel_vectors<K>());
   if (panel_buffer.size() < panel_size) panel_buffer.resize(panel_size);
   auto* panel = reinterpret_cast<__m512i*>(panel_buffer.data());
+  const int32_t* sum_terms = nullptr;
+  if constexpr (takes_corrections<K>()) sum_terms = corrections<K>(x, n_tiles, n_blocks);
   for (int64_t p0 = 0; p0 < n_tiles; p0 += panel_tiles) {
     const int64_t p1 = std::min(n_tiles, p0 + panel_tiles);
     for (int64_t g = o_begin / 8; g < o_end / 8;) {
@@ -542,6 +579,7 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
         const int8_t* xq = x.qs + first * N::kBlock;
         const float* xd = x.d + first;
         const int16_t* xs = x.bsums + first * sums_per_block;
+        const int32_t* xc = sum_terms == nullptr ? nullptr : sum_terms + first;
         float* y = a.y + t * kTile * a.n_out + 8 * g;
         const bool stream = t == p0;
         // Keeping the vectors costs their stores: a panel of 2 row tiles (8 rows) was 8% slower
@@ -551,20 +589,20 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
                                        : Panel::kReuse;
         switch (std::min(kTile, a.n_rows - t * kTile)) {
           case 4:
-            run_row_tile<K, 4>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
-                               panel);
+            run_row_tile<K, 4>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+                               stream, panel);
             break;
           case 3:
-            run_row_tile<K, 3>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
-                               panel);
+            run_row_tile<K, 3>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+                               stream, panel);
             break;
           case 2:
-            run_row_tile<K, 2>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
-                               panel);
+            run_row_tile<K, 2>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+                               stream, panel);
             break;
           default:
-            run_row_tile<K, 1>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, y, a.n_out, stream,
-                               panel);
+            run_row_tile<K, 1>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+                               stream, panel);
             break;
         }
       }
