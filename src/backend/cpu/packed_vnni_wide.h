@@ -484,12 +484,12 @@ constexpr bool takes_corrections() {
 }
 
 // K::kSumFactor times each activation block sum of x (Q8Rows' int16 sums, in their order and
-// tiles), made once per matmul call and thread (a few thousand multiplies against millions of
-// vpdpbusd). The tile broadcasts a row's value from memory, one load, where building it from the
-// int16 sum took a sign extension and a shift in a general register, then the move across to a
-// vector register and the broadcast, a row and block. The same integers. Best of 5 on one thread,
-// AMD Zen 5, 2048 x 2048 at 8, 32 and 512 rows, four alternations: q8_0 2-8% faster, q4_0 within
-// 2% either way.
+// tiles), made once per matmul call and thread (one multiply per row and block, where the tiles
+// spend 8 vpdpbusd per row, block and 16 outputs). The tile broadcasts a row's value from memory,
+// one load, where building it from the int16 sum took a sign extension and a shift in a general
+// register, then the move across to a vector register and the broadcast, a row and block. The same
+// integers. Median of 5 on one thread, AMD Zen 5, 2048 x 2048 at 8, 32 and 512 rows, four to six
+// alternations: q8_0 2-8% faster, q4_0 within 2% either way.
 template <class K>
 const int32_t* corrections(const Q8Rows& x, int64_t n_tiles, int64_t n_blocks) {
   thread_local std::vector<int32_t> values;
