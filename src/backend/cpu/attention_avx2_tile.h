@@ -129,11 +129,11 @@ void decode_rows(const std::byte* const* rows, int64_t n, int64_t head_dim, floa
 // size 64 a row's first line is demanded four chunks before its second, and the hardware
 // prefetcher, seeing every other line, fetches half of each stream. Read once in order first, the
 // tile's rows are one sequential stream that it follows. A loop with that column order read 8-10
-// GB/s on one thread, 30 with these loads first, and a decode step of 32 sequences of 128 tokens
-// at the 110M model's shape from memory took 27% less time (`vesper_microbench`'s
-// BM_PagedAttentionDecodeLockstep; AMD Zen 5). Plain loads, not prefetch instructions: prefetches
-// in the same place gained less and less reliably (they may be dropped when the miss buffers are
-// full; a load waits).
+// GB/s on one thread, 25-34 with these loads first, and a decode step of 32 sequences of 128
+// tokens at the 110M model's shape from memory took about a quarter less time
+// (`vesper_microbench`'s BM_PagedAttentionDecodeLockstep; AMD Zen 5; bench/RESULTS.md, 2026-12-07
+// night). Plain loads, not prefetch instructions: prefetches in the same place gained less, and
+// less reliably.
 inline void read_lines_in_order(const std::byte* const* src, int64_t n, int64_t bytes) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t at = 0; at < bytes; at += 64)

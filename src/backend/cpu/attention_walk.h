@@ -97,11 +97,11 @@ void attend_run(const AttentionArgs& args, int64_t run_begin, int64_t run_end, i
 // hundred nanoseconds, more than a read from memory, so its rows arrive in time, and L1 is left to
 // the demand loads. Into L1 (prefetcht0) the same prefetches made single-stream decode from the
 // last-level cache about 1.3x slower (their bursts fill the line-fill buffers ahead of the demand
-// loads); into L2, with the tile's lines read in order (read_lines_in_order), a decode step of 32
-// sequences of 128 tokens at the 110M model's shape from memory took 10-20% less time than
-// without, and the 110M model's 32-sequence decode ran a median 15% faster end to end
-// (`vesper_microbench`'s BM_PagedAttentionDecodeLockstep and BM_PagedAttentionDecode; AMD Zen 5).
-// Each head's reduction is attend_run's: the same tiles in the same order.
+// loads); into L2, with the tile's lines read in order (read_lines_in_order), decode steps from
+// memory took 5-20% less time than with the in-order reads alone (`vesper_microbench`'s
+// BM_PagedAttentionDecodeLockstep and BM_PagedAttentionDecode; AMD Zen 5), and with both the 110M
+// model's 32-sequence decode ran a median 12-15% faster end to end (bench/RESULTS.md, 2026-12-07
+// night). Each head's reduction is attend_run's: the same tiles in the same order.
 template <class Tile>
 void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, int64_t g_end,
                          const int32_t* table, float* scratch) {
