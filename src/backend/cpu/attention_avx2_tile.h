@@ -141,10 +141,11 @@ inline void read_lines_in_order(const std::byte* const* src, int64_t n, int64_t 
 }
 
 // Calls f with the tile's n rows of `dtype` as EncodedRows (a row type; KIVI groups never come
-// here).
+// here), read in place: so first reads their lines in memory order (read_lines_in_order).
 template <class F>
 void with_encoded_rows(KvDtype dtype, const std::byte* const* src, int64_t n, int64_t head_dim,
                        F&& f) {
+  if (!kv_is_kivi(dtype)) read_lines_in_order(src, n, head_dim * kv_element_bytes(dtype));
   switch (dtype) {
     case KvDtype::kF32:
       return f(EncodedRows<KvDtype::kF32>(src, n, head_dim));
@@ -232,11 +233,9 @@ struct Avx2Tile {
   static void tile_in_place(KvDtypes rows, int64_t d, const float* q, const std::byte* const* k_src,
                             const std::byte* const* v_src, int64_t nt, float scale, float* s,
                             float* acc, float& run_max, float& run_sum) {
-    read_lines_in_order(k_src, nt, d * kv_element_bytes(rows.k));
     with_encoded_rows(rows.k, k_src, nt, d,
                       [&](const auto& k) { scores_from_rows(q, k, nt, d, scale, s); });
     const float alpha = fold(s, nt, run_max, run_sum);
-    read_lines_in_order(v_src, nt, d * kv_element_bytes(rows.v));
     with_encoded_rows(rows.v, v_src, nt, d,
                       [&](const auto& v) { accumulate_rows(s, v, nt, d, alpha, acc); });
   }
@@ -248,14 +247,12 @@ struct Avx2Tile {
                              int64_t nt, float scale, float* const* acc, float* const* run_max,
                              float* const* run_sum) {
     alignas(32) float s0[kAttentionTile], s1[kAttentionTile];
-    read_lines_in_order(k_src, nt, d * kv_element_bytes(rows.k));
     with_encoded_rows(rows.k, k_src, nt, d, [&](const auto& k) {
       scores2_from_rows(q[0], q[1], k, nt, d, scale, s0, s1);
     });
     float alpha[2];
     fold2(s0, s1, nt, run_max, run_sum, alpha);
     const float* e[2] = {s0, s1};
-    read_lines_in_order(v_src, nt, d * kv_element_bytes(rows.v));
     with_encoded_rows(rows.v, v_src, nt, d,
                       [&](const auto& v) { accumulate_queries<2>(e, v, nt, d, alpha, acc); });
   }
