@@ -107,10 +107,21 @@ inline void nibble_dots(const uint8_t* c0, const uint8_t* c1, const int8_t* x, i
   }
 }
 
-// VnniQ4_0::dot on two groups; xc: each row's -8 * sum of the block's activations (Corrections).
-struct WideQ4_0 {
+// A wide tile's activation terms (activation_terms below) where they are kFactor times each
+// row's block sum: the offset of q4_0's nibbles (-8) or of q8_0's biased bytes (-128), with which
+// a block's integer sum starts.
+template <int32_t kFactor>
+struct SumCorrection {
+  static constexpr int64_t kTermsPerBlock = 1;
+  static void make_terms(const int16_t* block_sums, int32_t* terms) {
+    terms[0] = kFactor * int32_t{block_sums[0]};
+  }
+};
+
+// VnniQ4_0::dot on two groups; xc: each row's -8 * sum of the block's activations (its activation
+// terms).
+struct WideQ4_0 : SumCorrection<-8> {
   using Narrow = VnniQ4_0;
-  static constexpr int32_t kSumFactor = -8;
   template <int R>
   static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xc,
                          __m512i (&isum)[R]) {
@@ -126,11 +137,10 @@ struct WideQ4_0 {
   }
 };
 
-// VnniQ8_0::dot on two groups; xc: each row's -128 * sum of the block's activations
-// (Corrections).
-struct WideQ8_0 {
+// VnniQ8_0::dot on two groups; xc: each row's -128 * sum of the block's activations (its
+// activation terms).
+struct WideQ8_0 : SumCorrection<-128> {
   using Narrow = VnniQ8_0;
-  static constexpr int32_t kSumFactor = -128;
   template <int R>
   static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xc,
                          __m512i (&isum)[R]) {
@@ -193,7 +203,7 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
     s1 += 8;
     xq += 32 * kTile;
     xd += kTile;
-    xc += kTile;
+    xc += K::kTermsPerBlock * kTile;
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, acc[r]);
@@ -226,11 +236,26 @@ struct WideScaleMinK {
   using Narrow = PackedScaleMinK<VnniDot, kFifthBit>;
   static constexpr int64_t kSubBlockBytes = Narrow::kSubBlockBytes;
 
+  // Activation terms: a row's 8 sub-block sums (its 16 sums of 16 added in pairs) as 4 int16
+  // pairs, which the tile's vpdpwssd broadcast from memory. Made in the tile, each row and
+  // super-block took an add of pairs, three shuffles and four register broadcasts, about as many
+  // vector instructions as the min totals' vpdpwssd they fed. Median of 5 on one thread, AMD Zen
+  // 5, 2048 x 2048, three alternations: q4_K 3-4% faster at 32 rows, 5-8% at 512; q5_K 2-5%.
+  static constexpr int64_t kTermsPerBlock = 4;
+  static void make_terms(const int16_t* block_sums, int32_t* terms) {
+    for (int p = 0; p < 4; ++p) {
+      // A sum of 32 int8 fits int16.
+      const auto low = static_cast<uint16_t>(block_sums[4 * p] + block_sums[4 * p + 1]);
+      const auto high = static_cast<uint16_t>(block_sums[4 * p + 2] + block_sums[4 * p + 3]);
+      terms[p] = static_cast<int32_t>(uint32_t{low} | (uint32_t{high} << 16));
+    }
+  }
+
   template <int R>
   __attribute__((noinline)) static void tile(const uint8_t* c0, const uint8_t* c1,
                                              const uint16_t* m0, const uint16_t* m1,
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
-                                             const int16_t* xs, float* y, int64_t y_stride,
+                                             const int32_t* xt, float* y, int64_t y_stride,
                                              bool stream) {
     __m512 acc[R], accm[R];
 #pragma GCC unroll 4
@@ -275,8 +300,8 @@ struct WideScaleMinK {
       const __m512 dmin = cvtph_ps_512(load_half_pair(m0 + 8, m1 + 8));
       // scale_min_total on both groups at once: pair p's mins of each output (16 bytes a group,
       // an output's two side by side) as int16 pairs, shared by the rows; each row's 8 sub-block
-      // sums (its 16 sums of 16 added in pairs) times them by one vpdpwssd a pair. The same exact
-      // integer total.
+      // sums (its activation terms xt) times them by one vpdpwssd a pair. The same exact integer
+      // total.
       __m512i mins[4];
 #pragma GCC unroll 4
       for (int p = 0; p < 4; ++p)
@@ -286,18 +311,15 @@ struct WideScaleMinK {
                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc1 + 64 + 16 * p))));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m128i bs =
-            _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xs)),
-                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(xs + 8)));
-        __m512i imin = dpwssd_512(_mm512_setzero_si512(), mins[0], _mm512_broadcastd_epi32(bs));
-        imin = dpwssd_512(imin, mins[1], _mm512_broadcastd_epi32(_mm_shuffle_epi32(bs, 0x55)));
-        imin = dpwssd_512(imin, mins[2], _mm512_broadcastd_epi32(_mm_shuffle_epi32(bs, 0xAA)));
-        imin = dpwssd_512(imin, mins[3], _mm512_broadcastd_epi32(_mm_shuffle_epi32(bs, 0xFF)));
+        const auto* pairs = reinterpret_cast<const int16_t*>(xt + kTermsPerBlock * r);
+        __m512i imin = dpwssd_bcast_512(_mm512_setzero_si512(), mins[0], pairs);
+        imin = dpwssd_bcast_512(imin, mins[1], pairs + 2);
+        imin = dpwssd_bcast_512(imin, mins[2], pairs + 4);
+        imin = dpwssd_bcast_512(imin, mins[3], pairs + 6);
         acc[r] = add_block_total(acc[r], isum[r], d, xd[r]);
         accm[r] = add_block_total(accm[r], imin, dmin, xd[r]);
-        xs += 16;
       }
-      xs += 16 * (kTile - R);
+      xt += kTermsPerBlock * kTile;
       m0 += Narrow::kScaleCount;
       m1 += Narrow::kScaleCount;
       xq += 256 * kTile;
@@ -474,33 +496,37 @@ constexpr int64_t panel_vectors() {
     return 0;
 }
 
-// Whether K's wide tile starts each block's integer sums from K::kSumFactor times the block's
-// activation sum (q4_0's -8, q8_0's -128), given as int32 per row and block (Corrections below).
+// Whether K's wide tile takes activation terms: K::kTermsPerBlock int32 per row and block made
+// from the row's block sums (Q8Rows' bsums) by K::make_terms.
 template <class K>
-constexpr bool takes_corrections() {
+constexpr bool takes_terms() {
   return requires {
-    K::kSumFactor;
+    K::kTermsPerBlock;
   };
 }
 
-// K::kSumFactor times each activation block sum of x (Q8Rows' int16 sums, in their order and
-// tiles), made once per matmul call and thread (one multiply per row and block, where the tiles
-// spend 8 vpdpbusd per row, block and 16 outputs). The tile broadcasts a row's value from memory,
-// one load, where building it from the int16 sum took a sign extension and a shift in a general
-// register, then the move across to a vector register and the broadcast, a row and block. The same
-// integers. Median of 5 on one thread, AMD Zen 5, 2048 x 2048 at 8, 32 and 512 rows, four to six
-// alternations: q8_0 2-8% faster, q4_0 within 2% either way.
+// K's activation terms of x (in Q8Rows' order and tiles: per tile of kTile rows, block by block,
+// row by row), made once per matmul call and thread, where the tiles would make them again for
+// every pair of groups. The tiles broadcast them from memory. Per block the integers are the
+// same. q4_0 and q8_0's (their block sum times -8 or -128), against building them from the int16
+// sum in a general register each row and block (a sign extension, a shift, the move to a vector
+// register and the broadcast): median of 5 on one thread, AMD Zen 5, 2048 x 2048 at 8, 32 and 512
+// rows, four to six alternations: q8_0 2-8% faster, q4_0 within 2% either way.
 template <class K>
-const int32_t* corrections(const Q8Rows& x, int64_t n_tiles, int64_t n_blocks) {
+const int32_t* activation_terms(const Q8Rows& x, int64_t n_tiles, int64_t n_blocks) {
+  constexpr int64_t kSums = K::Narrow::kBlock == 256 ? 16 : 1;  // bsums a row and block
   thread_local std::vector<int32_t> values;
-  const auto n = static_cast<size_t>(n_tiles * kTile * n_blocks);  // whole tiles (Q8Buffer)
+  const int64_t row_blocks = n_tiles * kTile * n_blocks;  // whole tiles (Q8Buffer)
+  const auto n = static_cast<size_t>(row_blocks * K::kTermsPerBlock);
   if (values.size() < n) values.resize(n);
-  for (size_t i = 0; i < n; ++i) values[i] = K::kSumFactor * int32_t{x.bsums[i]};
+  for (int64_t i = 0; i < row_blocks; ++i)
+    K::make_terms(x.bsums + kSums * i, values.data() + K::kTermsPerBlock * i);
   return values.data();
 }
 
 // One row tile on groups g and g + 1 (`pair`: K's wide tile, its panel vectors as M says) or on
-// group g alone (the 256-bit tile of K::Narrow). xc: the tile's Corrections where K takes them.
+// group g alone (the 256-bit tile of K::Narrow). xc: the tile's activation terms where K takes
+// them.
 template <class K, Panel M, int R>
 inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
@@ -512,7 +538,7 @@ inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, 
   } else if constexpr (takes_panel<K>()) {
     K::template tile<M, R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream, panel);
   } else if constexpr (N::kBlock == 256) {
-    K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream);
+    K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xc, y, y_stride, stream);
   } else {
     wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xc, y, y_stride, stream);
   }
@@ -565,7 +591,7 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
   if (panel_buffer.size() < panel_size) panel_buffer.resize(panel_size);
   auto* panel = reinterpret_cast<__m512i*>(panel_buffer.data());
   const int32_t* sum_terms = nullptr;
-  if constexpr (takes_corrections<K>()) sum_terms = corrections<K>(x, n_tiles, n_blocks);
+  if constexpr (takes_terms<K>()) sum_terms = activation_terms<K>(x, n_tiles, n_blocks);
   for (int64_t p0 = 0; p0 < n_tiles; p0 += panel_tiles) {
     const int64_t p1 = std::min(n_tiles, p0 + panel_tiles);
     for (int64_t g = o_begin / 8; g < o_end / 8;) {
@@ -579,7 +605,8 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
         const int8_t* xq = x.qs + first * N::kBlock;
         const float* xd = x.d + first;
         const int16_t* xs = x.bsums + first * sums_per_block;
-        const int32_t* xc = sum_terms == nullptr ? nullptr : sum_terms + first;
+        const int32_t* xc = nullptr;  // the tile's activation terms, where K takes them
+        if constexpr (takes_terms<K>()) xc = sum_terms + first * K::kTermsPerBlock;
         float* y = a.y + t * kTile * a.n_out + 8 * g;
         const bool stream = t == p0;
         // Keeping the vectors costs their stores: a panel of 2 row tiles (8 rows) was 8% slower
