@@ -108,21 +108,40 @@ float* thread_scratch(int64_t group, int64_t head_dim, int64_t n_kv_heads) {
 // [bounds[c], bounds[c + 1]); some may be empty). Each item is computed start to finish by one
 // thread, so the split cannot change any value; threads write disjoint output rows except at the
 // range boundaries.
-void cost_bounds(const AttentionBatch& batch, int64_t n_kv, int64_t total, int64_t n_chunks,
-                 std::vector<int64_t>& bounds) {
-  const int64_t items = attention_items(batch.num_tokens, n_kv);
+void cost_bounds(const AttentionBatch& batch, int64_t n_kv, bool heads_outer, int64_t total,
+                 int64_t n_chunks, std::vector<int64_t>& bounds) {
+  const int64_t n_blocks = attention_blocks(batch.num_tokens);
+  const int64_t items = n_blocks * n_kv;
+  thread_local std::vector<int64_t> block_cost;  // of each token block's item through a KV head
+  block_cost.assign(static_cast<size_t>(n_blocks), 0);
+  for (int64_t t = 0; t < batch.num_tokens; ++t)
+    block_cost[static_cast<size_t>(t / kAttentionQueryBlock)] += int64_t{batch.positions[t]} + 1;
   bounds.assign(static_cast<size_t>(n_chunks + 1), items);
   bounds[0] = 0;
-  int64_t c = 1, before = 0;  // the next boundary to place, and the cost before item w + g
-  for (int64_t w = 0; w < items && c < n_chunks; w += n_kv) {
-    int64_t cost = 0;  // of each of the n_kv items of this token block
-    const int64_t first = w / n_kv * kAttentionQueryBlock;
-    const int64_t last = std::min(first + kAttentionQueryBlock, batch.num_tokens);
-    for (int64_t t = first; t < last; ++t) cost += int64_t{batch.positions[t]} + 1;
-    for (int64_t g = 0; g < n_kv; ++g, before += cost)
-      while (c < n_chunks && before >= total * c / n_chunks)
-        bounds[static_cast<size_t>(c++)] = w + g;
+  int64_t c = 1, before = 0;  // the next boundary to place, and the cost before item w
+  for (int64_t w = 0; w < items && c < n_chunks; ++w) {
+    while (c < n_chunks && before >= total * c / n_chunks) bounds[static_cast<size_t>(c++)] = w;
+    before += block_cost[static_cast<size_t>(attention_item(heads_outer, n_blocks, n_kv, w).block)];
   }
+}
+
+// Whether a batch's attention items go KV head by KV head (AttentionArgs::heads_outer): where
+// every sequence brings two tokens or more (prompt chunks, no decode tokens), so that a thread's
+// consecutive items are one KV head's consecutive token blocks, which read the same tiles, and
+// those stay in L2. Token block by token block, a 512-token prompt's 12 heads (the 110M model's)
+// hold 1.5 MB of f16 keys and values a layer at the end, more than a core's L2, and each block
+// read every tile from L3 again. A small gain, measured end to end (`vesper bench latency` on the
+// 110M Q4_0 model, 2 threads, AMD Zen 5, before/after alternated): pp512 a median 1.4% faster
+// over 30 pairs, pp1536 2.1% over 10. A batch with decode tokens keeps the token blocks outer, so
+// that a decode token reads its KV heads side by side (attend_decode_heads).
+bool prompts_only(const AttentionBatch& batch) {
+  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+    const int32_t seq = batch.token_seq[t];
+    const bool alone = (t == 0 || batch.token_seq[t - 1] != seq) &&
+                       (t + 1 == batch.num_tokens || batch.token_seq[t + 1] != seq);
+    if (alone) return false;
+  }
+  return true;
 }
 
 // Group b's key bounds through KV head g ([2][head_dim]): its block's (a plain cache's block, or a
@@ -294,7 +313,8 @@ void paged_attention_with_kernel(AttentionKernel kernel, const KvCache& cache, i
   const int64_t threads = pool.num_threads();
   const int64_t n_ranges =
       std::clamp(items / std::max<int64_t>(1, n_kv / 2), threads, int64_t{8} * threads);
-  cost_bounds(batch, n_kv, keys * n_kv, n_ranges, bounds);
+  args.heads_outer = prompts_only(batch);
+  cost_bounds(batch, n_kv, args.heads_outer, keys * n_kv, n_ranges, bounds);
   const Job job{kernel, &args, &bounds};
   const Job* const jp = &job;
   pool.for_each_piece(n_ranges, [jp](int64_t r) {

@@ -60,9 +60,30 @@ inline constexpr int64_t kAttentionTile = 32;
 // 32 gained no more; `vesper_microbench`'s BM_PagedAttentionPrefill).
 inline constexpr int64_t kAttentionQueryBlock = 16;
 
-// Work items of a batch of num_tokens tokens.
+// Token blocks of a batch of num_tokens tokens.
+inline int64_t attention_blocks(int64_t num_tokens) {
+  return (num_tokens + kAttentionQueryBlock - 1) / kAttentionQueryBlock;
+}
+
+// Work items of a batch of num_tokens tokens: each token block through each KV head.
 inline int64_t attention_items(int64_t num_tokens, int64_t n_kv_heads) {
-  return (num_tokens + kAttentionQueryBlock - 1) / kAttentionQueryBlock * n_kv_heads;
+  return attention_blocks(num_tokens) * n_kv_heads;
+}
+
+// A work item: a token block through a KV head.
+struct AttentionItem {
+  int64_t block;
+  int64_t head;
+};
+
+// Item w of a batch of n_blocks token blocks and n_kv KV heads. heads_outer false: the items of
+// a token block are consecutive, its KV heads in turn (a decode token's heads are read side by
+// side, attend_decode_heads); true: the items of a KV head are, its token blocks in turn (a
+// prompt's blocks read the same tiles one after another, so a thread's next block finds them in
+// L2).
+inline AttentionItem attention_item(bool heads_outer, int64_t n_blocks, int64_t n_kv, int64_t w) {
+  return heads_outer ? AttentionItem{w % n_blocks, w / n_blocks}
+                     : AttentionItem{w / n_kv, w % n_kv};
 }
 
 struct AttentionArgs {
@@ -83,6 +104,8 @@ struct AttentionArgs {
   // work item that walks (t, g) fills its list first (select_quest_blocks).
   const int32_t* sel_offsets = nullptr;
   int32_t* sel_blocks = nullptr;
+  // The items' order (attention_item).
+  bool heads_outer = false;
 };
 
 // Quest: fills row t's list of blocks through KV head g (AttentionArgs::sel_blocks): its first

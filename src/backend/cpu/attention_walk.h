@@ -158,16 +158,20 @@ void attend_decode_heads(const AttentionArgs& args, int64_t t, int64_t g_begin, 
   }
 }
 
-// Items [begin, end): for each token block, the KV heads of it the range holds, run by run.
+// Items [begin, end) in args' order (attention_item): item after item, a token block's KV heads
+// that follow one another in the range together, run by run.
 template <class Tile>
 void attend_items(const AttentionArgs& args, int64_t begin, int64_t end, float* scratch) {
   const KvCacheSpec& shape = args.cache->spec();
   const int64_t n_kv = shape.n_kv_heads;
   const AttentionBatch& batch = args.batch;
+  const int64_t n_blocks = attention_blocks(batch.num_tokens);
   for (int64_t w = begin; w < end;) {
-    const int64_t block_begin = w / n_kv * kAttentionQueryBlock;
+    const AttentionItem item = attention_item(args.heads_outer, n_blocks, n_kv, w);
+    const int64_t block_begin = item.block * kAttentionQueryBlock;
     const int64_t block_end = std::min(block_begin + kAttentionQueryBlock, batch.num_tokens);
-    const int64_t g_begin = w % n_kv, g_end = std::min(n_kv, g_begin + (end - w));
+    const int64_t g_begin = item.head;
+    const int64_t g_end = args.heads_outer ? g_begin + 1 : std::min(n_kv, g_begin + (end - w));
     w += g_end - g_begin;
     // Quest: this item's rows' choices through its KV heads, before the walk reads them.
     for (int64_t t = block_begin; t < block_end && args.sel_offsets != nullptr; ++t)
