@@ -23,9 +23,6 @@ inline __m512i dpwssd_bcast_512(__m512i acc, __m512i a, const int16_t* b) {
   std::memcpy(&pair, b, 4);
   return simde_mm512_dpwssd_epi32(acc, a, simde_mm512_set1_epi32(pair));
 }
-inline __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b) {
-  return simde_mm512_dpwssd_epi32(acc, a, b);
-}
 // This SIMDe has neither 512-bit conversion: each half converts on AVX2 / F16C, the same roundings.
 inline __m512 cvtepi32_ps_512(__m512i v) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v))),

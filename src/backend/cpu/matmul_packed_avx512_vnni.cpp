@@ -37,9 +37,6 @@ inline __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8) {
 inline __m512i dpwssd_bcast_512(__m512i acc, __m512i a, const int16_t* b) {
   return dot_broadcast<true>(acc, a, b);
 }
-inline __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b) {
-  return _mm512_dpwssd_epi32(acc, a, b);
-}
 inline __m512 cvtepi32_ps_512(__m512i v) {
   return _mm512_cvtepi32_ps(v);
 }

@@ -18,8 +18,8 @@
 //   // _mm512_dpbusd_epi32 against the 4 bytes at s8 in every lane: vpdpbusd's embedded
 //   // broadcast (one instruction where a broadcast and a vpdpbusd took two)
 //   __m512i dpbusd_bcast_512(__m512i acc, __m512i u8, const int8_t* s8);
-//   __m512i dpwssd_512(__m512i acc, __m512i a, __m512i b);     // _mm512_dpwssd_epi32
-//   // dpwssd_512 against the int16 pair at b in every lane (vpdpwssd's embedded broadcast)
+//   // _mm512_dpwssd_epi32 against the int16 pair at b in every lane (vpdpwssd's embedded
+//   // broadcast)
 //   __m512i dpwssd_bcast_512(__m512i acc, __m512i a, const int16_t* b);
 //   __m512 cvtepi32_ps_512(__m512i v);                          // _mm512_cvtepi32_ps
 //   __m512 cvtph_ps_512(__m256i halves);                        // _mm512_cvtph_ps
