@@ -118,17 +118,17 @@ struct SumCorrection {
   }
 };
 
-// VnniQ4_0::dot on two groups; xc: each row's -8 * sum of the block's activations (its activation
+// VnniQ4_0::dot on two groups; xt: each row's -8 * sum of the block's activations (its activation
 // terms).
 struct WideQ4_0 : SumCorrection<-8> {
   using Narrow = VnniQ4_0;
   template <int R>
-  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xc,
+  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xt,
                          __m512i (&isum)[R]) {
     __m512i high[R];  // the high nibbles' sums: a second chain per row
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      isum[r] = _mm512_set1_epi32(xc[r]);
+      isum[r] = _mm512_set1_epi32(xt[r]);
       high[r] = _mm512_setzero_si512();
     }
     nibble_dots<R>(c0, c1, xq, 32, isum, high);
@@ -137,18 +137,18 @@ struct WideQ4_0 : SumCorrection<-8> {
   }
 };
 
-// VnniQ8_0::dot on two groups; xc: each row's -128 * sum of the block's activations (its
+// VnniQ8_0::dot on two groups; xt: each row's -128 * sum of the block's activations (its
 // activation terms).
 struct WideQ8_0 : SumCorrection<-128> {
   using Narrow = VnniQ8_0;
   template <int R>
-  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xc,
+  static inline void dot(const uint8_t* c0, const uint8_t* c1, const int8_t* xq, const int32_t* xt,
                          __m512i (&isum)[R]) {
     const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512i odd[R];  // the odd slices' sums: a second chain per row
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      isum[r] = _mm512_set1_epi32(xc[r]);
+      isum[r] = _mm512_set1_epi32(xt[r]);
       odd[r] = _mm512_setzero_si512();
     }
 #pragma GCC unroll 4
@@ -181,7 +181,7 @@ struct WideQ8_0 : SumCorrection<-128> {
 template <class K, int R>
 __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                          const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
-                                         const float* xd, const int32_t* xc, float* y,
+                                         const float* xd, const int32_t* xt, float* y,
                                          int64_t y_stride, bool stream) {
   constexpr int64_t kChunk = K::Narrow::kChunkBytes;
   __m512 acc[R];
@@ -193,7 +193,7 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
       prefetch_ahead(c0, kChunk);
       prefetch_ahead(c1, kChunk);
     }
-    K::template dot<R>(c0, c1, xq, xc, isum);
+    K::template dot<R>(c0, c1, xq, xt, isum);
     const __m512 d = cvtph_ps_512(load_half_pair(s0, s1));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = add_block_total(acc[r], isum[r], d, xd[r]);
@@ -203,7 +203,7 @@ __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, c
     s1 += 8;
     xq += 32 * kTile;
     xd += kTile;
-    xc += K::kTermsPerBlock * kTile;
+    xt += K::kTermsPerBlock * kTile;
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * y_stride, acc[r]);
@@ -525,12 +525,12 @@ const int32_t* activation_terms(const Q8Rows& x, int64_t n_tiles, int64_t n_bloc
 }
 
 // One row tile on groups g and g + 1 (`pair`: K's wide tile, its panel vectors as M says) or on
-// group g alone (the 256-bit tile of K::Narrow). xc: the tile's activation terms where K takes
+// group g alone (the 256-bit tile of K::Narrow). xt: the tile's activation terms where K takes
 // them.
 template <class K, Panel M, int R>
 inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
-                               const float* xd, const int16_t* xs, const int32_t* xc, float* y,
+                               const float* xd, const int16_t* xs, const int32_t* xt, float* y,
                                int64_t y_stride, bool stream, __m512i* panel) {
   using N = typename K::Narrow;
   if (!pair) {
@@ -538,9 +538,9 @@ inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, 
   } else if constexpr (takes_panel<K>()) {
     K::template tile<M, R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream, panel);
   } else if constexpr (N::kBlock == 256) {
-    K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xc, y, y_stride, stream);
+    K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xt, y, y_stride, stream);
   } else {
-    wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xc, y, y_stride, stream);
+    wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xt, y, y_stride, stream);
   }
 }
 
@@ -548,17 +548,17 @@ inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, 
 template <class K, int R>
 inline void run_row_tile(Panel mode, bool pair, const uint8_t* c0, const uint8_t* c1,
                          const uint16_t* s0, const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
-                         const float* xd, const int16_t* xs, const int32_t* xc, float* y,
+                         const float* xd, const int16_t* xs, const int32_t* xt, float* y,
                          int64_t y_stride, bool stream, __m512i* panel) {
   if constexpr (panel_vectors<K>() > 0) {
     if (mode == Panel::kUnpackAndKeep)
       return run_wide_or_narrow<K, Panel::kUnpackAndKeep, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd,
-                                                             xs, xc, y, y_stride, stream, panel);
+                                                             xs, xt, y, y_stride, stream, panel);
     if (mode == Panel::kReuse)
-      return run_wide_or_narrow<K, Panel::kReuse, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc,
+      return run_wide_or_narrow<K, Panel::kReuse, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt,
                                                      y, y_stride, stream, panel);
   }
-  run_wide_or_narrow<K, Panel::kUnpack, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y,
+  run_wide_or_narrow<K, Panel::kUnpack, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y,
                                            y_stride, stream, panel);
 }
 
@@ -590,8 +590,8 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
   const auto panel_size = static_cast<size_t>(n_blocks * panel_vectors<K>());
   if (panel_buffer.size() < panel_size) panel_buffer.resize(panel_size);
   auto* panel = reinterpret_cast<__m512i*>(panel_buffer.data());
-  const int32_t* sum_terms = nullptr;
-  if constexpr (takes_terms<K>()) sum_terms = activation_terms<K>(x, n_tiles, n_blocks);
+  const int32_t* terms = nullptr;
+  if constexpr (takes_terms<K>()) terms = activation_terms<K>(x, n_tiles, n_blocks);
   for (int64_t p0 = 0; p0 < n_tiles; p0 += panel_tiles) {
     const int64_t p1 = std::min(n_tiles, p0 + panel_tiles);
     for (int64_t g = o_begin / 8; g < o_end / 8;) {
@@ -605,8 +605,8 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
         const int8_t* xq = x.qs + first * N::kBlock;
         const float* xd = x.d + first;
         const int16_t* xs = x.bsums + first * sums_per_block;
-        const int32_t* xc = nullptr;  // the tile's activation terms, where K takes them
-        if constexpr (takes_terms<K>()) xc = sum_terms + first * K::kTermsPerBlock;
+        const int32_t* xt = nullptr;  // the tile's activation terms, where K takes them
+        if constexpr (takes_terms<K>()) xt = terms + first * K::kTermsPerBlock;
         float* y = a.y + t * kTile * a.n_out + 8 * g;
         const bool stream = t == p0;
         // Keeping the vectors costs their stores: a panel of 2 row tiles (8 rows) was 8% slower
@@ -616,19 +616,19 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
                                        : Panel::kReuse;
         switch (std::min(kTile, a.n_rows - t * kTile)) {
           case 4:
-            run_row_tile<K, 4>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+            run_row_tile<K, 4>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
                                stream, panel);
             break;
           case 3:
-            run_row_tile<K, 3>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+            run_row_tile<K, 3>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
                                stream, panel);
             break;
           case 2:
-            run_row_tile<K, 2>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+            run_row_tile<K, 2>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
                                stream, panel);
             break;
           default:
-            run_row_tile<K, 1>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xc, y, a.n_out,
+            run_row_tile<K, 1>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
                                stream, panel);
             break;
         }
