@@ -11,6 +11,7 @@
 #include <chrono>
 #include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/matmul.h"
@@ -188,6 +189,49 @@ void BM_MatmulGroupQkv(benchmark::State& state) {
 BENCHMARK(BM_MatmulGroupQkv)
     ->ArgNames({"grouped", "threads"})
     ->ArgsProduct({{0, 1}, {vesper::ThreadPool::hardware_threads()}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The packed products as a model's decode step meets them: a 110M-class model's feed-forward
+// matrices (gate, up: 768 -> 2048; down: 2048 -> 768) for `layers` layers of distinct weights,
+// each called once per iteration. At 24 layers (about 64 MB of q4_0, twice this VM's L3) the
+// weights stream from memory as they do in a step, where BM_PackedMatmul's one matrix stays in
+// cache; at 1 layer (2.6 MB) they stay in cache: the difference is the time the kernels wait for
+// memory. Args: type (index into kPackedTypes), activation rows, layers, threads.
+void BM_PackedMatmulStreamed(benchmark::State& state) {
+  const GgmlType type = kPackedTypes[state.range(0)];
+  const int64_t rows = state.range(1), layers = state.range(2);
+  const int threads = static_cast<int>(state.range(3));
+  constexpr int64_t kDim = 768, kHidden = 2048;
+  state.SetLabel(std::string(vesper::tensor::type_name(type)) + " packed, " +
+                 std::to_string(layers) + " layers");
+  const std::vector<uint8_t> up = random_weights(type, kDim, kHidden);
+  const std::vector<uint8_t> down = random_weights(type, kHidden, kDim);
+  std::vector<vesper::backend::PackedWeights> w;
+  for (int64_t l = 0; l < layers; ++l) {
+    w.push_back(vesper::backend::prepare_weights(type, up.data(), kDim, kHidden));
+    w.push_back(vesper::backend::prepare_weights(type, up.data(), kDim, kHidden));
+    w.push_back(vesper::backend::prepare_weights(type, down.data(), kHidden, kDim));
+  }
+  size_t bytes = 0;
+  for (const auto& p : w) bytes += p.bytes();
+  const std::vector<float> x = random_activations(rows * kHidden);
+  std::vector<float> y(rows * kHidden);
+  vesper::ThreadPool pool(threads);
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (const auto& p : w) vesper::backend::matmul(p, x.data(), rows, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  // 3 * layers matrices of kDim x kHidden multiply-adds each.
+  set_matmul_counters(state, seconds_since(start), type, bytes, kDim, 3 * layers * kHidden, rows,
+                      threads);
+}
+
+BENCHMARK(BM_PackedMatmulStreamed)
+    ->ArgNames({"type", "rows", "layers", "threads"})
+    ->ArgsProduct({{0, 3}, {1, 8, 32}, {1, 24}, {vesper::ThreadPool::hardware_threads()}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -54,8 +54,10 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   // Spin briefly (workers usually finish together), then yield so that an oversubscribed
   // machine still lets the stragglers run.
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinIterations) VESPER_CPU_RELAX();
-    else std::this_thread::yield();
+    if (spin < kSpinIterations)
+      VESPER_CPU_RELAX();
+    else
+      std::this_thread::yield();
   }
   job_ = nullptr;
 }
@@ -76,20 +78,54 @@ void ThreadPool::for_each_piece(int64_t n_pieces, const std::function<void(int64
     for (int64_t p = 0; p < n_pieces; ++p) fn(p);
     return;
   }
+  deal_shares(n_pieces);
+  // run() publishes the shares to the workers (its generation store releases them).
+  run([this, &fn](int index, int count) { take_pieces(index, count, fn); });
+}
+
+void ThreadPool::for_each_piece(int64_t n_first, const std::function<void(int64_t)>& first,
+                                int64_t n_pieces, const std::function<void(int64_t)>& fn) {
+  if (n_first <= 0) return for_each_piece(n_pieces, fn);
+  if (num_threads_ == 1 || (n_first == 1 && n_pieces <= 1)) {
+    for (int64_t i = 0; i < n_first; ++i) first(i);
+    for (int64_t p = 0; p < n_pieces; ++p) fn(p);
+    return;
+  }
+  deal_shares(std::max<int64_t>(n_pieces, 0));
+  first_next_.store(0, std::memory_order_relaxed);
+  first_done_.store(0, std::memory_order_relaxed);
+  run([this, n_first, &first, &fn](int index, int count) {
+    for (int64_t i = first_next_.fetch_add(1, std::memory_order_relaxed); i < n_first;
+         i = first_next_.fetch_add(1, std::memory_order_relaxed)) {
+      first(i);
+      first_done_.fetch_add(1, std::memory_order_release);
+    }
+    // The acquire load that reads n_first synchronizes with every call's release.
+    for (int spin = 0; first_done_.load(std::memory_order_acquire) < n_first; ++spin) {
+      if (spin < kSpinIterations)
+        VESPER_CPU_RELAX();
+      else
+        std::this_thread::yield();
+    }
+    take_pieces(index, count, fn);
+  });
+}
+
+void ThreadPool::deal_shares(int64_t n_pieces) {
   const int64_t n = num_threads_;
   for (int64_t t = 0; t < n; ++t) {
     shares_[static_cast<size_t>(t)].next.store(n_pieces * t / n, std::memory_order_relaxed);
     shares_[static_cast<size_t>(t)].end = n_pieces * (t + 1) / n;
   }
-  // run() publishes the shares to the workers (its generation store releases them).
-  run([this, &fn](int index, int count) {
-    for (int k = 0; k < count; ++k) {
-      Share& share = shares_[static_cast<size_t>((index + k) % count)];
-      for (int64_t p = share.next.fetch_add(1, std::memory_order_relaxed); p < share.end;
-           p = share.next.fetch_add(1, std::memory_order_relaxed))
-        fn(p);
-    }
-  });
+}
+
+void ThreadPool::take_pieces(int index, int count, const std::function<void(int64_t)>& fn) {
+  for (int k = 0; k < count; ++k) {
+    Share& share = shares_[static_cast<size_t>((index + k) % count)];
+    for (int64_t p = share.next.fetch_add(1, std::memory_order_relaxed); p < share.end;
+         p = share.next.fetch_add(1, std::memory_order_relaxed))
+      fn(p);
+  }
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -97,8 +133,10 @@ void ThreadPool::worker_loop(int index) {
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-      if (spin < kSpinIterations / 2) VESPER_CPU_RELAX();
-      else std::this_thread::yield();
+      if (spin < kSpinIterations / 2)
+        VESPER_CPU_RELAX();
+      else
+        std::this_thread::yield();
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {

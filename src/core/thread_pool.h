@@ -41,12 +41,24 @@ class ThreadPool {
   // its share to the others instead of holding all of them at the end of the job. Which thread
   // runs a piece varies from call to call: fn must compute each piece the same way on any thread.
   void for_each_piece(int64_t n_pieces, const std::function<void(int64_t)>& fn);
+  // for_each_piece with a first phase in the same job: calls first(i) once for each i of
+  // [0, n_first), the threads claiming them one at a time as they come, then deals the pieces
+  // as above once every first(i) has returned (fn may read what any of them wrote). A thread
+  // that starts late finds the first phase done by the others: it waits only for calls already
+  // running. What one pool job costs less than a first phase on the calling thread alone (the
+  // other threads idle) followed by the pieces, or than two jobs.
+  void for_each_piece(int64_t n_first, const std::function<void(int64_t)>& first, int64_t n_pieces,
+                      const std::function<void(int64_t)>& fn);
 
   // The number of hardware threads, at least 1.
   static int hardware_threads();
 
  private:
   void worker_loop(int index);
+  // for_each_piece's parts: each thread's share of [0, n_pieces) (before the job), and thread
+  // `index`'s run through its own share, then the others' (in the job).
+  void deal_shares(int64_t n_pieces);
+  void take_pieces(int index, int count, const std::function<void(int64_t)>& fn);
 
   // One thread's share in for_each_piece: the next piece to claim and the end of the share, on a
   // cache line of its own so that claims from one's own share do not contend.
@@ -64,6 +76,11 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
+  // for_each_piece's first phase: the next call to claim and the calls done, each on a cache line
+  // of its own (away from the job's fields, which the workers read as it starts; the class is
+  // padded to whole lines after it).
+  alignas(64) std::atomic<int64_t> first_next_{0};
+  alignas(64) std::atomic<int64_t> first_done_{0};
 };
 
 }  // namespace vesper

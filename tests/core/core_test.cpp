@@ -65,6 +65,57 @@ TEST(ThreadPool, ForEachPieceLeavesAHeldUpThreadsShareToTheOthers) {
   }
 }
 
+// The first phase runs each call once and is done, everything it wrote visible, before any
+// piece starts; a thread held up in the first phase leaves the rest of it to the others.
+TEST(ThreadPool, ForEachPieceRunsTheFirstPhaseBeforeEveryPiece) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n_first : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{64}}) {
+      for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{200}}) {
+        std::vector<int64_t> written(static_cast<size_t>(n_first), 0);  // plain writes
+        std::vector<std::atomic<int>> first_hits(static_cast<size_t>(n_first));
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<bool> saw_all{true};
+        pool.for_each_piece(
+            n_first,
+            [&](int64_t i) {
+              first_hits[static_cast<size_t>(i)].fetch_add(1);
+              written[static_cast<size_t>(i)] = i + 1;
+            },
+            n,
+            [&](int64_t p) {
+              hits[static_cast<size_t>(p)].fetch_add(1);
+              for (int64_t i = 0; i < n_first; ++i)
+                if (written[static_cast<size_t>(i)] != i + 1) saw_all = false;
+            });
+        for (int64_t i = 0; i < n_first; ++i)
+          EXPECT_EQ(first_hits[static_cast<size_t>(i)].load(), 1) << threads << " threads";
+        for (int64_t p = 0; p < n; ++p)
+          EXPECT_EQ(hits[static_cast<size_t>(p)].load(), 1) << threads << " threads";
+        EXPECT_TRUE(saw_all.load()) << threads << " threads, " << n_first << " first";
+      }
+    }
+  }
+  // Call 0 holds its thread until the other 9 are done, which only another thread can do.
+  ThreadPool pool(2);
+  std::atomic<int64_t> rest_done{0};
+  bool all_done = false;
+  pool.for_each_piece(
+      10,
+      [&](int64_t i) {
+        if (i != 0) {
+          rest_done.fetch_add(1);
+          return;
+        }
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (rest_done.load() < 9 && std::chrono::steady_clock::now() < give_up)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        all_done = rest_done.load() == 9;
+      },
+      4, [](int64_t) {});
+  EXPECT_TRUE(all_done);
+}
+
 TEST(ThreadPool, RunsManyJobsBackToBack) {
   ThreadPool pool(3);
   std::atomic<int64_t> total{0};

@@ -237,39 +237,58 @@ void run_parts(Isa isa, Part* parts, int n_parts, ThreadPool& pool) {
       parts[i].kernel(parts[i].args, 0, parts[i].args.n_out, thread_scratch(n_in));
     return;
   }
-  // Each row is quantized by itself, so splitting rows across threads changes nothing.
-  for (int k = 0; k < n_layouts; ++k) {
-    const Q8Rows& xq = layouts[k];
-    if (n_rows * n_in < (int64_t{1} << 16)) {
-      quantize_rows(xq, x, 0, n_rows, avx2);
-    } else {
+  // Each part's output features in pieces of 32 (two 64-byte lines of a row of y, so threads never
+  // share a line; whole pairs of the 8-feature groups that the wide kernels take two at a time),
+  // the parts' pieces one after another, taken by the threads as ThreadPool::for_each_piece deals
+  // them. Each output element is computed by exactly one thread, start to finish, so neither the
+  // thread count nor which thread takes a piece can change its value. The lambdas capture one
+  // pointer, small enough for std::function not to allocate.
+  constexpr int64_t kPiece = 32;
+  // Each row is quantized by itself, so splitting rows across threads changes nothing. Many rows
+  // (prefill) are split as parallel_for splits them, in a job of their own. Fewer (decode
+  // batches) are quantized in the pieces' job, before the pieces, 4 rows (a packed kernel's row
+  // tile, whose blocks interleave: no two threads write one cache line of it) at a time per
+  // layout: a job of their own would cost more than they take, and on the calling thread alone,
+  // with the others idle, they took 4% of its time in a 110M model's decode step of 8 sequences,
+  // most of it its stores waiting for the cache lines the other thread had read in the product
+  // before.
+  constexpr int64_t kQuantizeRows = 4;
+  const bool quantize_first = n_rows * n_in < (int64_t{1} << 16);
+  if (!quantize_first) {
+    for (int k = 0; k < n_layouts; ++k) {
+      const Q8Rows& xq = layouts[k];
       pool.parallel_for(static_cast<size_t>(n_rows), [&xq, x, avx2](size_t begin, size_t end) {
         quantize_rows(xq, x, static_cast<int64_t>(begin), static_cast<int64_t>(end), avx2);
       });
     }
   }
-  // Each part's output features in pieces of 32 (two 64-byte lines of a row of y, so threads never
-  // share a line; whole pairs of the 8-feature groups that the wide kernels take two at a time),
-  // the parts' pieces one after another, taken by the threads as ThreadPool::for_each_piece deals
-  // them. Each output element is computed by exactly one thread, start to finish, so neither the
-  // thread count nor which thread takes a piece can change its value. The lambda captures one
-  // pointer, small enough for std::function not to allocate.
-  constexpr int64_t kPiece = 32;
   struct Job {
     const Part* parts;
     int n_parts;
     int64_t first_piece[kMaxMatmulGroup + 1];  // part i's pieces are [first_piece[i], [i + 1])
-  } job{parts, n_parts, {}};
+    const Q8Rows* layouts;
+    int64_t row_items;  // items of kQuantizeRows rows per layout
+    const float* x;
+    int64_t n_rows;
+    bool avx2;
+  } job{parts, n_parts, {}, layouts, (n_rows + kQuantizeRows - 1) / kQuantizeRows, x, n_rows, avx2};
   for (int i = 0; i < n_parts; ++i)
     job.first_piece[i + 1] = job.first_piece[i] + (parts[i].args.n_out + kPiece - 1) / kPiece;
   const Job* const jp = &job;
-  pool.for_each_piece(job.first_piece[n_parts], [jp](int64_t piece) {
-    int i = 0;
-    while (piece >= jp->first_piece[i + 1]) ++i;
-    const Part& p = jp->parts[i];
-    const int64_t begin = (piece - jp->first_piece[i]) * kPiece;
-    p.kernel(p.args, begin, std::min(p.args.n_out, begin + kPiece), thread_scratch(p.args.n_in));
-  });
+  const auto quantize = [jp](int64_t item) {
+    const int64_t r = item % jp->row_items * kQuantizeRows;
+    quantize_rows(jp->layouts[item / jp->row_items], jp->x, r,
+                  std::min(jp->n_rows, r + kQuantizeRows), jp->avx2);
+  };
+  pool.for_each_piece(quantize_first ? n_layouts * job.row_items : 0, quantize,
+                      job.first_piece[n_parts], [jp](int64_t piece) {
+                        int i = 0;
+                        while (piece >= jp->first_piece[i + 1]) ++i;
+                        const Part& p = jp->parts[i];
+                        const int64_t begin = (piece - jp->first_piece[i]) * kPiece;
+                        p.kernel(p.args, begin, std::min(p.args.n_out, begin + kPiece),
+                                 thread_scratch(p.args.n_in));
+                      });
 }
 
 // The part that computes y = W x for weights in place; checks what matmul's callers may get

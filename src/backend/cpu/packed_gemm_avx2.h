@@ -40,11 +40,30 @@ constexpr int64_t kTile = kPackedRowTile;
 // the hardware prefetchers alone left the packed GEMV well short of the memory bandwidth on the
 // 2-core VMs this was measured on (1B Q4_0 single-stream decode: ~+15% with this; a 9-row pass
 // of a 250 MB Q8_0 model, whose first tile has 4 rows: 28.5 -> 23.4 ms). Requests the cache
-// lines kPrefetchBytes ahead of the `bytes` about to be read.
+// lines `distance` bytes ahead of the `bytes` about to be read.
 constexpr int64_t kPrefetchBytes = 2048;
-inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
+inline void prefetch_ahead(const uint8_t* p, int64_t bytes, int64_t distance) {
   for (int64_t off = 0; off < bytes; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + off), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + distance + off), _MM_HINT_T0);
+}
+
+// How far ahead (bytes; 0: not at all) row tile t of a panel [p0, p1) requests weights, for the
+// `first` group (or pair of groups) of a thread's range or a later one, `next` bytes on to the
+// group (pair) after. Decode, and panels of more than kLookaheadTiles tiles (prefill): the
+// panel's first tile streams its own weights, kPrefetchBytes ahead. Smaller panels (2 to 32
+// activation rows): there the first tile's streaming stalled it while memory sat idle as the
+// others ran on weights in L1, so that 8 rows took the time of the arithmetic plus that of the
+// read, not the larger (`BM_PackedMatmulStreamed`: 24 layers of a 110M model's feed-forward
+// weights against 1 layer that stays in cache). Each group's first tile instead requests the
+// next group's weights as it reads its own, which the group before requested: the range's first
+// group streams its own in its first tile and requests the next in its second (or, with one
+// tile, leaves the next to the hardware prefetcher).
+constexpr int64_t kLookaheadTiles = 8;
+inline int64_t prefetch_distance(int64_t t, int64_t p0, int64_t p1, int64_t n_rows, bool first,
+                                 int64_t next) {
+  if (n_rows == 1 || p1 - p0 > kLookaheadTiles) return t == p0 ? kPrefetchBytes : 0;
+  if (!first) return t == p0 ? next : 0;
+  return t == p0 ? kPrefetchBytes : t == p0 + 1 ? next : 0;
 }
 static_assert(kTile == 4, "run_packed dispatches tiles of 1 to 4 rows");
 
@@ -64,18 +83,18 @@ inline __m256i broadcast_4(const int8_t* p) {
 
 // Outputs 8g .. 8g + 7 (chunks from `chunk`, scales from `sc`) of the R rows of one activation
 // tile (quants xq, scales xd, sums xs, all kTile-interleaved), written to y, y + y_stride, ...
-// `stream`: this tile is the first to read these weights (prefetch them).
+// `ahead`: how far ahead of its reads the tile requests weights (prefetch_distance; 0: none).
 // Not inlined into run_packed: on its own, each tile's loop gets all 16 vector registers.
 template <class K, int R>
 __attribute__((noinline)) void tile(const uint8_t* chunk, const uint16_t* sc, int64_t n_blocks,
                                     const int8_t* xq, const float* xd, const int16_t* xs, float* y,
-                                    int64_t y_stride, bool stream) {
+                                    int64_t y_stride, int64_t ahead) {
   __m256 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     __m256i isum[R];
-    if (stream) prefetch_ahead(chunk, K::kChunkBytes);
+    if (ahead != 0) prefetch_ahead(chunk, K::kChunkBytes, ahead);
     K::template dot<R>(chunk, xq, xs, isum);
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
 #pragma GCC unroll 4
@@ -98,11 +117,12 @@ __attribute__((noinline)) void tile(const uint8_t* chunk, const uint16_t* sc, in
 // (K::tile<R>, the 256-element k-quants) or the block-sum tile above over K::dot<R>.
 template <class K, int R>
 inline void run_tile(const uint8_t* chunk, const uint16_t* sc, int64_t n_blocks, const int8_t* xq,
-                     const float* xd, const int16_t* xs, float* y, int64_t y_stride, bool stream) {
+                     const float* xd, const int16_t* xs, float* y, int64_t y_stride,
+                     int64_t ahead) {
   if constexpr (K::kBlock == 256) {
-    K::template tile<R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride, stream);
+    K::template tile<R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride, ahead);
   } else {
-    tile<K, R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride, stream);
+    tile<K, R>(chunk, sc, n_blocks, xq, xd, xs, y, y_stride, ahead);
   }
 }
 
@@ -125,18 +145,20 @@ void run_packed(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*) {
         const float* xd = x.d + first;
         const int16_t* xs = x.bsums + first * sums_per_block;
         float* y = a.y + t * kTile * a.n_out + 8 * g;
+        const int64_t ahead =
+            prefetch_distance(t, p0, p1, a.n_rows, g == o_begin / 8, n_blocks * K::kChunkBytes);
         switch (std::min(kTile, a.n_rows - t * kTile)) {
           case 4:
-            run_tile<K, 4>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
+            run_tile<K, 4>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, ahead);
             break;
           case 3:
-            run_tile<K, 3>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
+            run_tile<K, 3>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, ahead);
             break;
           case 2:
-            run_tile<K, 2>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
+            run_tile<K, 2>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, ahead);
             break;
           default:
-            run_tile<K, 1>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, t == p0);
+            run_tile<K, 1>(chunk, sc, n_blocks, xq, xd, xs, y, a.n_out, ahead);
             break;
         }
       }

@@ -110,7 +110,7 @@ struct PackedScaleMinK {
   __attribute__((noinline)) static void tile(const uint8_t* chunk, const uint16_t* meta,
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
                                              const int16_t* xs, float* y, int64_t y_stride,
-                                             bool stream) {
+                                             int64_t ahead) {
     __m256 acc[R], accm[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
@@ -119,7 +119,7 @@ struct PackedScaleMinK {
       const uint8_t* mins = sc + 64;
       __m256i isum[R];
       for (int s = 0; s < 8; ++s) {
-        if (stream) prefetch_ahead(chunk, kSubBlockBytes);
+        if (ahead != 0) prefetch_ahead(chunk, kSubBlockBytes, ahead);
         if constexpr (kFifthBit) {
           Dot::template q5_k<R>(chunk, xq + 32 * s, sc, s == 0, isum);
         } else {
@@ -197,7 +197,7 @@ struct PackedSub16K {
   __attribute__((noinline)) static void tile(const uint8_t* chunk, const uint16_t* meta,
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
                                              const int16_t* xs, float* y, int64_t y_stride,
-                                             bool stream) {
+                                             int64_t ahead) {
     constexpr int kScalesAt = F::kHasMin ? 16 : 8;  // uint16 entries before the scale bytes
     __m256 acc[R], accm[R];
 #pragma GCC unroll 4
@@ -206,7 +206,7 @@ struct PackedSub16K {
       const auto* sc = reinterpret_cast<const uint8_t*>(meta + kScalesAt);
       __m256i isum[R];
       for (int g = 0; g < 8; ++g) {
-        if (stream) prefetch_ahead(chunk, F::kGroupBytes);
+        if (ahead != 0) prefetch_ahead(chunk, F::kGroupBytes, ahead);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * g));
 #pragma GCC unroll 2
         for (int m = 0; m < 2; ++m) {

@@ -182,16 +182,16 @@ template <class K, int R>
 __attribute__((noinline)) void wide_tile(const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                          const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
                                          const float* xd, const int32_t* xt, float* y,
-                                         int64_t y_stride, bool stream) {
+                                         int64_t y_stride, int64_t ahead) {
   constexpr int64_t kChunk = K::Narrow::kChunkBytes;
   __m512 acc[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     __m512i isum[R];
-    if (stream) {
-      prefetch_ahead(c0, kChunk);
-      prefetch_ahead(c1, kChunk);
+    if (ahead != 0) {
+      prefetch_ahead(c0, kChunk, ahead);
+      prefetch_ahead(c1, kChunk, ahead);
     }
     K::template dot<R>(c0, c1, xq, xt, isum);
     const __m512 d = cvtph_ps_512(load_half_pair(s0, s1));
@@ -256,7 +256,7 @@ struct WideScaleMinK {
                                              const uint16_t* m0, const uint16_t* m1,
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
                                              const int32_t* xt, float* y, int64_t y_stride,
-                                             bool stream) {
+                                             int64_t ahead) {
     __m512 acc[R], accm[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) acc[r] = accm[r] = _mm512_setzero_ps();
@@ -267,9 +267,9 @@ struct WideScaleMinK {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
       for (int s = 0; s < 8; ++s) {
-        if (stream) {
-          prefetch_ahead(c0, kSubBlockBytes);
-          prefetch_ahead(c1, kSubBlockBytes);
+        if (ahead != 0) {
+          prefetch_ahead(c0, kSubBlockBytes, ahead);
+          prefetch_ahead(c1, kSubBlockBytes, ahead);
         }
         const __m512i scale = join(
             _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc0 + 8 * s))),
@@ -377,7 +377,7 @@ struct WideSub16K {
                                              const uint16_t* m0, const uint16_t* m1,
                                              int64_t n_blocks, const int8_t* xq, const float* xd,
                                              const int16_t* xs, float* y, int64_t y_stride,
-                                             bool stream, __m512i* panel) {
+                                             int64_t ahead, __m512i* panel) {
     constexpr int kScalesAt = F::kHasMin ? 16 : 8;  // uint16 entries before the scale bytes
     PanelCursor<M> cursor{panel};
     __m512 acc[R], accm[R];
@@ -390,9 +390,9 @@ struct WideSub16K {
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) isum[r] = imin[r] = _mm512_setzero_si512();
       for (int g = 0; g < 8; ++g) {
-        if (stream) {  // only a panel's first row tile, never kReuse
-          prefetch_ahead(c0, F::kGroupBytes);
-          prefetch_ahead(c1, F::kGroupBytes);
+        if (ahead != 0) {
+          prefetch_ahead(c0, F::kGroupBytes, ahead);
+          prefetch_ahead(c1, F::kGroupBytes, ahead);
         }
         if constexpr (F::kHasMin) {
           // Sub-blocks 2g and 2g + 1's mins (4-bit, laid out as the scales) as int16 pairs, times
@@ -531,16 +531,16 @@ template <class K, Panel M, int R>
 inline void run_wide_or_narrow(bool pair, const uint8_t* c0, const uint8_t* c1, const uint16_t* s0,
                                const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
                                const float* xd, const int16_t* xs, const int32_t* xt, float* y,
-                               int64_t y_stride, bool stream, __m512i* panel) {
+                               int64_t y_stride, int64_t ahead, __m512i* panel) {
   using N = typename K::Narrow;
   if (!pair) {
-    run_tile<N, R>(c0, s0, n_blocks, xq, xd, xs, y, y_stride, stream);
+    run_tile<N, R>(c0, s0, n_blocks, xq, xd, xs, y, y_stride, ahead);
   } else if constexpr (takes_panel<K>()) {
-    K::template tile<M, R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, stream, panel);
+    K::template tile<M, R>(c0, c1, s0, s1, n_blocks, xq, xd, xs, y, y_stride, ahead, panel);
   } else if constexpr (N::kBlock == 256) {
-    K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xt, y, y_stride, stream);
+    K::template tile<R>(c0, c1, s0, s1, n_blocks, xq, xd, xt, y, y_stride, ahead);
   } else {
-    wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xt, y, y_stride, stream);
+    wide_tile<K, R>(c0, c1, s0, s1, n_blocks, xq, xd, xt, y, y_stride, ahead);
   }
 }
 
@@ -549,17 +549,17 @@ template <class K, int R>
 inline void run_row_tile(Panel mode, bool pair, const uint8_t* c0, const uint8_t* c1,
                          const uint16_t* s0, const uint16_t* s1, int64_t n_blocks, const int8_t* xq,
                          const float* xd, const int16_t* xs, const int32_t* xt, float* y,
-                         int64_t y_stride, bool stream, __m512i* panel) {
+                         int64_t y_stride, int64_t ahead, __m512i* panel) {
   if constexpr (panel_vectors<K>() > 0) {
     if (mode == Panel::kUnpackAndKeep)
       return run_wide_or_narrow<K, Panel::kUnpackAndKeep, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd,
-                                                             xs, xt, y, y_stride, stream, panel);
+                                                             xs, xt, y, y_stride, ahead, panel);
     if (mode == Panel::kReuse)
       return run_wide_or_narrow<K, Panel::kReuse, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt,
-                                                     y, y_stride, stream, panel);
+                                                     y, y_stride, ahead, panel);
   }
   run_wide_or_narrow<K, Panel::kUnpack, R>(pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y,
-                                           y_stride, stream, panel);
+                                           y_stride, ahead, panel);
 }
 
 // run_packed<K::Narrow> with the groups taken in pairs (K's wide tile); a last odd group of the
@@ -608,7 +608,10 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
         const int32_t* xt = nullptr;  // the tile's activation terms, where K takes them
         if constexpr (takes_terms<K>()) xt = terms + first * K::kTermsPerBlock;
         float* y = a.y + t * kTile * a.n_out + 8 * g;
-        const bool stream = t == p0;
+        // The next pair starts 2 groups on (where this is the last group, the request runs past
+        // the range: a few lines for nothing).
+        const int64_t ahead =
+            prefetch_distance(t, p0, p1, a.n_rows, g == o_begin / 8, 2 * group_chunks);
         // Keeping the vectors costs their stores: a panel of 2 row tiles (8 rows) was 8% slower
         // for it, so panels of 3 and more.
         const Panel mode = p1 - p0 < 3 ? Panel::kUnpack
@@ -617,19 +620,19 @@ void run_packed_wide(const MatmulArgs& a, int64_t o_begin, int64_t o_end, float*
         switch (std::min(kTile, a.n_rows - t * kTile)) {
           case 4:
             run_row_tile<K, 4>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
-                               stream, panel);
+                               ahead, panel);
             break;
           case 3:
             run_row_tile<K, 3>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
-                               stream, panel);
+                               ahead, panel);
             break;
           case 2:
             run_row_tile<K, 2>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
-                               stream, panel);
+                               ahead, panel);
             break;
           default:
             run_row_tile<K, 1>(mode, pair, c0, c1, s0, s1, n_blocks, xq, xd, xs, xt, y, a.n_out,
-                               stream, panel);
+                               ahead, panel);
             break;
         }
       }
