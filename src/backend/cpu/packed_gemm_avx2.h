@@ -51,9 +51,10 @@ inline void prefetch_ahead(const uint8_t* p, int64_t bytes, int64_t distance) {
 // `first` group (or pair of groups) of a thread's range or a later one, `next` bytes on to the
 // group (pair) after. Decode, and panels of more than kLookaheadTiles tiles (prefill): the
 // panel's first tile streams its own weights, kPrefetchBytes ahead. Smaller panels (2 to 32
-// activation rows): there the first tile's streaming stalled it while memory sat idle as the
-// others ran on weights in L1, so that 8 rows took the time of the arithmetic plus that of the
-// read, not the larger (`BM_PackedMatmulStreamed`: 24 layers of a 110M model's feed-forward
+// activation rows, decode batches; and every panel of a matrix with more than 8,192 inputs, whose
+// panels are that small): there the first tile's streaming stalled it while memory sat idle as
+// the others ran on weights in L1, so that 8 rows took the time of the arithmetic plus that of
+// the read, not the larger (`BM_PackedMatmulStreamed`: 24 layers of a 110M model's feed-forward
 // weights against 1 layer that stays in cache). Each group's first tile instead requests the
 // next group's weights as it reads its own, which the group before requested: the range's first
 // group streams its own in its first tile and requests the next in its second (or, with one
