@@ -15,6 +15,18 @@ namespace vesper {
 namespace {
 // Spin iterations before a worker sleeps on the condition variable.
 constexpr int kSpinIterations = 4000;
+
+// Waits until done() holds: spinning briefly, then yielding, so that an oversubscribed machine
+// still lets the threads waited on run.
+template <class Done>
+void spin_until(const Done& done) {
+  for (int spin = 0; !done(); ++spin) {
+    if (spin < kSpinIterations)
+      VESPER_CPU_RELAX();
+    else
+      std::this_thread::yield();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads)
@@ -51,14 +63,8 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   wake_.notify_all();
   fn(0, num_threads_);
-  // Spin briefly (workers usually finish together), then yield so that an oversubscribed
-  // machine still lets the stragglers run.
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < kSpinIterations)
-      VESPER_CPU_RELAX();
-    else
-      std::this_thread::yield();
-  }
+  // Workers usually finish together.
+  spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
   job_ = nullptr;
 }
 
@@ -101,12 +107,7 @@ void ThreadPool::for_each_piece(int64_t n_first, const std::function<void(int64_
       first_done_.fetch_add(1, std::memory_order_release);
     }
     // The acquire load that reads n_first synchronizes with every call's release.
-    for (int spin = 0; first_done_.load(std::memory_order_acquire) < n_first; ++spin) {
-      if (spin < kSpinIterations)
-        VESPER_CPU_RELAX();
-      else
-        std::this_thread::yield();
-    }
+    spin_until([this, n_first] { return first_done_.load(std::memory_order_acquire) >= n_first; });
     take_pieces(index, count, fn);
   });
 }

@@ -45,8 +45,8 @@ class ThreadPool {
   // [0, n_first), the threads claiming them one at a time as they come, then deals the pieces
   // as above once every first(i) has returned (fn may read what any of them wrote). A thread
   // that starts late finds the first phase done by the others: it waits only for calls already
-  // running. What one pool job costs less than a first phase on the calling thread alone (the
-  // other threads idle) followed by the pieces, or than two jobs.
+  // running. One pool job costs less than the first phase on the calling thread alone (the
+  // other threads idle) and then the pieces, or than two jobs.
   void for_each_piece(int64_t n_first, const std::function<void(int64_t)>& first, int64_t n_pieces,
                       const std::function<void(int64_t)>& fn);
 
